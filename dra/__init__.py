@@ -1,0 +1,1 @@
+"""The DRA face of fakegpu: ResourceSlices and the kubelet DRA plugin."""

@@ -1,0 +1,1 @@
+"""fakegpu: fake NVIDIA GPUs for Kubernetes. This package holds the command-line entry points."""

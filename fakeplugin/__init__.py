@@ -1,0 +1,1 @@
+"""The kubelet device plugin face of fakegpu (device plugin API v1beta1)."""

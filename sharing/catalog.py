@@ -1,0 +1,376 @@
+"""The GPU catalog: real boards with the numbers NVML and nvidia-smi report for them.
+
+Each key names exactly one board. Numbers come from real ``nvidia-smi`` / ``nvidia-smi mig -lgip``
+output where a reading was found, otherwise from NVIDIA's MIG guide and mig-parted; anything not
+confirmed by a reading is listed in the model's ``unverified`` notes and printed by ``fakegpu catalog``.
+
+MIG memory is ``GiB x 1024`` from ``nvidia-smi mig -lgip``, which is what nvidia-smi shows for a MIG
+device (e.g. 40192 MiB for an A100-80GB ``3g.40gb``). Placements are start slots in memory slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a MIG-capable board (compute instance = whole GI, C == G)."""
+
+    name: str
+    gi_profile: str
+    """NVML GPU-instance profile constant without its prefix, e.g. ``1_SLICE_REV1`` for ``+me``."""
+    compute_slices: int
+    memory_slices: int
+    memory_mib: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg: int
+    ofa: int
+    max_instances: int
+    placements: tuple[int, ...]
+    """Allowed start slots; the instance occupies ``memory_slices`` slots from there."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A board: identity and capacity as NVML reports them, plus its MIG table if it has one."""
+
+    key: str
+    board: str
+    product_name: str
+    memory_mib: int
+    multiprocessors: int
+    compute_capability: tuple[int, int]
+    architecture: str
+    pci_device_id: int
+    brand: str
+    sxm: bool
+    """SXM boards sit on an NVLink/NVSwitch baseboard: multi-GPU node specs default to full NVLink."""
+    memory_slices: int = 0
+    compute_slices: int = 0
+    mig_profiles: tuple[MigProfile, ...] = ()
+    balanced_layout: tuple[tuple[str, int], ...] = ()
+    """mig-parted's ``all-balanced`` layout for this board."""
+    unverified: tuple[str, ...] = field(default=())
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    def profile(self, name: str) -> MigProfile | None:
+        for p in self.mig_profiles:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def pci_device_id_hex(self) -> str:
+        return f"0x{self.pci_device_id:08X}"
+
+
+def _p(
+    name: str,
+    gi: str,
+    g: int,
+    mem_slices: int,
+    mib: int,
+    sm: int,
+    engines: tuple[int, int, int, int, int],
+    inst: int,
+    placements: tuple[int, ...],
+) -> MigProfile:
+    ce, dec, enc, jpg, ofa = engines
+    return MigProfile(name, gi, g, mem_slices, mib, sm, ce, dec, enc, jpg, ofa, inst, placements)
+
+
+_EIGHT_SINGLE = (0, 1, 2, 3, 4, 5, 6)
+_EIGHT_DOUBLE = (0, 2, 4, 6)
+_EIGHT_TWO_G = (0, 2, 4)
+_EIGHT_THREE_G = (0, 4)
+
+
+def _eight_slice_table(
+    sizes: tuple[str, str, str, str, str, str, str],
+    mib: tuple[int, int, int, int, int, int, int],
+    sm: tuple[int, int, int, int, int, int, int],
+    engines: tuple[tuple[int, int, int, int, int], ...],
+) -> tuple[MigProfile, ...]:
+    """The seven-profile table shared by A100-80GB, H100, H200 and B200 (8 memory slices, 7 compute)."""
+    one, one_me, one_double, two, three, four, seven = sizes
+    return (
+        _p(one, "1_SLICE", 1, 1, mib[0], sm[0], engines[0], 7, _EIGHT_SINGLE),
+        _p(one_me, "1_SLICE_REV1", 1, 1, mib[1], sm[1], engines[1], 1, _EIGHT_SINGLE),
+        _p(one_double, "1_SLICE_REV2", 1, 2, mib[2], sm[2], engines[2], 4, _EIGHT_DOUBLE),
+        _p(two, "2_SLICE", 2, 2, mib[3], sm[3], engines[3], 3, _EIGHT_TWO_G),
+        _p(three, "3_SLICE", 3, 4, mib[4], sm[4], engines[4], 2, _EIGHT_THREE_G),
+        _p(four, "4_SLICE", 4, 4, mib[5], sm[5], engines[5], 1, (0,)),
+        _p(seven, "7_SLICE", 7, 8, mib[6], sm[6], engines[6], 1, (0,)),
+    )
+
+
+_HOPPER_ENGINES = (
+    (1, 1, 0, 1, 0),
+    (1, 1, 0, 1, 1),
+    (1, 1, 0, 1, 0),
+    (2, 2, 0, 2, 0),
+    (3, 3, 0, 3, 0),
+    (4, 4, 0, 4, 0),
+    (8, 7, 0, 7, 1),
+)
+_HOPPER_SM = (16, 16, 26, 32, 60, 64, 132)
+
+_MODELS: tuple[GpuModel, ...] = (
+    GpuModel(
+        key="a100-40gb",
+        board="A100 SXM4 40GB (HGX A100 baseboard)",
+        product_name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        multiprocessors=108,
+        compute_capability=(8, 0),
+        architecture="Ampere",
+        pci_device_id=0x20B010DE,
+        brand="Nvidia",
+        sxm=True,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=(
+            _p("1g.5gb", "1_SLICE", 1, 1, 4864, 14, (1, 0, 0, 0, 0), 7, _EIGHT_SINGLE),
+            _p("1g.5gb+me", "1_SLICE_REV1", 1, 1, 4864, 14, (1, 1, 0, 1, 1), 1, _EIGHT_SINGLE),
+            _p("1g.10gb", "1_SLICE_REV2", 1, 2, 9856, 14, (1, 1, 0, 0, 0), 4, _EIGHT_DOUBLE),
+            _p("2g.10gb", "2_SLICE", 2, 2, 9856, 28, (2, 1, 0, 0, 0), 3, _EIGHT_TWO_G),
+            _p("3g.20gb", "3_SLICE", 3, 4, 19968, 42, (3, 2, 0, 0, 0), 2, _EIGHT_THREE_G),
+            _p("4g.20gb", "4_SLICE", 4, 4, 19968, 56, (4, 2, 0, 0, 0), 1, (0,)),
+            _p("7g.40gb", "7_SLICE", 7, 8, 40192, 98, (7, 5, 0, 1, 1), 1, (0,)),
+        ),
+        balanced_layout=(("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)),
+        unverified=("MIG memory and engines from go-nvml's A100 mock (reported to match real A100s)",),
+    ),
+    GpuModel(
+        key="a100-80gb",
+        board="A100 SXM4 80GB (HGX A100 baseboard)",
+        product_name="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        multiprocessors=108,
+        compute_capability=(8, 0),
+        architecture="Ampere",
+        pci_device_id=0x20B210DE,
+        brand="Nvidia",
+        sxm=True,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+            (9728, 9728, 19968, 19968, 40192, 40192, 80896),
+            (14, 14, 14, 28, 42, 56, 98),
+            (
+                (1, 0, 0, 0, 0),
+                (1, 1, 0, 1, 1),
+                (1, 1, 0, 0, 0),
+                (2, 1, 0, 0, 0),
+                (3, 2, 0, 0, 0),
+                (4, 2, 0, 0, 0),
+                (7, 5, 0, 1, 1),
+            ),
+        ),
+        balanced_layout=(("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)),
+        unverified=("1g.20gb placements {0,2,4,6}:2 not seen in a reading",),
+    ),
+    GpuModel(
+        key="a30",
+        board="A30 24GB PCIe",
+        product_name="NVIDIA A30",
+        memory_mib=24576,
+        multiprocessors=56,
+        compute_capability=(8, 0),
+        architecture="Ampere",
+        pci_device_id=0x20B710DE,
+        brand="Nvidia",
+        sxm=False,
+        memory_slices=4,
+        compute_slices=4,
+        mig_profiles=(
+            _p("1g.6gb", "1_SLICE", 1, 1, 5952, 14, (1, 0, 0, 0, 0), 4, (0, 1, 2, 3)),
+            _p("1g.6gb+me", "1_SLICE_REV1", 1, 1, 5952, 14, (1, 1, 0, 1, 1), 1, (0, 1, 2, 3)),
+            _p("2g.12gb", "2_SLICE", 2, 2, 11968, 28, (2, 2, 0, 0, 0), 2, (0, 2)),
+            _p("2g.12gb+me", "2_SLICE_REV1", 2, 2, 11968, 28, (2, 2, 0, 1, 1), 1, (0, 2)),
+            _p("4g.24gb", "4_SLICE", 4, 4, 24000, 56, (4, 4, 0, 1, 1), 1, (0,)),
+        ),
+        balanced_layout=(("1g.6gb", 2), ("2g.12gb", 1)),
+    ),
+    GpuModel(
+        key="h100-80gb",
+        board="H100 SXM5 80GB HBM3 (HGX H100 baseboard)",
+        product_name="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        multiprocessors=132,
+        compute_capability=(9, 0),
+        architecture="Hopper",
+        pci_device_id=0x233010DE,
+        brand="Nvidia",
+        sxm=True,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+            (9984, 9984, 20096, 20096, 40448, 40448, 81152),
+            _HOPPER_SM,
+            _HOPPER_ENGINES,
+        ),
+        balanced_layout=(("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)),
+        unverified=("placements assumed equal to A100's 8-slice geometry (not in the lgip reading)",),
+    ),
+    GpuModel(
+        key="h100-94gb",
+        board="H100 NVL 94GB PCIe",
+        product_name="NVIDIA H100 NVL",
+        memory_mib=95830,
+        multiprocessors=132,
+        compute_capability=(9, 0),
+        architecture="Hopper",
+        pci_device_id=0x232110DE,
+        brand="Nvidia",
+        sxm=False,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+            (11776, 11776, 23808, 23808, 47616, 47616, 95232),
+            _HOPPER_SM,
+            _HOPPER_ENGINES,
+        ),
+        balanced_layout=(("1g.12gb", 1), ("2g.24gb", 1), ("3g.47gb", 1)),
+        unverified=(
+            "MIG memory sizes scaled from H100 80GB (names and counts from mig-parted)",
+            "MIG SMs and engines assumed equal to H100 80GB",
+        ),
+    ),
+    GpuModel(
+        key="h200",
+        board="H200 SXM 141GB (HGX H200 baseboard)",
+        product_name="NVIDIA H200",
+        memory_mib=143771,
+        multiprocessors=132,
+        compute_capability=(9, 0),
+        architecture="Hopper",
+        pci_device_id=0x233510DE,
+        brand="Nvidia",
+        sxm=True,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+            (16384, 16384, 33024, 33024, 71168, 71168, 143104),
+            _HOPPER_SM,
+            _HOPPER_ENGINES,
+        ),
+        balanced_layout=(("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)),
+        unverified=("placements and engines assumed equal to H100 80GB",),
+    ),
+    GpuModel(
+        key="b200",
+        board="B200 SXM 180GB (HGX B200 baseboard)",
+        product_name="NVIDIA B200",
+        memory_mib=183359,
+        multiprocessors=148,
+        compute_capability=(10, 0),
+        architecture="Blackwell",
+        pci_device_id=0x290110DE,
+        brand="Nvidia",
+        sxm=True,
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+            (20992, 20992, 45312, 45312, 90624, 90624, 181248),
+            (18, 18, 30, 36, 60, 72, 144),
+            (
+                (2, 1, 0, 1, 0),
+                (2, 1, 0, 1, 1),
+                (2, 1, 0, 1, 0),
+                (4, 2, 0, 2, 0),
+                (6, 3, 0, 3, 0),
+                (8, 4, 0, 4, 0),
+                (16, 7, 0, 7, 1),
+            ),
+        ),
+        balanced_layout=(("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)),
+        unverified=(
+            "3g.90gb, 4g.90gb and 7g.180gb memory and SMs estimated (only 1g/2g rows were read)",
+            "decoder/JPEG/OFA counts assumed; placements assumed equal to H100",
+        ),
+    ),
+    GpuModel(
+        key="t4",
+        board="Tesla T4 16GB PCIe",
+        product_name="Tesla T4",
+        memory_mib=15360,
+        multiprocessors=40,
+        compute_capability=(7, 5),
+        architecture="Turing",
+        pci_device_id=0x1EB810DE,
+        brand="Tesla",
+        sxm=False,
+        unverified=("memory is 15360 MiB on drivers 535+, 15109 MiB on 450-470",),
+    ),
+    GpuModel(
+        key="l4",
+        board="L4 24GB PCIe",
+        product_name="NVIDIA L4",
+        memory_mib=23034,
+        multiprocessors=58,
+        compute_capability=(8, 9),
+        architecture="Ada Lovelace",
+        pci_device_id=0x27B810DE,
+        brand="Nvidia",
+        sxm=False,
+    ),
+    GpuModel(
+        key="l40s",
+        board="L40S 48GB PCIe",
+        product_name="NVIDIA L40S",
+        memory_mib=46068,
+        multiprocessors=142,
+        compute_capability=(8, 9),
+        architecture="Ada Lovelace",
+        pci_device_id=0x26B910DE,
+        brand="Nvidia",
+        sxm=False,
+    ),
+    GpuModel(
+        key="a10",
+        board="A10 24GB PCIe",
+        product_name="NVIDIA A10",
+        memory_mib=23028,
+        multiprocessors=72,
+        compute_capability=(8, 6),
+        architecture="Ampere",
+        pci_device_id=0x223610DE,
+        brand="Nvidia",
+        sxm=False,
+        unverified=("PCI device ID from a single MLPerf system table",),
+    ),
+    GpuModel(
+        key="v100-32gb",
+        board="Tesla V100 SXM2 32GB",
+        product_name="Tesla V100-SXM2-32GB",
+        memory_mib=32768,
+        multiprocessors=80,
+        compute_capability=(7, 0),
+        architecture="Volta",
+        pci_device_id=0x1DB510DE,
+        brand="Tesla",
+        sxm=True,
+        unverified=("memory is 32768 MiB on current drivers, 32480 MiB on driver 418",),
+    ),
+)
+
+CATALOG: MappingProxyType[str, GpuModel] = MappingProxyType({m.key: m for m in _MODELS})
+
+
+def lookup_model(key: str) -> GpuModel | None:
+    """Find a model by key, case-insensitively."""
+    return CATALOG.get(key.strip().lower())
