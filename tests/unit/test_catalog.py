@@ -9,8 +9,20 @@ from sharing.labels import gpu_family, sanitize_product
 from sharing.mig_geometry import max_instances
 from sharing.mig_naming import profile_memory_gb, profile_name, resource_suffix
 
-REQUIRED = ["a100-40gb", "a100-80gb", "a30", "h100-80gb", "h100-94gb", "h200", "b200", "t4", "l4", "l40s", "a10",
-            "v100-32gb"]
+REQUIRED = [
+    "a100-40gb",
+    "a100-80gb",
+    "a30",
+    "h100-80gb",
+    "h100-94gb",
+    "h200",
+    "b200",
+    "t4",
+    "l4",
+    "l40s",
+    "a10",
+    "v100-32gb",
+]
 
 
 def test_required_models_present():
@@ -42,9 +54,7 @@ def test_every_field_is_plausible(key):
     assert lookup_model(key.upper()) is m
 
 
-@pytest.mark.parametrize(
-    ("key", "profile"), [(k, p.name) for k, m in CATALOG.items() for p in m.mig_profiles]
-)
+@pytest.mark.parametrize(("key", "profile"), [(k, p.name) for k, m in CATALOG.items() for p in m.mig_profiles])
 def test_profile_names_follow_go_nvlib_rounding(key, profile):
     model = CATALOG[key]
     p = model.profile(profile)
@@ -53,9 +63,7 @@ def test_profile_names_follow_go_nvlib_rounding(key, profile):
     assert profile_name(p.compute_slices, p.memory_mib, model.memory_mib, suffix) == profile
 
 
-@pytest.mark.parametrize(
-    ("key", "profile"), [(k, p.name) for k, m in CATALOG.items() for p in m.mig_profiles]
-)
+@pytest.mark.parametrize(("key", "profile"), [(k, p.name) for k, m in CATALOG.items() for p in m.mig_profiles])
 def test_max_instances_are_placeable(key, profile):
     """The table's instance limit is reachable with its own placements, and placements fit the board."""
     model = CATALOG[key]
@@ -81,8 +89,18 @@ def test_resource_suffix():
 
 @pytest.mark.parametrize(
     ("cc", "family"),
-    [((7, 0), "volta"), ((7, 5), "turing"), ((8, 0), "ampere"), ((8, 6), "ampere"), ((8, 9), "ada-lovelace"),
-     ((9, 0), "hopper"), ((10, 0), "blackwell"), ((12, 0), "blackwell"), ((6, 1), "pascal"), ((4, 0), "undefined")],
+    [
+        ((7, 0), "volta"),
+        ((7, 5), "turing"),
+        ((8, 0), "ampere"),
+        ((8, 6), "ampere"),
+        ((8, 9), "ada-lovelace"),
+        ((9, 0), "hopper"),
+        ((10, 0), "blackwell"),
+        ((12, 0), "blackwell"),
+        ((6, 1), "pascal"),
+        ((4, 0), "undefined"),
+    ],
 )
 def test_gpu_family(cc, family):
     assert gpu_family(cc) == family

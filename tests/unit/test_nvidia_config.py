@@ -30,32 +30,46 @@ ERRORS = [
     (ts([{"replicas": 2}]), "no resource name specified"),
     (ts([]), "no resources specified"),
     ({"sharing": {"timeSlicing": {"renameByDefault": True}}}, "no resources specified"),
-    (ts([{"name": "gpu", "replicas": 2, "devices": "some"}]),
-     "devices set as 'some' but the only valid string input is 'all'"),
+    (
+        ts([{"name": "gpu", "replicas": 2, "devices": "some"}]),
+        "devices set as 'some' but the only valid string input is 'all'",
+    ),
     (ts([{"name": "gpu", "replicas": 2, "devices": 0}]), "devices set as '0' but a count of devices must be > 0"),
     (ts([{"name": "gpu", "replicas": 2, "devices": ["GPU-nope"]}]), "unsupported type for device in devices list"),
     (ts([{"name": "gpu", "replicas": 2}], strategy="round-robin"), "unknown time-slicing strategy: round-robin"),
     (ts([{"name": "gpu", "replicas": "two"}]), "replicas: Input should be a valid integer"),
     ({"flags": {"migStrategy": "weird"}}, "unknown MIG strategy: weird"),
-    ({"flags": {"plugin": {"deviceListStrategy": "smoke-signals"}}},
-     "invalid --device-list-strategy option: invalid strategy: smoke-signals"),
+    (
+        {"flags": {"plugin": {"deviceListStrategy": "smoke-signals"}}},
+        "invalid --device-list-strategy option: invalid strategy: smoke-signals",
+    ),
     ({"flags": {"plugin": {"deviceListStrategy": ["envvar", "bogus"]}}}, "invalid strategy: bogus"),
     ({"flags": {"plugin": {"deviceIDStrategy": "serial"}}}, "invalid --device-id-strategy option: serial"),
-    ({"flags": {"plugin": {"sharedDevicesAllocationPolicy": "random"}}},
-     "invalid --shared-devices-allocation-policy option: random"),
+    (
+        {"flags": {"plugin": {"sharedDevicesAllocationPolicy": "random"}}},
+        "invalid --shared-devices-allocation-policy option: random",
+    ),
     ({"flags": {"deviceDiscoveryStrategy": "magic"}}, "invalid --device-discovery-strategy option: magic"),
-    ({"flags": {"deviceDiscoveryStrategy": "tegra", "plugin": {"deviceListStrategy": "cdi-cri"}}},
-     "CDI --device-list-strategy options are only supported on NVML-based systems"),
-    ({"flags": {"migStrategy": "mixed"}, "sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}},
-     "using --mig-strategy=mixed is not supported with MPS"),
-    ({"sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}},
-     "using MPS requires --mps-root to be specified"),
+    (
+        {"flags": {"deviceDiscoveryStrategy": "tegra", "plugin": {"deviceListStrategy": "cdi-cri"}}},
+        "CDI --device-list-strategy options are only supported on NVML-based systems",
+    ),
+    (
+        {"flags": {"migStrategy": "mixed"}, "sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}},
+        "using --mig-strategy=mixed is not supported with MPS",
+    ),
+    (
+        {"sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}},
+        "using MPS requires --mps-root to be specified",
+    ),
     ({"imex": {"channelIDs": [1]}}, "invalid IMEX channel IDs"),
     ({"resources": {"gpus": [{"name": "gpu"}]}}, "resources must have a 'pattern' field set"),
     ({"flags": {"failOnInitError": "sometimes"}}, "flags.failOnInitError: Input should be a valid boolean"),
     (ts([{"name": "Not_Valid!", "replicas": 2}]), "invalid resource name 'nvidia.com/Not_Valid!'"),
-    (ts([{"name": "nvidia.com/gpu", "replicas": 2}, {"name": "gpu", "replicas": 3}]),
-     "resource nvidia.com/gpu is listed twice"),
+    (
+        ts([{"name": "nvidia.com/gpu", "replicas": 2}, {"name": "gpu", "replicas": 3}]),
+        "resource nvidia.com/gpu is listed twice",
+    ),
 ]
 
 
@@ -110,9 +124,13 @@ def test_default_when_nothing_is_set_and_error_names_the_env_var():
 
 def test_device_list_strategy_forms():
     assert resolve({"flags": {"plugin": {"deviceListStrategy": ["envvar", "cdi-cri"]}}}).device_list_strategy == (
-        "envvar", "cdi-cri")
+        "envvar",
+        "cdi-cri",
+    )
     assert resolve({}, env={"DEVICE_LIST_STRATEGY": "volume-mounts,cdi-annotations"}).device_list_strategy == (
-        "volume-mounts", "cdi-annotations")
+        "volume-mounts",
+        "cdi-annotations",
+    )
 
 
 def test_bool_env_parsing():
@@ -137,8 +155,9 @@ def test_rename_and_devices_are_overridden_like_nvidia():
 
 
 def test_rename_and_devices_honoured_when_asked():
-    c = resolve(ts([{"name": "gpu", "replicas": 2, "rename": "gpu-ts", "devices": [0, "1"]}]),
-                honor_sharing_rename_devices=True)
+    c = resolve(
+        ts([{"name": "gpu", "replicas": 2, "rename": "gpu-ts", "devices": [0, "1"]}]), honor_sharing_rename_devices=True
+    )
     rule = c.sharing.rules[0]
     assert (rule.rename, rule.devices) == ("nvidia.com/gpu-ts", ("0", "1"))
 
@@ -171,8 +190,14 @@ def test_mps_wins_over_time_slicing():
 
 
 @pytest.mark.parametrize(
-    "ref", ["0", "0:1", "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763", "MIG-b1028956-cfa2-0990-bf4a-5da9abb51763",
-            "MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0"],
+    "ref",
+    [
+        "0",
+        "0:1",
+        "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763",
+        "MIG-b1028956-cfa2-0990-bf4a-5da9abb51763",
+        "MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0",
+    ],
 )
 def test_device_reference_forms(ref):
     c = resolve(ts([{"name": "gpu", "replicas": 2, "devices": [ref]}]), honor_sharing_rename_devices=True)

@@ -1,0 +1,123 @@
+"""The fakegpu command line: output shapes, env fallbacks, and bad input as one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fakegpu.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_devices_json_shape(capsys):
+    code, out, _ = run(capsys, "devices", "--gpus", "2xh100-80gb", "--node-name", "n1", "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"resources", "labels"}
+    devices = doc["resources"]["nvidia.com/gpu"]
+    assert [set(d) for d in devices] == [{"id", "health", "numa", "parent"}] * 2
+    assert devices[0]["health"] == "Healthy" and devices[0]["numa"] == 0 and devices[0]["id"] == devices[0]["parent"]
+    assert doc["labels"]["nvidia.com/gpu.count"] == "2"
+
+
+def test_devices_is_deterministic_for_a_node_name(capsys):
+    first = run(capsys, "devices", "--node-name", "n1", "-o", "yaml")[1]
+    assert first == run(capsys, "devices", "--node-name", "n1", "-o", "yaml")[1]
+    assert first != run(capsys, "devices", "--node-name", "n2", "-o", "yaml")[1]
+    assert len(yaml.safe_load(first)["resources"]["nvidia.com/gpu"]) == 8
+
+
+def test_node_name_from_env(capsys, monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    a = run(capsys, "devices", "-o", "json")[1]
+    b = run(capsys, "devices", "--node-name", "from-env", "-o", "json")[1]
+    assert a == b
+
+
+def test_env_flag_names(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("MIG_STRATEGY", "mixed")
+    code, out, _ = run(capsys, "devices", "--gpus", "1xh100-80gb", "--mig-layout", "all-3g.40gb", "-o", "json")
+    assert code == 0 and list(json.loads(out)["resources"]) == ["nvidia.com/mig-3g.40gb"]
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n"
+    )
+    monkeypatch.setenv("CONFIG_FILE", str(config))
+    monkeypatch.setenv("MIG_STRATEGY", "none")
+    code, out, _ = run(capsys, "devices", "--gpus", "1xl4", "-o", "json")
+    assert len(json.loads(out)["resources"]["nvidia.com/gpu"]) == 3
+
+
+def test_table_output(capsys):
+    code, out, _ = run(
+        capsys, "devices", "--gpus", "1xa100-40gb", "--mig-layout", "all-balanced", "--mig-strategy", "mixed"
+    )
+    assert code == 0
+    assert "nvidia.com/mig-1g.5gb" in out and "0:0" in out and "3g.20gb" in out
+
+
+def test_labels_text(capsys):
+    code, out, _ = run(capsys, "labels", "--gpus", "1xt4", "--timestamp", "1700000000")
+    assert code == 0
+    assert "nvidia.com/gpu.product=Tesla-T4\n" in out
+    assert "nvidia.com/gfd.timestamp=1700000000\n" in out
+
+
+def test_warnings_go_to_stderr(capsys, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("flags:\n  renameByDefault: true\n")
+    code, _out, err = run(capsys, "devices", "--gpus", "1xt4", "--config-file", str(config))
+    assert code == 0 and "fakegpu: warning:" in err and "flags.renameByDefault" in err
+
+
+def test_catalog(capsys):
+    code, out, _ = run(capsys, "catalog", "-v")
+    assert code == 0 and "NVIDIA H100 80GB HBM3" in out and "unverified:" in out and "1_SLICE_REV2" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["devices", "--gpus", "8xh100-80gb", "--mig-layout", "all-1g.10gb", "--mig-strategy", "bogus"],
+            "--mig-strategy: unknown MIG strategy: bogus",
+        ),
+        (["devices", "--node-spec", "/nonexistent/node.yaml"], "/nonexistent/node.yaml: node spec not found"),
+        (
+            ["devices", "--mig-strategy", "single", "--mig-layout", "all-balanced"],
+            "more than one MIG device type present on node",
+        ),
+        (["labels", "--config-file", "/nonexistent.yaml"], "/nonexistent.yaml: config file not found"),
+        (["devices", "--pass-device-specs", "maybe"], "--pass-device-specs: could not parse 'maybe' as bool"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("fakegpu: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_console_script_never_prints_a_traceback(tmp_path):
+    bad = tmp_path / "garbage.yaml"
+    bad.write_bytes(b"\x00\x01\x02 not yaml: [")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fakegpu.cli", "devices", "--node-spec", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert str(bad) in proc.stderr
