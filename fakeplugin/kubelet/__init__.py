@@ -1,0 +1,1 @@
+"""The kubelet emulator: the kubelet's side of the device plugin protocol (device manager)."""
