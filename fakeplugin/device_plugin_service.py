@@ -1,0 +1,162 @@
+"""The DevicePlugin gRPC service for one resource name, served over the live inventory.
+
+ListAndWatch pushes the full device list at once and again on every change (a listener on the live
+inventory wakes the stream; nothing polls). Bad requests are answered with INVALID_ARGUMENT and the
+text NVIDIA's plugin uses; nothing a client sends can crash the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import grpc
+
+from fakeplugin.allocate_response import container_allocate_response, validate_request
+from fakeplugin.allocation_error import AllocationError
+from fakeplugin.preferred_allocation import preferred_allocation
+from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from sharing.inventory import Resource
+from sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+
+def device_message(resource: Resource) -> api_pb2.ListAndWatchResponse:
+    devices = []
+    for d in resource.devices:
+        topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=d.numa)]) if d.numa is not None else None
+        devices.append(api_pb2.Device(ID=d.id, health=d.health, topology=topology))
+    return api_pb2.ListAndWatchResponse(devices=devices)
+
+
+class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
+    """One resource's DevicePlugin service (``/v1beta1.DevicePlugin/*``)."""
+
+    def __init__(
+        self,
+        live: LiveInventory,
+        resource_name: str,
+        *,
+        pre_start_required: bool = False,
+        on_call: Callable[[str, Sequence[str]], None] | None = None,
+    ) -> None:
+        self.live = live
+        self.resource_name = resource_name
+        self.options = api_pb2.DevicePluginOptions(
+            pre_start_required=pre_start_required, get_preferred_allocation_available=True
+        )
+        self._stopping = asyncio.Event()
+        self._on_call = on_call
+        self.streams = 0
+        self.sends = 0
+
+    def stop_streams(self) -> None:
+        """End every ListAndWatch stream cleanly, as NVIDIA's plugin does when it stops."""
+        self._stopping.set()
+
+    def _resource(self) -> Resource:
+        resource = self.live.resource(self.resource_name)
+        if resource is None:
+            # The resource vanished in a reload; the manager is about to stop this server.
+            return Resource(self.resource_name, self.resource_name, (), "none", 1, False)
+        return resource
+
+    def _record(self, method: str, ids: Sequence[str]) -> None:
+        log.debug("%s %s %s", self.resource_name, method, ",".join(ids))
+        if self._on_call is not None:
+            self._on_call(method, ids)
+
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.DevicePluginOptions]
+    ) -> api_pb2.DevicePluginOptions:
+        self._record("GetDevicePluginOptions", ())
+        return self.options
+
+    async def ListAndWatch(
+        self,
+        request: api_pb2.Empty,
+        context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.ListAndWatchResponse],
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        changed = asyncio.Event()
+        unsubscribe = self.live.subscribe(changed.set)
+        self.streams += 1
+        self._record("ListAndWatch", ())
+        try:
+            last = device_message(self._resource())
+            self.sends += 1
+            yield last
+            while not self._stopping.is_set():
+                waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._stopping.wait())]
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                changed.clear()
+                if self._stopping.is_set():
+                    break
+                current = device_message(self._resource())
+                if current != last:
+                    last = current
+                    self.sends += 1
+                    yield current
+        finally:
+            self.streams -= 1
+            unsubscribe()
+
+    async def GetPreferredAllocation(
+        self,
+        request: api_pb2.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[api_pb2.PreferredAllocationRequest, api_pb2.PreferredAllocationResponse],
+    ) -> api_pb2.PreferredAllocationResponse:
+        resource = self._resource()
+        inventory = self.live.inventory
+        responses = []
+        for req in request.container_requests:
+            self._record("GetPreferredAllocation", list(req.available_deviceIDs))
+            try:
+                ids = preferred_allocation(
+                    resource,
+                    inventory.node,
+                    list(req.available_deviceIDs),
+                    list(req.must_include_deviceIDs),
+                    req.allocation_size,
+                    inventory.config.shared_devices_allocation_policy,
+                )
+            except AllocationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    async def Allocate(
+        self,
+        request: api_pb2.AllocateRequest,
+        context: grpc.aio.ServicerContext[api_pb2.AllocateRequest, api_pb2.AllocateResponse],
+    ) -> api_pb2.AllocateResponse:
+        resource = self._resource()
+        inventory = self.live.inventory
+        responses = []
+        for req in request.container_requests:
+            ids = list(req.devices_ids)
+            self._record("Allocate", ids)
+            try:
+                validate_request(resource, ids)
+                responses.append(container_allocate_response(inventory, resource, ids))
+            except AllocationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self,
+        request: api_pb2.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[api_pb2.PreStartContainerRequest, api_pb2.PreStartContainerResponse],
+    ) -> api_pb2.PreStartContainerResponse:
+        ids = list(request.devices_ids)
+        self._record("PreStartContainer", ids)
+        known = {d.id for d in self._resource().devices}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: unknown device: {unknown[0]}")
+        return api_pb2.PreStartContainerResponse()
