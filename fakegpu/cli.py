@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from fakegpu.catalog_output import render_catalog
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.inventory_output import render_inventory, render_labels
+from fakeplugin.daemon import run_plugin_daemon
+from fakeplugin.demo import run_demo
+from fakeplugin.kubelet.daemon import run_kubelet
+from fakeplugin.kubelet_paths import DEFAULT_ROOT, KubeletPaths
+from fakeplugin.unix_socket import SocketPathError
 from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node
@@ -19,7 +27,40 @@ EXIT_USAGE = 2
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the kubelet emulator and the device plugins together and show the node")
+    add_inventory_options(demo)
+
+    plugin = sub.add_parser("plugin", help="run the device plugin daemon next to a kubelet")
+    add_inventory_options(plugin)
+    plugin.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding device-plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    plugin.add_argument(
+        "--registration",
+        choices=("kubelet", "plugins-registry"),
+        default="kubelet",
+        help="register by calling kubelet.sock (NVIDIA's way) or through the plugin watcher",
+    )
+    plugin.add_argument(
+        "--pre-start-required",
+        action="store_true",
+        help="ask the kubelet to call PreStartContainer before each container start",
+    )
+
+    kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
+    kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
+    kubelet.add_argument(
+        "--grace-period",
+        type=float,
+        default=300.0,
+        help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
+    )
 
     devices = sub.add_parser("devices", help="print the resources and devices a node would advertise")
     add_inventory_options(devices)
@@ -42,26 +83,49 @@ def _warn(warnings: Sequence[str]) -> None:
         print(f"fakegpu: warning: {w}", file=sys.stderr)
 
 
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "catalog":
+        sys.stdout.write(render_catalog(args.verbose))
+        return 0
+    if args.command == "kubelet":
+        return asyncio.run(run_kubelet(args.dir, args.grace_period))
+    inputs = inventory_inputs(args)
+    if args.command == "demo":
+        return asyncio.run(run_demo(inputs, sys.stdout))
+    if args.command == "plugin":
+        paths = KubeletPaths(args.kubelet_dir)
+        return asyncio.run(
+            run_plugin_daemon(inputs, paths, registration=args.registration, pre_start_required=args.pre_start_required)
+        )
+    node = load_node(inputs)
+    config = load_config(inputs)
+    if args.command == "labels":
+        _warn(config.warnings)
+        sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
+        return 0
+    inventory = build_inventory(node, config)
+    _warn(inventory.warnings)
+    sys.stdout.write(render_inventory(inventory, gfd_labels(node, config), args.output))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    if args.command in ("devices", "labels", "catalog", "demo"):
+        logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        if args.command == "catalog":
-            sys.stdout.write(render_catalog(args.verbose))
-            return 0
-        inputs = inventory_inputs(args)
-        node = load_node(inputs)
-        config = load_config(inputs)
-        if args.command == "labels":
-            _warn(config.warnings)
-            sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
-            return 0
-        inventory = build_inventory(node, config)
-        _warn(inventory.warnings)
-        sys.stdout.write(render_inventory(inventory, gfd_labels(node, config), args.output))
-        return 0
+        return _run(args)
     except SpecError as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SocketPathError as exc:
+        print(f"fakegpu: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

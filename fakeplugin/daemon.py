@@ -1,0 +1,62 @@
+"""``fakegpu plugin``: the device plugin daemon, as a DaemonSet or by hand next to a kubelet.
+
+SIGHUP or a changed config file reloads (a bad config is reported and the running inventory keeps
+serving); SIGINT, SIGTERM and SIGQUIT stop the servers and remove their sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from fakeplugin.kubelet_paths import KubeletPaths
+from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from sharing.health import XidPolicy
+from sharing.inputs import InventoryInputs, load_inventory
+from sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+
+def watched_files(inputs: InventoryInputs) -> list[Path]:
+    config = inputs.config_file or inputs.env.get("CONFIG_FILE") or None
+    return [Path(p) for p in (config, inputs.node_spec, inputs.mig_config) if p]
+
+
+async def run_plugin_daemon(
+    inputs: InventoryInputs,
+    paths: KubeletPaths,
+    *,
+    registration: RegistrationMode = "kubelet",
+    pre_start_required: bool = False,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Serve until a stop signal; raises SpecError before serving if the first inventory is bad."""
+    inventory = load_inventory(inputs)
+    for warning in inventory.warnings:
+        log.warning("%s", warning)
+    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    manager = PluginManager(
+        live,
+        paths,
+        registration=registration,
+        pre_start_required=pre_start_required,
+        reload_inventory=lambda: load_inventory(inputs),
+        watch_files=watched_files(inputs),
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(manager.reload()))
+    await manager.start()
+    log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        await manager.stop()
+    return 0
