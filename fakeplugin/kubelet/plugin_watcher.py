@@ -90,7 +90,7 @@ class PluginWatcher:
 
     async def _register(self, path: Path) -> api_pb2.PluginInfo | None:
         async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
-            stub = api_pb2_grpc.RegistrationAsyncStub(channel)
+            stub = api_pb2_grpc.RegistrationStub(channel)
             try:
                 info = await stub.GetInfo(api_pb2.InfoRequest(), timeout=5)
             except grpc.aio.AioRpcError as exc:
