@@ -16,6 +16,7 @@ from pathlib import Path
 from fakeplugin.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakeplugin.kubelet.emulator import KubeletEmulator, PodResult
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.inventory import Inventory
 from sharing.live_inventory import LiveInventory
@@ -53,7 +54,7 @@ class FakeNode:
         self.with_kubelet = with_kubelet
         self.calls = CallLog()
         inventory = load_inventory(inputs)
-        self.live = LiveInventory(inventory)
+        self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
         watch = [Path(p) for p in (inputs.config_file, inputs.node_spec, inputs.mig_config) if p]
         self.plugins = PluginManager(
             self.live,

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import grpc
 
-from fakeplugin.unix_socket import check_socket_path, identity, remove_stale
+from fakeplugin.socket_server import SocketServer
 from kubeletapi.pluginregistration.v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -53,29 +52,15 @@ class RegistryRegistration:
     def __init__(self, socket_path: Path, service: RegistrationService) -> None:
         self.socket_path = socket_path
         self.service = service
-        self._server: grpc.aio.Server | None = None
-        self._identity: tuple[int, int] | None = None
+        self._socket = SocketServer(
+            socket_path, lambda server: api_pb2_grpc.add_RegistrationServicer_to_server(service, server)
+        )
 
     async def start(self) -> None:
-        check_socket_path(self.socket_path)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(self.socket_path)
-        server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(self.service, server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        await server.start()
-        os.chmod(self.socket_path, 0o600)
-        self._server = server
-        self._identity = identity(self.socket_path)
+        await self._socket.start()
 
     def socket_intact(self) -> bool:
-        return self._identity is not None and identity(self.socket_path) == self._identity
+        return self._socket.socket_intact()
 
     async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        await server.stop(0.1)
-        if self._identity is not None and identity(self.socket_path) == self._identity:
-            self.socket_path.unlink(missing_ok=True)
-        self._identity = None
+        await self._socket.stop(0.1)
