@@ -17,7 +17,7 @@ from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.demo import run_demo
 from fakeplugin.kubelet.daemon import run_kubelet
 from fakeplugin.kubelet_paths import DEFAULT_ROOT, KubeletPaths
-from fakeplugin.unix_socket import SocketPathError
+from kubeletapi.unix_socket import SocketPathError
 from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node

@@ -19,9 +19,9 @@ from typing import Literal
 
 from fakeplugin.kubelet_paths import KubeletPaths
 from fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
-from fakeplugin.registry_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from fakeplugin.resource_server import ResourceServer
-from fakeplugin.unix_socket import identity
+from kubeletapi.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
+from kubeletapi.unix_socket import identity
 from sharing.errors import SpecError
 from sharing.inventory import Inventory
 from sharing.live_inventory import LiveInventory

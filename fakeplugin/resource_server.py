@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fakeplugin.device_plugin_service import DevicePluginService
-from fakeplugin.socket_server import SocketServer
 from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc
+from kubeletapi.socket_server import SocketServer
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,8 @@
-"""Python modules generated from ``protos/`` (kubelet device plugin, plugin registration, DRA).
+"""The kubelet's gRPC APIs: modules generated from ``protos/`` plus the socket plumbing both faces share.
 
-Never edit the generated files: change the ``.proto`` and run ``python -m kubeletapi.generate``.
-CI runs ``python -m kubeletapi.generate --check`` and fails when the checked-in output is stale.
+Generated (never edit; change the ``.proto`` and run ``python -m kubeletapi.generate``, which CI runs
+with ``--check``): ``deviceplugin/``, ``pluginregistration/``, ``dra/``, ``drahealth/``.
+Hand-written: ``unix_socket`` (socket files), ``socket_server`` (a gRPC server on one socket),
+``plugin_registration`` (registering through ``plugins_registry/``). The device plugin and the DRA
+driver both use these, so neither needs the other.
 """

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import grpc
 
-from fakeplugin.unix_socket import identity
 from kubeletapi.pluginregistration.v1 import api_pb2, api_pb2_grpc
+from kubeletapi.unix_socket import identity
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """Registering through the kubelet's plugin watcher: a ``pluginregistration.Registration`` server in
-``plugins_registry/`` announcing the device plugin socket (type ``DevicePlugin``)."""
+``plugins_registry/`` announcing a plugin's service socket. Device plugins (type ``DevicePlugin``)
+and DRA drivers (type ``DRAPlugin``) both register this way."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from pathlib import Path
 
 import grpc
 
-from fakeplugin.socket_server import SocketServer
 from kubeletapi.pluginregistration.v1 import api_pb2, api_pb2_grpc
+from kubeletapi.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
 
 DEVICE_PLUGIN_TYPE = "DevicePlugin"
 
 
-def registry_socket_name(resource_name: str) -> str:
-    """``nvidia.com/gpu`` -> ``nvidia.com-gpu-reg.sock`` (the name a real plugin used, see golden)."""
-    return resource_name.replace("/", "-") + "-reg.sock"
+def registry_socket_name(plugin_name: str) -> str:
+    """``nvidia.com/gpu`` -> ``nvidia.com-gpu-reg.sock``; ``gpu.nvidia.com`` -> ``gpu.nvidia.com-reg.sock``
+    (the names real plugins use, see the golden readings)."""
+    return plugin_name.replace("/", "-") + "-reg.sock"
 
 
 class RegistrationService(api_pb2_grpc.RegistrationServicer):

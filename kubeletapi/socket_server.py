@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from fakeplugin.unix_socket import check_socket_path, identity, remove_stale
+from kubeletapi.unix_socket import check_socket_path, identity, remove_stale
 
 
 class SocketServer:
