@@ -67,9 +67,28 @@ class GpuModel:
                 return p
         return None
 
+    def profile_id(self, profile: MigProfile) -> int:
+        """The GI profile ID ``nvidia-smi mig -lgip`` shows (NVML ``profileInfo.Id``), which NVIDIA's DRA
+        driver puts in MIG device names. It depends on the board's slice count (readings: A100/H100/H200
+        and A30)."""
+        table = _PROFILE_IDS_FOUR_SLICES if self.memory_slices == 4 else _PROFILE_IDS_EIGHT_SLICES
+        return table[profile.gi_profile]
+
     @property
     def pci_device_id_hex(self) -> str:
         return f"0x{self.pci_device_id:08X}"
+
+
+_PROFILE_IDS_EIGHT_SLICES = {
+    "7_SLICE": 0,
+    "4_SLICE": 5,
+    "3_SLICE": 9,
+    "2_SLICE": 14,
+    "1_SLICE_REV2": 15,
+    "1_SLICE": 19,
+    "1_SLICE_REV1": 20,
+}
+_PROFILE_IDS_FOUR_SLICES = {"4_SLICE": 0, "2_SLICE": 5, "2_SLICE_REV1": 6, "1_SLICE": 14, "1_SLICE_REV1": 21}
 
 
 def _p(

@@ -109,3 +109,34 @@ def test_gpu_family(cc, family):
 def test_only_a100_a30_hopper_blackwell_are_mig_capable():
     capable = {k for k, m in CATALOG.items() if m.mig_capable}
     assert capable == {"a100-40gb", "a100-80gb", "a30", "h100-80gb", "h100-94gb", "h200", "b200"}
+
+
+@pytest.mark.parametrize(
+    ("key", "profile", "smi_id"),
+    [
+        ("h100-80gb", "1g.10gb", 19),
+        ("h100-80gb", "1g.10gb+me", 20),
+        ("h100-80gb", "1g.20gb", 15),
+        ("h100-80gb", "2g.20gb", 14),
+        ("h100-80gb", "3g.40gb", 9),
+        ("h100-80gb", "4g.40gb", 5),
+        ("h100-80gb", "7g.80gb", 0),
+        ("a30", "1g.6gb", 14),
+        ("a30", "1g.6gb+me", 21),
+        ("a30", "2g.12gb", 5),
+        ("a30", "2g.12gb+me", 6),
+        ("a30", "4g.24gb", 0),
+        ("h200", "1g.35gb", 15),
+    ],
+)
+def test_profile_ids_as_nvidia_smi_lgip_shows_them(key, profile, smi_id):
+    model = CATALOG[key]
+    p = model.profile(profile)
+    assert p is not None
+    assert model.profile_id(p) == smi_id
+
+
+def test_every_profile_has_an_id():
+    for model in CATALOG.values():
+        ids = [model.profile_id(p) for p in model.mig_profiles]
+        assert len(set(ids)) == len(ids)
