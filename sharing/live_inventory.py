@@ -29,6 +29,7 @@ class LiveInventory:
     def __init__(self, inventory: Inventory, xid_policy: XidPolicy | None = None) -> None:
         self._base = inventory
         self._overrides: dict[str, str] = {}
+        self._uuid_health: dict[str, tuple[bool, int | None]] = {}
         self._listeners: list[Listener] = []
         self._view = inventory
         self.generation = 0
@@ -56,6 +57,8 @@ class LiveInventory:
         self._base = inventory
         known = {d.id for r in inventory.resources for d in r.devices}
         self._overrides = {k: v for k, v in self._overrides.items() if k in known}
+        uuids = {u for g in inventory.node.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))}
+        self._uuid_health = {k: v for k, v in self._uuid_health.items() if k in uuids}
         self._changed()
 
     def matching(self, target: str) -> list[Device]:
@@ -73,23 +76,52 @@ class LiveInventory:
                     out.append(d)
         return out
 
-    def set_health(self, target: str, healthy: bool) -> list[str]:
+    def _physical_uuids(self, target: str) -> list[str]:
+        """GPU and MIG UUIDs named by ``target``, whatever the device plugin's MIG strategy exposes."""
+        for gpu in self._base.node.gpus:
+            if target in (gpu.uuid, str(gpu.index)):
+                return [gpu.uuid, *(m.uuid for m in gpu.mig_devices)]
+            for mig in gpu.mig_devices:
+                if target == mig.uuid:
+                    return [mig.uuid]
+        base = target.split("::", 1)[0]
+        return [base] if any(d.base_id == base for r in self._base.resources for d in r.devices) else []
+
+    def set_health(self, target: str, healthy: bool, xid: int | None = None) -> list[str]:
         """Mark the devices named by ``target`` healthy or unhealthy; returns the advertised IDs changed."""
         devices = self.matching(target)
-        if not devices:
+        physical = self._physical_uuids(target)
+        if not devices and not physical:
             raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
         for d in devices:
             self._overrides[d.id] = HEALTHY if healthy else UNHEALTHY
+        for uuid in physical:
+            self._uuid_health[uuid] = (healthy, None if healthy else xid)
         self._changed()
         return [d.id for d in devices]
 
+    def unhealthy(self) -> dict[str, int | None]:
+        """GPU and MIG UUIDs that are unhealthy now, with the XID that made them so when known; what the
+        DRA face turns into device taints."""
+        out: dict[str, int | None] = {}
+        for gpu in self._base.node.gpus:
+            if gpu.health == UNHEALTHY:
+                for uuid in (gpu.uuid, *(m.uuid for m in gpu.mig_devices)):
+                    out[uuid] = gpu.xid
+        for uuid, (healthy, xid) in self._uuid_health.items():
+            if healthy:
+                out.pop(uuid, None)
+            else:
+                out[uuid] = xid
+        return out
+
     def inject_xid(self, target: str, xid: int) -> list[str]:
         """An XID event on a device: unhealthy unless the XID is ignored (NVIDIA's health model)."""
-        if not self.matching(target):
+        if not self.matching(target) and not self._physical_uuids(target):
             raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
         if not self.xid_policy.is_critical(xid):
             return []
-        return self.set_health(target, False)
+        return self.set_health(target, False, xid)
 
     def _changed(self) -> None:
         resources = []

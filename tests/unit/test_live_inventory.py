@@ -1,0 +1,54 @@
+"""Runtime health: one place, consistent for the device plugin view and the DRA view."""
+
+from __future__ import annotations
+
+import pytest
+
+from sharing.live_inventory import LiveInventory, UnknownDeviceError
+from tests.inventory_builders import inventory, time_slicing
+
+
+def test_gpu_health_covers_replicas_and_is_reversible(tmp_path):
+    live = LiveInventory(inventory(tmp_path, "2xa100-40gb", config=time_slicing(2)))
+    calls = []
+    live.subscribe(lambda: calls.append(live.generation))
+    changed = live.set_health("1", False, xid=79)
+    assert len(changed) == 2 and all("::" in i for i in changed)
+    assert live.inventory.resources[0].healthy == 2
+    gpu1 = live.inventory.node.gpus[1].uuid
+    assert live.unhealthy() == {gpu1: 79}
+    live.set_health(gpu1, True)
+    assert live.inventory.resources[0].healthy == 4
+    assert live.unhealthy() == {}
+    assert calls == [1, 2]
+
+
+def test_mig_devices_follow_their_gpu_even_when_the_plugin_hides_them(tmp_path):
+    inv = inventory(tmp_path, "1xh100-80gb", layout="all-3g.40gb")  # migStrategy none: full GPU only
+    live = LiveInventory(inv)
+    live.set_health("0", False, xid=48)
+    gpu = inv.node.gpus[0]
+    assert live.unhealthy() == {gpu.uuid: 48, **{m.uuid: 48 for m in gpu.mig_devices}}
+    live.set_health(gpu.mig_devices[0].uuid, True)
+    assert gpu.mig_devices[0].uuid not in live.unhealthy()
+
+
+def test_ignored_xids_change_nothing(tmp_path):
+    live = LiveInventory(inventory(tmp_path, "1xt4"))
+    assert live.inject_xid("0", 43) == []
+    assert live.unhealthy() == {}
+    assert live.inject_xid("0", 79) != []
+    assert live.unhealthy() == {live.inventory.node.gpus[0].uuid: 79}
+
+
+def test_unknown_target(tmp_path):
+    live = LiveInventory(inventory(tmp_path, "1xt4"))
+    with pytest.raises(UnknownDeviceError, match="no device, GPU UUID or GPU index 'GPU-nope'"):
+        live.set_health("GPU-nope", False)
+    with pytest.raises(UnknownDeviceError):
+        live.inject_xid("7", 79)
+
+
+def test_initial_xid_from_node_spec(tmp_path):
+    live = LiveInventory(inventory(tmp_path, node_spec={"gpus": [{"model": "h100-80gb", "xid": 79}]}))
+    assert list(live.unhealthy().values()) == [79]
