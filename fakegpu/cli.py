@@ -16,7 +16,7 @@ from fakegpu.inventory_output import render_inventory, render_labels
 from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.demo import run_demo
 from fakeplugin.kubelet.daemon import run_kubelet
-from fakeplugin.kubelet_paths import DEFAULT_ROOT, KubeletPaths
+from kubeletapi.kubelet_paths import DEFAULT_ROOT, KubeletPaths
 from kubeletapi.unix_socket import SocketPathError
 from sharing.errors import SpecError
 from sharing.expansion import build_inventory

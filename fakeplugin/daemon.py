@@ -11,8 +11,8 @@ import logging
 import signal
 from pathlib import Path
 
-from fakeplugin.kubelet_paths import KubeletPaths
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fakeplugin.kubelet_paths import KubeletPaths
 from fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
 from fakeplugin.resource_server import ResourceServer
+from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from kubeletapi.unix_socket import identity
 from sharing.errors import SpecError

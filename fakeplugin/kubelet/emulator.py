@@ -25,8 +25,8 @@ from fakeplugin.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, Admiss
 from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
 from fakeplugin.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
 from fakeplugin.kubelet.registration_service import KubeletRegistrationService, validate_registration
-from fakeplugin.kubelet_paths import KubeletPaths
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from kubeletapi.unix_socket import check_socket_path
 

@@ -1,4 +1,5 @@
-"""Where the kubelet keeps its sockets, relative to its ``--root-dir`` (default /var/lib/kubelet)."""
+"""Where the kubelet keeps its sockets, relative to its ``--root-dir`` (default /var/lib/kubelet);
+every path is derived from the root so a kubelet with another ``--root-dir`` works too."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ class KubeletPaths:
     @property
     def plugins(self) -> Path:
         return self.root / "plugins"
+
+    def dra_socket(self, driver: str) -> Path:
+        """``plugins/<driver>/dra.sock``: where a DRA driver serves the kubelet."""
+        return self.plugins / driver / "dra.sock"
+
+    def dra_plugin_dir(self, driver: str) -> Path:
+        return self.plugins / driver
 
 
 def unix_target(path: Path) -> str:
