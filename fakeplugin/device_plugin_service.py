@@ -16,6 +16,7 @@ import grpc
 from fakeplugin.allocate_response import container_allocate_response, validate_request
 from fakeplugin.allocation_error import AllocationError
 from fakeplugin.preferred_allocation import preferred_allocation
+from kubeletapi.change_stream import state_changes
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from sharing.inventory import Resource
 from sharing.live_inventory import LiveInventory
@@ -79,24 +80,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.Empty,
         context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.ListAndWatchResponse],
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        changed = asyncio.Event()
-        unsubscribe = self.live.subscribe(changed.set)
         self.streams += 1
         self._record("ListAndWatch", ())
+        last = None
         try:
-            last = device_message(self._resource())
-            self.sends += 1
-            yield last
-            while not self._stopping.is_set():
-                waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._stopping.wait())]
-                try:
-                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for w in waiters:
-                        w.cancel()
-                changed.clear()
-                if self._stopping.is_set():
-                    break
+            async for _ in state_changes(self.live, self._stopping):
                 current = device_message(self._resource())
                 if current != last:
                     last = current
@@ -104,7 +92,6 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                     yield current
         finally:
             self.streams -= 1
-            unsubscribe()
 
     async def GetPreferredAllocation(
         self,
