@@ -135,11 +135,9 @@ def _update_for_mps(
     no daemon, so it hands the same per-replica limits to the client through the env.
     """
     mps_root = inventory.config.mps_root
-    pipe = posixpath.join(MPS_CONTAINER_ROOT, resource.short_name, "pipe")
+    pipe = posixpath.join(MPS_CONTAINER_ROOT, resource.name, "pipe")
     response.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-    response.mounts.append(
-        api_pb2.Mount(container_path=pipe, host_path=_join_root(mps_root, f"{resource.short_name}/pipe"))
-    )
+    response.mounts.append(api_pb2.Mount(container_path=pipe, host_path=_join_root(mps_root, f"{resource.name}/pipe")))
     response.mounts.append(api_pb2.Mount(container_path="/dev/shm", host_path=_join_root(mps_root, "shm")))
     strategy = inventory.config.device_id_strategy
     limits: dict[str, int] = {}

@@ -50,6 +50,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         )
         self._stopping = asyncio.Event()
         self._on_call = on_call
+        self._last: Resource | None = None
         self.streams = 0
         self.sends = 0
 
@@ -59,10 +60,14 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
     def _resource(self) -> Resource:
         resource = self.live.resource(self.resource_name)
-        if resource is None:
-            # The resource vanished in a reload; the manager is about to stop this server.
-            return Resource(self.resource_name, self.resource_name, (), "none", 1, False)
-        return resource
+        if resource is not None:
+            self._last = resource
+            return resource
+        # The resource vanished in a reload and this server is about to stop: keep reporting the last
+        # devices, so the kubelet keeps their capacity (and zeroes allocatable) as with a real plugin.
+        if self._last is not None:
+            return self._last
+        return Resource(self.resource_name, self.resource_name, (), "none", 1, False)
 
     def _record(self, method: str, ids: Sequence[str]) -> None:
         log.debug("%s %s %s", self.resource_name, method, ",".join(ids))
@@ -113,7 +118,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                     inventory.config.shared_devices_allocation_policy,
                 )
             except AllocationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                # NVIDIA returns a plain Go error here, which gRPC sends as Unknown.
+                await context.abort(
+                    grpc.StatusCode.UNKNOWN, f"error getting list of preferred allocation devices: {exc}"
+                )
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
@@ -140,10 +148,6 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.PreStartContainerRequest,
         context: grpc.aio.ServicerContext[api_pb2.PreStartContainerRequest, api_pb2.PreStartContainerResponse],
     ) -> api_pb2.PreStartContainerResponse:
-        ids = list(request.devices_ids)
-        self._record("PreStartContainer", ids)
-        known = {d.id for d in self._resource().devices}
-        unknown = [i for i in ids if i not in known]
-        if unknown:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: unknown device: {unknown[0]}")
+        # NVIDIA's plugin answers every PreStartContainer with an empty response.
+        self._record("PreStartContainer", list(request.devices_ids))
         return api_pb2.PreStartContainerResponse()

@@ -187,6 +187,12 @@ class PluginManager:
             log.error("config reload rejected, still serving the previous inventory: %s", exc)
             return False
         async with self._lock:
+            # Stop servers of vanished resources first: their streams end with their last device list,
+            # so the kubelet keeps the capacity and zeroes allocatable (stale until its grace period).
+            remaining = {r.name for r in inventory.resources if r.devices}
+            for name in list(self.servers):
+                if name not in remaining:
+                    await self._stop_one(name)
             self.live.replace(inventory)
             self.stats.reloads += 1
             await self._reconcile()

@@ -218,10 +218,15 @@ class DeviceManager:
         if endpoint is None:
             raise _AllocateFailure(f"endpoint {resource} has been stopped")
         chosen: list[str] = []
-        try:
-            if state.options.get_preferred_allocation_available:
+        if state.options.get_preferred_allocation_available:
+            try:
                 preferred = await endpoint.get_preferred_allocation(available, [], count)
-                chosen = [i for i in dict.fromkeys(preferred) if i in available][:count]
+            except grpc.aio.AioRpcError as exc:
+                raise _AllocateFailure(
+                    f"device plugin GetPreferredAllocation rpc failed with err: {go_rpc_error(exc)}"
+                ) from None
+            chosen = [i for i in dict.fromkeys(preferred) if i in available][:count]
+        try:
             for i in available:
                 if len(chosen) >= count:
                     break

@@ -151,3 +151,14 @@ def test_plugin_daemon_refuses_a_bad_first_config(fakegpu_dir):
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(f"{config}: flags.migStrategy: unknown MIG strategy: sideways")
     assert "Traceback" not in proc.stderr
+
+
+async def test_reload_keeps_capacity_of_every_vanished_resource(fakegpu_node):
+    node = await fakegpu_node("2xh100-80gb", mig_layout="all-balanced", mig_strategy="mixed")
+    before = node.capacity()
+    assert before == {"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
+    node.inputs = type(node.inputs)(**{**node.inputs.__dict__, "mig_layout": "all-7g.80gb"})
+    assert await node.reload() is True
+    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-7g.80gb") == 2, 2.0)
+    await node.kubelet.wait_for(lambda: all(node.allocatable()[k] == 0 for k in before), 2.0)
+    assert {k: node.capacity()[k] for k in before} == before

@@ -8,6 +8,8 @@ import time
 import grpc
 import pytest
 
+from fakeplugin import device_plugin_service
+from fakeplugin.allocation_error import AllocationError
 from fakeplugin.fake_node import FakeNode
 from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
@@ -261,9 +263,9 @@ async def test_mps_allocation(fakegpu_node):
     node = await fakegpu_node("1xl4", config=config)
     pod = await node.run_pod("p", {"c": {GPU: 1}})
     response = pod.responses["c"][GPU]
-    assert response.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/gpu/pipe"
+    assert response.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
     assert {(m.host_path, m.container_path) for m in response.mounts} >= {
-        ("/run/nvidia/mps/gpu/pipe", "/mps/gpu/pipe"),
+        ("/run/nvidia/mps/nvidia.com/gpu/pipe", "/mps/nvidia.com/gpu/pipe"),
         ("/run/nvidia/mps/shm", "/dev/shm"),
     }
     denied = await node.run_pod("q", {"c": {GPU: 2}})
@@ -290,13 +292,39 @@ async def test_unknown_device_is_invalid_argument(fakegpu_node):
         )
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await endpoint.get_preferred_allocation(["GPU-x"], [], 1)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        assert err.value.details() == "error getting list of preferred allocation devices: unknown device: GPU-x"
     finally:
         await endpoint.close()
 
 
 async def test_xid_health_model(fakegpu_node):
     node = await fakegpu_node("2xh100-80gb")
+    gpu0 = node.inventory.node.gpus[0].uuid
     assert node.live.inject_xid("0", 13) == []
-    assert node.live.inject_xid("0", 79) != []
+    assert node.live.inject_xid("0", 79) == [gpu0]
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 1.0)
+    assert node.kubelet.devices(GPU)[gpu0] == "Unhealthy"
+
+
+async def test_xid_policy_from_the_environment(fakegpu_node):
+    node = await fakegpu_node("2xh100-80gb", env={"DP_DISABLE_HEALTHCHECKS": "79"})
+    assert node.live.inject_xid("0", 79) == []
+    assert node.live.inject_xid("0", 48) == [node.inventory.node.gpus[0].uuid]
+
+
+async def test_failed_preferred_allocation_gives_the_kubelets_text(fakegpu_node, monkeypatch):
+    """NVIDIA #2038: a GPU off the bus makes GetPreferredAllocation fail for every pod."""
+
+    def broken(*args, **kwargs):
+        raise AllocationError("unable to get device link information")
+
+    monkeypatch.setattr(device_plugin_service, "preferred_allocation", broken)
+    node = await fakegpu_node("2xh100-80gb")
+    pod = await node.run_pod("p", {"c": {GPU: 1}})
+    assert pod.reason == "UnexpectedAdmissionError"
+    assert pod.message == (
+        "Pod was rejected: Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: "
+        "rpc error: code = Unknown desc = error getting list of preferred allocation devices: unable to get "
+        "device link information, which is unexpected"
+    )

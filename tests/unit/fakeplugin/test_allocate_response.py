@@ -286,13 +286,13 @@ def test_mps_env_and_mounts(tmp_path, config_extra, cli, short, visible, limit_k
     got = allocate(inv, [f"{g0}::1"], f"nvidia.com/{short}")
     assert got == expect(
         envs={
-            "CUDA_MPS_PIPE_DIRECTORY": f"/mps/{short}/pipe",
+            "CUDA_MPS_PIPE_DIRECTORY": f"/mps/nvidia.com/{short}/pipe",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": fill(f"{limit_key}=40779M", g0=g0),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
             "NVIDIA_VISIBLE_DEVICES": fill(visible, g0=g0),
         },
         mounts=[
-            (f"/mps/{short}/pipe", f"/run/nvidia/mps/{short}/pipe", False),
+            (f"/mps/nvidia.com/{short}/pipe", f"/run/nvidia/mps/nvidia.com/{short}/pipe", False),
             ("/dev/shm", "/run/nvidia/mps/shm", False),
         ],
     )
@@ -306,11 +306,14 @@ def test_mps_with_cdi_only_keeps_mps_fields(tmp_path):
     got = allocate(inv, [f"{g0}::2"])
     assert got == expect(
         envs={
-            "CUDA_MPS_PIPE_DIRECTORY": "/mps/gpu/pipe",
+            "CUDA_MPS_PIPE_DIRECTORY": "/mps/nvidia.com/gpu/pipe",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{g0}={81559 // 4}M",
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
         },
-        mounts=[("/mps/gpu/pipe", "/var/mps/gpu/pipe", False), ("/dev/shm", "/var/mps/shm", False)],
+        mounts=[
+            ("/mps/nvidia.com/gpu/pipe", "/var/mps/nvidia.com/gpu/pipe", False),
+            ("/dev/shm", "/var/mps/shm", False),
+        ],
         cdi=[f"{CDI}/gpu={g0}"],
     )
 
