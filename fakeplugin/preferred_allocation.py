@@ -115,30 +115,32 @@ def _greedy(node: Node, candidates: list[Device], required: list[Device], need: 
 
 
 def _shared(resource: Resource, available: list[Device], required: list[Device], size: int, policy: str) -> list[str]:
-    """NVIDIA's greedy replica/MIG policy: spread over (distributed) or fill (packed) physical GPUs.
+    """NVIDIA's greedy replica/MIG policy: spread over (distributed) or fill (packed) devices.
 
-    Allocated per GPU = its devices in the resource - its devices still available + picked in this call.
+    Replicas are grouped by the device they replicate (NVIDIA's ``AnnotatedID.GetID()``): a GPU for
+    time-sliced GPUs, a MIG device for time-sliced MIG devices; plain MIG devices are groups of one.
+    Allocated per group = its replicas in the resource - those still available + picked in this call.
     """
     order = {d.id: n for n, d in enumerate(resource.devices)}
-    total = Counter(d.parent for d in resource.devices)
-    free = Counter(d.parent for d in available)
-    picked_per_gpu = Counter(d.parent for d in required)
+    total = Counter(d.base_id for d in resource.devices)
+    free = Counter(d.base_id for d in available)
+    picked_per_group = Counter(d.base_id for d in required)
     chosen_ids = {d.id for d in required}
     remaining = [d for d in available if d.id not in chosen_ids]
     picked: list[str] = []
 
     def allocated(d: Device) -> int:
-        return total[d.parent] - free[d.parent] + picked_per_gpu[d.parent]
+        return total[d.base_id] - free[d.base_id] + picked_per_group[d.base_id]
 
     def distributed_key(d: Device) -> tuple[int, int, int, int]:
-        return (allocated(d), picked_per_gpu[d.parent], d.parent_index, order[d.id])
+        return (allocated(d), picked_per_group[d.base_id], order[d.id], 0)
 
     def packed_key(d: Device) -> tuple[int, int, int]:
-        return (-allocated(d), d.parent_index, order[d.id])
+        return (-allocated(d), order[d.id], 0)
 
     for _ in range(size - len(required)):
         best = min(remaining, key=distributed_key) if policy == DISTRIBUTED else min(remaining, key=packed_key)
         remaining.remove(best)
-        picked_per_gpu[best.parent] += 1
+        picked_per_group[best.base_id] += 1
         picked.append(best.id)
     return [d.id for d in required] + picked

@@ -183,10 +183,29 @@ def test_replicas_must_include_counts_as_picked(sliced: Inventory) -> None:
 
 
 def test_mig_distributed(mig: Inventory) -> None:
+    """Plain MIG devices are groups of one (NVIDIA groups by the ID without ``::n``): in order."""
     res = only(mig)
     assert res.name == "nvidia.com/mig-1g.10gb"
     got = ask(mig, [d.id for d in res.devices], 3)
-    assert keys(res, got) == ["0:0", "1:0", "0:1"]
+    assert keys(res, got) == ["0:0", "0:1", "0:2"]
+
+
+def test_time_sliced_mig_groups_by_mig_device(tmp_path: Path) -> None:
+    inv = inventory(
+        tmp_path,
+        "1xh100-80gb",
+        layout="all-3g.40gb",
+        cli={"mig_strategy": "mixed"},
+        config=time_slicing(2, "nvidia.com/mig-3g.40gb"),
+    )
+    res = only(inv)
+    every = [d.id for d in res.devices]
+    assert keys(res, ask(inv, every, 2)) == ["0:0::0", "0:1::0"]
+    assert keys(res, ask(inv, every, 2, policy="packed")) == ["0:0::0", "0:0::1"]
+    # With a replica of 0:1 already taken, packed fills 0:1 and distributed moves to 0:0.
+    rest = [i for i in every if keys(res, [i]) != ["0:1::0"]]
+    assert keys(res, ask(inv, rest, 1, policy="packed")) == ["0:1::1"]
+    assert keys(res, ask(inv, rest, 1)) == ["0:0::0"]
 
 
 def test_mig_packed(mig: Inventory) -> None:
@@ -195,11 +214,11 @@ def test_mig_packed(mig: Inventory) -> None:
     assert keys(res, got) == ["0:0", "0:1", "0:2"]
 
 
-def test_mig_packed_joins_gpu_already_in_use(mig: Inventory) -> None:
+def test_mig_packed_does_not_group_plain_mig_devices_by_gpu(mig: Inventory) -> None:
     res = only(mig)
     available = [d.id for d in res.devices if d.index_id != "1:0"]
     got = ask(mig, available, 2, policy="packed")
-    assert keys(res, got) == ["1:1", "1:2"]
+    assert keys(res, got) == ["0:0", "0:1"]
 
 
 def test_kubelet_sequence_two_gpus_two_replicas(tmp_path: Path) -> None:
