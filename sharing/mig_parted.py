@@ -20,7 +20,7 @@ from sharing.yaml_source import load_mapping
 
 
 class MigPartedEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
     devices: Literal["all"] | list[int]
     device_filter: str | list[str] | None = Field(default=None, alias="device-filter")
@@ -52,7 +52,7 @@ class MigPartedEntry(BaseModel):
 
 
 class MigPartedConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
     version: Literal["v1"]
     mig_configs: dict[str, list[MigPartedEntry]] = Field(alias="mig-configs", min_length=1)

@@ -37,7 +37,7 @@ _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 class MigDeviceSpec(BaseModel):
     """One GPU instance at an explicit start slot (memory slice)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     profile: str
     start: int = Field(ge=0, le=7)
@@ -46,7 +46,7 @@ class MigDeviceSpec(BaseModel):
 class GpuSpec(BaseModel):
     """One or more identical GPUs (``count``), indexed in the order they appear."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
     model: str
     count: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
@@ -87,7 +87,7 @@ class GpuSpec(BaseModel):
 class NodeSpec(BaseModel):
     """A whole node: versions, NUMA layout, NVLink connectivity and its GPUs."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
     version: Literal["v1"] = "v1"
     driver_version: str = Field(default="570.172.08", alias="driverVersion")
@@ -96,6 +96,15 @@ class NodeSpec(BaseModel):
     numa_nodes: int = Field(default=1, ge=1, le=64, alias="numaNodes")
     nvlink: Literal["all", "none"] | list[list[int]] | None = None
     gpus: list[GpuSpec] = Field(min_length=1)
+
+    @field_validator("driver_version", "cuda_driver_version", mode="before")
+    @classmethod
+    def _quoted_version(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f'write the version as a quoted string such as "{value}" (as a YAML number 12.10 becomes 12.1)'
+            )
+        return value
 
     @field_validator("driver_version", "cuda_driver_version")
     @classmethod

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sharing.errors import SpecError, from_validation_error
 from sharing.yaml_source import load_mapping, parse_yaml, read_text
 
-_ALLOW = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+_ALLOW = ConfigDict(extra="allow", populate_by_name=True, frozen=True, strict=True)
 
 
 class PluginFlagsFile(BaseModel):

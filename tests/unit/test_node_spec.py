@@ -86,6 +86,16 @@ def test_nvlink_defaults(tmp_path):
             "profile 2g.10gb is not supported by NVIDIA H100 80GB HBM3",
         ),
         ({"driverVersion": "latest", "gpus": [{"model": "t4"}]}, "driverVersion: expected a dotted version"),
+        (
+            {"cudaDriverVersion": 12.8, "gpus": [{"model": "t4"}]},
+            'cudaDriverVersion: write the version as a quoted string such as "12.8"',
+        ),
+        ({"gpus": [{"model": "t4", "count": "2"}]}, "gpus[0].count: Input should be a valid integer (found '2')"),
+        (
+            {"gpus": [{"model": "h100-80gb", "migEnabled": "yes"}]},
+            "gpus[0].migEnabled: Input should be a valid boolean",
+        ),
+        ({"gpus": [{"model": "h100-80gb", "count": 2.0}]}, "gpus[0].count: Input should be a valid integer"),
         ({"nvlink": [[0, 5]], "gpus": [{"model": "t4"}]}, "nvlink[0]: GPU 5 does not exist"),
         ({"gpus": [{"model": "t4", "count": 40}, {"model": "t4", "count": 40}]}, "80 GPUs in total; at most 64"),
         ("gpus: [model: t4\n", "invalid YAML"),

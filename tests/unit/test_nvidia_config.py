@@ -65,6 +65,16 @@ ERRORS = [
     ({"imex": {"channelIDs": [1]}}, "invalid IMEX channel IDs"),
     ({"resources": {"gpus": [{"name": "gpu"}]}}, "resources must have a 'pattern' field set"),
     ({"flags": {"failOnInitError": "sometimes"}}, "flags.failOnInitError: Input should be a valid boolean"),
+    (
+        {"flags": {"plugin": {"passDeviceSpecs": "yes"}}},
+        "flags.plugin.passDeviceSpecs: Input should be a valid boolean",
+    ),
+    (ts([{"name": "gpu", "replicas": "3"}]), "replicas: Input should be a valid integer"),
+    (ts([{"name": "gpu", "replicas": 4.0}]), "replicas: Input should be a valid integer"),
+    (
+        {"sharing": {"timeSlicing": {"renameByDefault": "true", "resources": [{"name": "gpu", "replicas": 2}]}}},
+        "renameByDefault: Input should be a valid boolean",
+    ),
     (ts([{"name": "Not_Valid!", "replicas": 2}]), "invalid resource name 'nvidia.com/Not_Valid!'"),
     (
         ts([{"name": "nvidia.com/gpu", "replicas": 2}, {"name": "gpu", "replicas": 3}]),
