@@ -124,7 +124,11 @@ def gfd_labels(node: Node, config: PluginConfig, timestamp: int | None = None) -
     labels[_PREFIX + "mps.capable"] = "true" if config.sharing.strategy == "mps" and not any_mig else "false"
 
     first = gpus[0]
-    model = first.model
+    # GFD merges one labeler per device, later ones overriding earlier ones, and full (non-MIG) GPUs
+    # override MIG-enabled ones: the labels describe the last full GPU's model, counted per model.
+    full = [g for g in gpus if not (strategy == "mixed" and g.mig_enabled)]
+    described = (full or list(gpus))[-1]
+    model = described.model if strategy != "single" else first.model
     common = {
         _PREFIX + "gpu.family": gpu_family(model.compute_capability),
         _PREFIX + "gpu.compute.major": str(model.compute_capability[0]),
@@ -151,10 +155,11 @@ def gfd_labels(node: Node, config: PluginConfig, timestamp: int | None = None) -
         return dict(sorted(labels.items()))
 
     labels.update(common)
-    full_replicas = 0 if strategy == "mixed" and first.mig_enabled else replicas
+    full_replicas = replicas if full else 0
+    same_model = [g for g in (full or gpus) if g.model.product_name == model.product_name]
     labels.update(
         {
-            _PREFIX + "gpu.count": str(len(gpus)),
+            _PREFIX + "gpu.count": str(len(same_model)),
             _PREFIX + "gpu.product": sanitize_product(model.product_name) + _shared_suffix(full_replicas, renamed),
             _PREFIX + "gpu.memory": str(model.memory_mib),
             _PREFIX + "gpu.replicas": str(full_replicas),

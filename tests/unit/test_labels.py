@@ -129,3 +129,18 @@ def test_versions_and_machine_from_node_spec(tmp_path):
     assert got["nvidia.com/gpu.machine"] == "DGX-H100"
     assert got["nvidia.com/gpu.family"] == "ada-lovelace"
     assert got["nvidia.com/gpu.memory"] == "46068"
+
+
+def test_mixed_models_describe_the_full_gpus_counted_per_model(tmp_path):
+    got = labels(tmp_path, ("4xa100-40gb", "2xt4"), layout="all-3g.20gb", cli={"mig_strategy": "mixed"})
+    assert got["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert got["nvidia.com/gpu.count"] == "2"
+    assert got["nvidia.com/gpu.replicas"] == "1"
+    assert got["nvidia.com/gpu.family"] == "turing"
+    assert got["nvidia.com/mig-3g.20gb.count"] == "8"
+    assert got["nvidia.com/mig-3g.20gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+
+
+def test_heterogeneous_full_gpus_use_the_last_model(tmp_path):
+    got = labels(tmp_path, ("2xl4", "3xt4"))
+    assert (got["nvidia.com/gpu.product"], got["nvidia.com/gpu.count"]) == ("Tesla-T4", "3")
