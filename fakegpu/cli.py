@@ -125,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SocketPathError as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except (NotADirectoryError, PermissionError, FileExistsError) as exc:
+        # A kubelet dir that is a file, or one we may not write: say which path and why.
+        where = exc.filename or ""
+        print(f"fakegpu: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -232,8 +232,16 @@ class PluginManager:
             for name, server in list(self.servers.items()):
                 if not server.socket_intact():
                     log.info("socket of %s was removed, serving and registering again", name)
-                    await self._stop_one(name)
-                    await self._start_one(name)
+                    if self.registration == "plugins-registry" and name in self.registry:
+                        # The kubelet's watcher still knows the registration socket; serving the
+                        # device plugin socket again is enough for it to reconnect.
+                        await server.stop()
+                        await server.start()
+                        self.stats.registrations += 1
+                        self.stats.last_registered[name] = time.monotonic()
+                    else:
+                        await self._stop_one(name)
+                        await self._start_one(name)
                 elif name in self.registry and not self.registry[name].socket_intact():
                     await self._start_one_registry(name)
                 elif (

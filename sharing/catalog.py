@@ -196,7 +196,11 @@ _MODELS: tuple[GpuModel, ...] = (
             ),
         ),
         balanced_layout=(("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)),
-        unverified=("1g.20gb placements {0,2,4,6}:2 not seen in a reading",),
+        unverified=(
+            "1g.20gb placements {0,2,4,6}:2 not seen in a reading",
+            "MIG memory from a real lgip reading (9.50/19.50/39.25/79.00 GiB); the reference table lists go-nvml's "
+            "9856/19968/40192/80384 MiB",
+        ),
     ),
     GpuModel(
         key="a30",
@@ -219,6 +223,10 @@ _MODELS: tuple[GpuModel, ...] = (
             _p("4g.24gb", "4_SLICE", 4, 4, 24000, 56, (4, 4, 0, 1, 1), 1, (0,)),
         ),
         balanced_layout=(("1g.6gb", 2), ("2g.12gb", 1)),
+        unverified=(
+            "MIG memory from a real lgip reading (5.81/11.69/23.44 GiB); "
+            "the reference table lists 5836/11672/23344 MiB",
+        ),
     ),
     GpuModel(
         key="h100-80gb",
@@ -287,7 +295,11 @@ _MODELS: tuple[GpuModel, ...] = (
             _HOPPER_ENGINES,
         ),
         balanced_layout=(("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)),
-        unverified=("placements and engines assumed equal to H100 80GB",),
+        unverified=(
+            "placements and engines assumed equal to H100 80GB",
+            "MIG memory and SMs from a real lgip reading (16.00/32.25/69.50/139.75 GiB; SMs 16/26/32/60/64/132); "
+            "the reference lists go-nvml's 18432/35840/72704/144384 MiB and marks H100-like SMs unverified",
+        ),
     ),
     GpuModel(
         key="b200",

@@ -62,12 +62,37 @@ def check_placements(model: GpuModel, placements: Iterable[tuple[str, int]]) -> 
             used[slot] = f"{name} at memory slice {start}"
         resolved.append(placement)
     _check_counts(model, Counter(p.profile.name for p in resolved))
+    _check_engines(model, (p.profile for p in resolved))
     compute = sum(p.profile.compute_slices for p in resolved)
     if compute > model.compute_slices:
         raise MigLayoutError(
             f"layout needs {compute} compute slices but {model.product_name} has {model.compute_slices}"
         )
     return sorted(resolved)
+
+
+_ENGINES = (
+    ("copy_engines", "copy engines"),
+    ("decoders", "decoders"),
+    ("encoders", "encoders"),
+    ("jpeg", "JPEG engines"),
+    ("ofa", "OFA engines"),
+)
+
+
+def engine_budget(model: GpuModel) -> dict[str, int]:
+    """The board's engines: the most any one profile owns (the full-GPU profile's, in every table)."""
+    return {attr: max(getattr(p, attr) for p in model.mig_profiles) for attr, _ in _ENGINES}
+
+
+def _check_engines(model: GpuModel, profiles: Iterable[MigProfile]) -> None:
+    """Media engines are finite too: on A30 a 1g.6gb+me and a 2g.12gb+me would need two JPEG engines."""
+    chosen = list(profiles)
+    budget = engine_budget(model)
+    for attr, label in _ENGINES:
+        need = sum(getattr(p, attr) for p in chosen)
+        if need > budget[attr]:
+            raise MigLayoutError(f"layout needs {need} {label} but {model.product_name} has {budget[attr]}")
 
 
 def _check_counts(model: GpuModel, counts: Mapping[str, int]) -> None:
@@ -109,6 +134,7 @@ def place(model: GpuModel, counts: Mapping[str, int]) -> list[Placement]:
         raise MigLayoutError(
             f"{_describe(wanted)} needs {compute} compute slices but {model.product_name} has {model.compute_slices}"
         )
+    _check_engines(model, profiles)
     found = _search(profiles, 0, frozenset(), [])
     if found is None:
         raise MigLayoutError(

@@ -15,6 +15,14 @@ from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 log = logging.getLogger(__name__)
 
 DIAL_TIMEOUT = 10.0
+CHANNEL_OPTIONS = [
+    ("grpc.default_authority", "localhost"),
+    # A plugin whose socket a kubelet restart just removed serves it again within milliseconds; retry
+    # the dial quickly instead of after gRPC's default one-second backoff.
+    ("grpc.initial_reconnect_backoff_ms", 20),
+    ("grpc.min_reconnect_backoff_ms", 20),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
 PRE_START_TIMEOUT = 30.0
 
 DevicesCallback = Callable[[Sequence[api_pb2.Device]], Awaitable[None]]
@@ -39,9 +47,7 @@ class PluginEndpoint:
 
     async def connect(self) -> api_pb2.DevicePluginOptions:
         """Dial (blocking, 10 s) and call GetDevicePluginOptions, as the kubelet does inside Register."""
-        self._channel = grpc.aio.insecure_channel(
-            f"unix://{self.socket_path}", options=[("grpc.default_authority", "localhost")]
-        )
+        self._channel = grpc.aio.insecure_channel(f"unix://{self.socket_path}", options=CHANNEL_OPTIONS)
         self._stub = api_pb2_grpc.DevicePluginStub(self._channel)
         try:
             self.options = await self._stub.GetDevicePluginOptions(

@@ -64,6 +64,19 @@ async def test_kubelet_restart_reregisters_within_a_second_with_the_same_ids(fak
     assert node.kubelet.manager.in_use(GPU) == set(pod.env("c")["NVIDIA_VISIBLE_DEVICES"].split(","))
 
 
+async def test_kubelet_restart_in_plugins_registry_mode(fakegpu_node):
+    node = await fakegpu_node("2xl4", registration="plugins-registry")
+    ids = node.kubelet.devices(GPU)
+    for _ in range(3):
+        await node.kubelet.stop()
+        await node.kubelet.start()
+        took = await node.wait_synced(2.0)
+        assert took < 1.0
+        assert node.kubelet.devices(GPU) == ids
+    kinds = [e[0] for e in node.kubelet.watcher.events]
+    assert kinds == ["register"] * 4, "exactly one registration per kubelet start, none rejected or repeated"
+
+
 async def test_plugin_socket_deleted_serves_and_registers_again(fakegpu_node):
     node = await fakegpu_node("2xt4")
     sock = node.kubelet.paths.device_plugins / "nvidia-gpu.sock"

@@ -30,6 +30,7 @@ A30 = CATALOG["a30"]
         (A30, {"1g.6gb": 5}, "at most 4 instance(s)"),
         (CATALOG["t4"], {"1g.5gb": 1}, "Tesla T4 is not MIG capable"),
         (H100, {"1g.10gb+me": 2}, "profile 1g.10gb+me: at most 1 instance(s)"),
+        (A30, {"1g.6gb+me": 1, "2g.12gb+me": 1}, "layout needs 2 JPEG engines but NVIDIA A30 has 1"),
     ],
 )
 def test_impossible_layouts_are_rejected(model, counts, message):
@@ -99,7 +100,17 @@ def _hardware_accepts(model: GpuModel, pairs: list[tuple[str, int]]) -> bool:
         compute += p.compute_slices
     counts = Counter(name for name, _ in pairs)
     limits_ok = all(counts[n] <= model.profile(n).max_instances for n in counts)  # type: ignore[union-attr]
-    return len(slots) == len(set(slots)) and compute <= model.compute_slices and limits_ok
+    # Engines: no more of any engine than the full-GPU profile owns (written out, not via engine_budget).
+    full = max(model.mig_profiles, key=lambda p: p.memory_slices)
+    chosen = [model.profile(n) for n, _ in pairs]
+    engines_ok = (
+        all(
+            sum(getattr(p, attr) for p in chosen) <= max(getattr(q, attr) for q in model.mig_profiles)
+            for attr in ("copy_engines", "decoders", "encoders", "jpeg", "ofa")
+        )
+        and full is not None
+    )
+    return len(slots) == len(set(slots)) and compute <= model.compute_slices and limits_ok and engines_ok
 
 
 @settings(max_examples=400, deadline=None)
