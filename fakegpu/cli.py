@@ -10,9 +10,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.catalog_output import render_catalog
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.inventory_output import render_inventory, render_labels
+from fakegpu.slice_commands import (
+    API_VERSIONS,
+    add_slice_options,
+    render_device_classes,
+    render_slices,
+    server_minor,
+    slice_options,
+)
 from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.demo import run_demo
 from fakeplugin.kubelet.daemon import run_kubelet
@@ -63,6 +72,50 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
     )
 
+    dra = sub.add_parser("dra", help="run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin")
+    add_inventory_options(dra)
+    add_slice_options(dra)
+    dra.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    dra.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    dra.add_argument(
+        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go (default %(default)s)"
+    )
+    dra.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=None,
+        help="Kubernetes version of the cluster, 1.34-1.37 (default: the node's kubelet version)",
+    )
+
+    slices = sub.add_parser("slices", help="print the ResourceSlices the DRA driver would publish")
+    add_inventory_options(slices)
+    add_slice_options(slices)
+    slices.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=36,
+        help="Kubernetes version whose slice layout to use: 1.34, 1.35, 1.36 (default 1.36)",
+    )
+    slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
+
+    classes = sub.add_parser("deviceclasses", help="print the DeviceClasses for the DRA driver")
+    classes.add_argument("--driver-name", default="gpu.nvidia.com")
+    classes.add_argument("--resource-api-version", choices=API_VERSIONS, default="resource.k8s.io/v1")
+    classes.add_argument(
+        "--extended-resource-name",
+        default=None,
+        help="map an extended resource (e.g. nvidia.com/gpu) to the gpu class (resource.k8s.io/v1)",
+    )
+
     devices = sub.add_parser("devices", help="print the resources and devices a node would advertise")
     add_inventory_options(devices)
     devices.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
@@ -90,6 +143,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "kubelet":
         return asyncio.run(run_kubelet(args.dir, args.grace_period))
+    if args.command == "deviceclasses":
+        sys.stdout.write(
+            render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)
+        )
+        return 0
     inputs = inventory_inputs(args)
     if args.command == "demo":
         return asyncio.run(run_demo(inputs, sys.stdout))
@@ -98,7 +156,20 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(
             run_plugin_daemon(inputs, paths, registration=args.registration, pre_start_required=args.pre_start_required)
         )
+    if args.command == "dra":
+        settings = DraSettings(
+            driver=args.driver_name,
+            mig_mode=args.mig_mode,
+            cdi_root=args.cdi_root,
+            kubeconfig=args.kubeconfig,
+            server_minor=args.server_version,
+            api_version=args.resource_api_version,
+        )
+        return asyncio.run(run_dra_daemon(inputs, KubeletPaths(args.kubelet_dir), settings))
     node = load_node(inputs)
+    if args.command == "slices":
+        sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
+        return 0
     config = load_config(inputs)
     if args.command == "labels":
         _warn(config.warnings)
@@ -115,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    if args.command in ("devices", "labels", "catalog", "demo"):
+    if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses"):
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return _run(args)

@@ -1,0 +1,129 @@
+"""NodePrepareResources / NodeUnprepareResources for this node: read the claim, write CDI, checkpoint.
+
+Prepare is two-phase and idempotent: the checkpoint records PrepareStarted (with the devices about to
+be prepared) before the CDI spec is written and PrepareCompleted after, so a crash in between is
+found at the next start and rolled back, and a repeated call for a completed claim returns the stored
+devices without touching anything. Unprepare of an unknown claim succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
+
+from dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, write_spec
+from dra.claim_devices import ClaimError, PreparedResult, claim_preparation, published_devices
+from dra.prepared_claims import ClaimRef, PreparedClaims
+from sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+CLAIM_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.ResourceClaim,
+    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
+    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
+}
+
+
+class ClaimReader(Protocol):
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+
+class LightkubeClaimReader:
+    """Reads ResourceClaims from the API server; the kubelet sends only the claim's identity."""
+
+    def __init__(self, client: AsyncClient, api_version: str = "resource.k8s.io/v1") -> None:
+        self.client = client
+        self.api_version = api_version
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        try:
+            claim = await self.client.get(CLAIM_KINDS[self.api_version], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                raise ClaimError(f"claim {namespace}/{name} not found") from None
+            raise ClaimError(f"reading claim {namespace}/{name} failed: {exc.status.message}") from None
+        data: dict[str, Any] = claim.to_dict()
+        return data
+
+
+class ClaimPreparer:
+    def __init__(
+        self,
+        reader: ClaimReader,
+        live: LiveInventory,
+        *,
+        driver: str,
+        mig_mode: Literal["static", "dynamic"],
+        cdi_root: Path,
+        checkpoint: PreparedClaims,
+    ) -> None:
+        self.reader = reader
+        self.live = live
+        self.driver = driver
+        self.mig_mode = mig_mode
+        self.cdi_root = cdi_root
+        self.checkpoint = checkpoint
+        self.prepares = 0
+        self.unprepares = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def pool(self) -> str:
+        return self.live.inventory.node.name
+
+    def recover(self) -> list[str]:
+        """At start: roll back claims a crash left between PrepareStarted and PrepareCompleted (their
+        CDI spec may be half there); the kubelet asks for them again."""
+        self.checkpoint.load()
+        rolled_back = []
+        for claim in self.checkpoint.started_only():
+            remove_spec(self.cdi_root, claim.uid, cdi_vendor(claim.driver))
+            self.checkpoint.remove(claim.uid)
+            rolled_back.append(claim.uid)
+            log.warning(
+                "rolled back claim %s/%s (%s): its preparation never completed", claim.namespace, claim.name, claim.uid
+            )
+        return rolled_back
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]:
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            if stored is not None and stored.completed:
+                return stored.devices
+            claim = await self.reader.get(ref.namespace, ref.name)
+            uid = str((claim.get("metadata") or {}).get("uid", ""))
+            if uid != ref.uid:
+                raise ClaimError(
+                    f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
+                    f"the kubelet asked for {ref.uid}"
+                )
+            devices = published_devices(self.live.inventory.node, self.mig_mode)
+            prep = claim_preparation(claim, self.driver, self.pool, devices)
+            self.checkpoint.start(ref, prep)
+            if prep.results:
+                write_spec(self.cdi_root, cdi_spec(prep.cdi_vendor, ref.uid, prep.results), ref.uid)
+            self.checkpoint.complete(ref.uid)
+            self.prepares += 1
+            log.info(
+                "prepared claim %s/%s (%s): %s",
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                ", ".join(r.device for r in prep.results) or "no devices of this driver",
+            )
+            return prep.results
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            remove_spec(self.cdi_root, ref.uid, cdi_vendor(stored.driver if stored else self.driver))
+            self.checkpoint.remove(ref.uid)
+            self.unprepares += 1

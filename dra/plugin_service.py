@@ -1,0 +1,116 @@
+"""The DRAPlugin gRPC service in both versions the kubelet speaks (v1 first, v1beta1 for 1.32-1.33).
+
+Every claim in a request gets an entry in the response, keyed by UID: a failure of one claim is its
+``error`` text, never a gRPC error for the whole call (which would make the kubelet drop every
+answer and retry them all).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from dra.claim_devices import ClaimError, PreparedResult
+from dra.claim_preparer import ClaimPreparer
+from dra.prepared_claims import CheckpointCorrupted, ClaimRef
+from kubeletapi.dra.v1 import api_pb2 as v1
+from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
+from kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
+from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+
+log = logging.getLogger(__name__)
+
+Outcome = tuple[tuple[PreparedResult, ...], str]
+
+
+async def prepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
+    out: dict[str, Outcome] = {}
+    for ref in claims:
+        try:
+            out[ref.uid] = (await preparer.prepare(ref), "")
+        except (ClaimError, CheckpointCorrupted, ValueError, OSError) as exc:
+            log.error("preparing claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc)
+            out[ref.uid] = ((), str(exc))
+    return out
+
+
+async def unprepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for ref in claims:
+        try:
+            await preparer.unprepare(ref)
+            out[ref.uid] = ""
+        except (CheckpointCorrupted, ValueError, OSError) as exc:
+            log.error("unpreparing claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc)
+            out[ref.uid] = str(exc)
+    return out
+
+
+def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+class DraPluginV1(v1_grpc.DRAPluginServicer):
+    def __init__(self, preparer: ClaimPreparer) -> None:
+        self.preparer = preparer
+
+    async def NodePrepareResources(
+        self,
+        request: v1.NodePrepareResourcesRequest,
+        context: grpc.aio.ServicerContext[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse],
+    ) -> v1.NodePrepareResourcesResponse:
+        response = v1.NodePrepareResourcesResponse()
+        for uid, (results, error) in (await prepare_all(self.preparer, _refs(request.claims))).items():
+            entry = response.claims[uid]
+            entry.error = error
+            for r in results:
+                device = entry.devices.add(
+                    request_names=[r.request_name], pool_name=r.pool, device_name=r.device, cdi_device_ids=r.cdi_ids
+                )
+                if r.share_id:
+                    device.share_id = r.share_id
+        return response
+
+    async def NodeUnprepareResources(
+        self,
+        request: v1.NodeUnprepareResourcesRequest,
+        context: grpc.aio.ServicerContext[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse],
+    ) -> v1.NodeUnprepareResourcesResponse:
+        response = v1.NodeUnprepareResourcesResponse()
+        for uid, error in (await unprepare_all(self.preparer, _refs(request.claims))).items():
+            response.claims[uid].error = error
+        return response
+
+
+class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
+    def __init__(self, preparer: ClaimPreparer) -> None:
+        self.preparer = preparer
+
+    async def NodePrepareResources(
+        self,
+        request: v1beta1.NodePrepareResourcesRequest,
+        context: grpc.aio.ServicerContext[v1beta1.NodePrepareResourcesRequest, v1beta1.NodePrepareResourcesResponse],
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        response = v1beta1.NodePrepareResourcesResponse()
+        for uid, (results, error) in (await prepare_all(self.preparer, _refs(request.claims))).items():
+            entry = response.claims[uid]
+            entry.error = error
+            for r in results:
+                entry.devices.add(
+                    request_names=[r.request_name], pool_name=r.pool, device_name=r.device, cdi_device_ids=r.cdi_ids
+                )
+        return response
+
+    async def NodeUnprepareResources(
+        self,
+        request: v1beta1.NodeUnprepareResourcesRequest,
+        context: grpc.aio.ServicerContext[
+            v1beta1.NodeUnprepareResourcesRequest, v1beta1.NodeUnprepareResourcesResponse
+        ],
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        response = v1beta1.NodeUnprepareResourcesResponse()
+        for uid, error in (await unprepare_all(self.preparer, _refs(request.claims))).items():
+            response.claims[uid].error = error
+        return response

@@ -1,0 +1,252 @@
+"""Publishing the node's devices as ResourceSlices through lightkube, and keeping them published.
+
+One pool per node, slices owned by the Node. The desired slices are rebuilt from the live inventory
+whenever it changes; when they differ from what the API server holds, the pool generation is bumped
+in every slice and slices are updated, created or deleted to match. Slices that vanish (the kubelet
+deletes a node's slices at its start and 30 s after the driver disconnects) are noticed through a
+watch and re-created; a periodic resync catches anything a watch missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.operators import BinaryOperator, SequenceOperator
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
+from lightkube.resources.core_v1 import Node
+
+from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+SLICE_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.ResourceSlice,
+    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceSlice,
+    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceSlice,
+}
+API_PREFERENCE = list(SLICE_KINDS)
+_KUBELET_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
+MAX_CONFLICT_RETRIES = 5
+
+
+class PublishError(Exception):
+    """The API server refused the slices; the text says what and why."""
+
+
+@dataclass
+class PublisherStats:
+    publishes: int = 0
+    unchanged: int = 0
+    creates: int = 0
+    updates: int = 0
+    deletes: int = 0
+    conflicts: int = 0
+    recreations: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
+    pool = dict(spec.get("pool", {}))
+    pool.pop("generation", None)
+    return {**spec, "pool": pool}
+
+
+def server_minor_from_kubelet_version(version: str) -> int | None:
+    """``v1.36.2`` -> 36: the node's kubelet version stands in for the cluster's (lightkube has no
+    /version call); ``--server-version`` overrides it on skewed clusters."""
+    m = _KUBELET_VERSION.match(version.strip())
+    return int(m.group(2)) if m and m.group(1) == "1" else None
+
+
+class SlicePublisher:
+    def __init__(
+        self,
+        client: AsyncClient,
+        live: LiveInventory,
+        options: SliceOptions,
+        *,
+        auto_api_version: bool = True,
+        auto_server_version: bool = True,
+        resync_interval: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.live = live
+        self.options = options
+        self.auto_api_version = auto_api_version
+        self.auto_server_version = auto_server_version
+        self.resync_interval = resync_interval
+        self.stats = PublisherStats()
+        self.generation = 0
+        self.node_uid: str | None = None
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    @property
+    def node_name(self) -> str:
+        return self.live.inventory.node.name
+
+    @property
+    def kind(self) -> Any:
+        return SLICE_KINDS[self.options.api_version]
+
+    # -- discovery -------------------------------------------------------------------------------
+    async def discover(self) -> None:
+        """Node UID (slices are owned by the Node), server minor and the newest served API version."""
+        node = await self.client.get(Node, self.node_name)
+        self.node_uid = node.metadata.uid if node.metadata else None
+        info = node.status.nodeInfo if node.status else None
+        if self.auto_server_version and info is not None:
+            minor = server_minor_from_kubelet_version(info.kubeletVersion)
+            if minor is not None:
+                self.options = replace(self.options, server_minor=max(34, min(minor, 36)) if minor >= 34 else minor)
+        if self.auto_api_version:
+            for version in API_PREFERENCE:
+                try:
+                    async for _ in self.client.list(SLICE_KINDS[version], chunk_size=1):
+                        break
+                except ApiError as exc:
+                    if exc.status.code == 404:
+                        continue
+                    raise
+                self.options = replace(self.options, api_version=version)
+                break
+            else:
+                raise PublishError("the API server serves no resource.k8s.io version with ResourceSlices")
+        log.info(
+            "publishing ResourceSlices as %s for Kubernetes 1.%d (node %s)",
+            self.options.api_version,
+            self.options.server_minor,
+            self.node_name,
+        )
+
+    # -- publishing ------------------------------------------------------------------------------
+    def _fields(self) -> dict[str, str | BinaryOperator | SequenceOperator]:
+        """This driver's slices for this node (the kubelet deletes with the same selector)."""
+        return {"spec.nodeName": self.node_name, "spec.driver": self.options.driver}
+
+    async def _ours(self) -> list[Any]:
+        found = [s async for s in self.client.list(self.kind, fields=self._fields())]
+        return sorted(found, key=lambda s: s.metadata.name)
+
+    async def publish(self) -> bool:
+        """Make the API server hold exactly the desired slices; returns True when something changed."""
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                return await self._publish_once()
+            except ApiError as exc:
+                if exc.status.code == 409:
+                    self.stats.conflicts += 1
+                    continue
+                message = f"publishing ResourceSlices for node {self.node_name} failed: {exc.status.message}"
+                self.stats.errors.append(message)
+                raise PublishError(message) from None
+        raise PublishError(f"publishing ResourceSlices for node {self.node_name}: too many update conflicts")
+
+    async def _publish_once(self) -> bool:
+        node = self.live.inventory.node
+        unhealthy = self.live.unhealthy()
+        existing = await self._ours()
+        wanted = build_slice_specs(node, self.options, unhealthy, generation=0)
+        have = [_strip_generation(s.to_dict()["spec"]) for s in existing]
+        if have == [_strip_generation(s) for s in wanted]:
+            self.stats.unchanged += 1
+            return False
+        known = [s.spec.pool.generation for s in existing if s.spec and s.spec.pool]
+        self.generation = max([self.generation, *known]) + 1
+        specs = build_slice_specs(node, self.options, unhealthy, generation=self.generation)
+        objects = slice_objects(node, self.options, specs, node_uid=self.node_uid)
+        for i, obj in enumerate(objects):
+            if i < len(existing):
+                current = existing[i]
+                obj["metadata"]["name"] = current.metadata.name
+                obj["metadata"]["resourceVersion"] = current.metadata.resourceVersion
+                obj["metadata"].pop("generateName", None)
+                await self.client.replace(self.kind.from_dict(obj))
+                self.stats.updates += 1
+            else:
+                await self.client.create(self.kind.from_dict(obj))
+                self.stats.creates += 1
+        for stale in existing[len(objects) :]:
+            with contextlib.suppress(ApiError):
+                await self.client.delete(self.kind, stale.metadata.name)
+            self.stats.deletes += 1
+        self.stats.publishes += 1
+        log.info(
+            "published %d ResourceSlice(s) for node %s, pool generation %d",
+            len(objects),
+            self.node_name,
+            self.generation,
+        )
+        return True
+
+    async def delete_all(self) -> int:
+        """Remove this driver's slices for this node (``--delete`` and tests)."""
+        count = 0
+        for s in await self._ours():
+            with contextlib.suppress(ApiError):
+                await self.client.delete(self.kind, s.metadata.name)
+                count += 1
+        return count
+
+    # -- running ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.discover()
+        await self.publish()
+        self._unsubscribe = self.live.subscribe(self._dirty.set)
+        self._tasks = [
+            asyncio.create_task(self._reconcile_loop(), name="slice-reconcile"),
+            asyncio.create_task(self._watch_loop(), name="slice-watch"),
+        ]
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def request_publish(self) -> None:
+        self._dirty.set()
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
+            self._dirty.clear()
+            try:
+                await self.publish()
+            except PublishError as exc:
+                log.error("%s; retrying", exc)
+                await asyncio.sleep(1.0)
+                self._dirty.set()
+            except Exception as exc:  # the API server may be unreachable for a while
+                log.error("publishing ResourceSlices failed: %s; retrying", exc)
+                await asyncio.sleep(1.0)
+                self._dirty.set()
+
+    async def _watch_loop(self) -> None:
+        while True:
+            try:
+                async for event, _obj in self.client.watch(self.kind, fields=self._fields()):
+                    if event == "DELETED":
+                        self.stats.recreations += 1
+                        self._dirty.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("ResourceSlice watch ended (%s); watching again", exc)
+                await asyncio.sleep(0.5)
+                self._dirty.set()
+

@@ -1,0 +1,70 @@
+"""DeviceClasses: NVIDIA's two classes, valid for every API version, with the driver substituted."""
+
+from __future__ import annotations
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+
+from dra.device_classes import device_classes
+
+VERSIONS = ["resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"]
+
+
+@pytest.mark.parametrize("server", ["1.34.0", "1.35.0", "1.36.0"])
+@pytest.mark.parametrize("api", VERSIONS)
+def test_classes_validate(api, server):
+    for obj in device_classes(api_version=api, extended_resource_name="nvidia.com/gpu"):
+        kubernetes_validate.validate(obj, server, strict=True)
+
+
+def test_nvidia_selectors():
+    gpu, mig = device_classes()
+    assert gpu == {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.driver == 'gpu.nvidia.com' && "
+                        "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                    }
+                }
+            ]
+        },
+    }
+    assert mig["metadata"] == {"name": "mig.nvidia.com"}
+    assert mig["spec"]["selectors"][0]["cel"]["expression"] == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+    )
+
+
+def test_driver_name_is_substituted_in_the_selector_only():
+    gpu, mig = device_classes(driver="gpu.fake.example.com")
+    assert [gpu["metadata"]["name"], mig["metadata"]["name"]] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    expression = mig["spec"]["selectors"][0]["cel"]["expression"]
+    assert expression == (
+        "device.driver == 'gpu.fake.example.com' && device.attributes['gpu.fake.example.com'].type == 'mig'"
+    )
+    assert "nvidia" not in expression
+
+
+def test_extended_resource_name_only_when_asked_and_only_for_v1():
+    assert all("extendedResourceName" not in c["spec"] for c in device_classes())
+    gpu, mig = device_classes(extended_resource_name="nvidia.com/gpu")
+    assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in mig["spec"]
+    for api in VERSIONS[1:]:
+        classes = device_classes(api_version=api, extended_resource_name="nvidia.com/gpu")
+        assert all("extendedResourceName" not in c["spec"] for c in classes)
+        assert all(c["apiVersion"] == api for c in classes)
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="DNS subdomain"):
+        device_classes(driver="gpu.nvidia.com' || true || '")
+    with pytest.raises(ValueError, match="unsupported API version"):
+        device_classes(api_version="resource.k8s.io/v1alpha3")
+    with pytest.raises(ValueError, match="extended resource"):
+        device_classes(extended_resource_name="gpu")
