@@ -124,12 +124,12 @@ class DraDriver:
     async def stop(self) -> None:
         if self._publish_task is not None:
             self._publish_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._publish_task
+            await asyncio.wait([self._publish_task], timeout=2.0)
         await self.publisher.stop()
         self.health.stop_streams()
         await self.plugin.stop()
-        await self.client.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.client.close(), 2.0)
 
 
 def client_factory(kubeconfig: str | None) -> Callable[[], AsyncClient]:

@@ -87,6 +87,8 @@ class SlicePublisher:
         self.stats = PublisherStats()
         self.generation = 0
         self.node_uid: str | None = None
+        self._sent: list[dict[str, Any]] = []
+        self._written_names: list[str] = []
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -156,30 +158,47 @@ class SlicePublisher:
         node = self.live.inventory.node
         unhealthy = self.live.unhealthy()
         existing = await self._ours()
-        wanted = build_slice_specs(node, self.options, unhealthy, generation=0)
+        wanted = [_strip_generation(s) for s in build_slice_specs(node, self.options, unhealthy, generation=0)]
         have = [_strip_generation(s.to_dict()["spec"]) for s in existing]
-        if have == [_strip_generation(s) for s in wanted]:
+        names = [s.metadata.name for s in existing]
+        generations = {s.spec.pool.generation for s in existing if s.spec and s.spec.pool}
+        # Unchanged when the server holds what we want, or still holds the very slices we last wrote for
+        # the same wish (it may have dropped fields of a disabled feature gate: rewriting would loop).
+        ours_untouched = names == self._written_names and generations == {self.generation}
+        if have == wanted or (ours_untouched and wanted == self._sent):
             self.stats.unchanged += 1
             return False
         known = [s.spec.pool.generation for s in existing if s.spec and s.spec.pool]
         self.generation = max([self.generation, *known]) + 1
         specs = build_slice_specs(node, self.options, unhealthy, generation=self.generation)
         objects = slice_objects(node, self.options, specs, node_uid=self.node_uid)
+        stored: list[Any] = []
         for i, obj in enumerate(objects):
             if i < len(existing):
                 current = existing[i]
                 obj["metadata"]["name"] = current.metadata.name
                 obj["metadata"]["resourceVersion"] = current.metadata.resourceVersion
                 obj["metadata"].pop("generateName", None)
-                await self.client.replace(self.kind.from_dict(obj))
+                stored.append(await self.client.replace(self.kind.from_dict(obj)))
                 self.stats.updates += 1
             else:
-                await self.client.create(self.kind.from_dict(obj))
+                stored.append(await self.client.create(self.kind.from_dict(obj)))
                 self.stats.creates += 1
         for stale in existing[len(objects) :]:
             with contextlib.suppress(ApiError):
                 await self.client.delete(self.kind, stale.metadata.name)
             self.stats.deletes += 1
+        self._sent = wanted
+        self._written_names = sorted(s.metadata.name for s in stored)
+        if [_strip_generation(s.to_dict()["spec"]) for s in stored] != wanted:
+            message = (
+                f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "
+                "devices or device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
+                "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
+            )
+            if message not in self.stats.errors:
+                self.stats.errors.append(message)
+                log.error("%s", message)
         self.stats.publishes += 1
         log.info(
             "published %d ResourceSlice(s) for node %s, pool generation %d",
@@ -209,12 +228,12 @@ class SlicePublisher:
         ]
 
     async def stop(self) -> None:
+        """Cancel the loops; a watch stuck on a dead connection must not hold shutdown (2 s at most)."""
         self._unsubscribe()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks = []
 
     def request_publish(self) -> None:
@@ -237,9 +256,17 @@ class SlicePublisher:
                 self._dirty.set()
 
     async def _watch_loop(self) -> None:
+        """List, then watch from the list's resourceVersion: a deletion between our publish and the
+        watch's start is caught by the check the list triggers, any later one by the watch."""
         while True:
             try:
-                async for event, _obj in self.client.watch(self.kind, fields=self._fields()):
+                listing = self.client.list(self.kind, fields=self._fields())
+                async for _ in listing:
+                    pass
+                self._dirty.set()
+                async for event, _obj in self.client.watch(
+                    self.kind, fields=self._fields(), resource_version=listing.resourceVersion
+                ):
                     if event == "DELETED":
                         self.stats.recreations += 1
                         self._dirty.set()
@@ -248,5 +275,3 @@ class SlicePublisher:
             except Exception as exc:
                 log.warning("ResourceSlice watch ended (%s); watching again", exc)
                 await asyncio.sleep(0.5)
-                self._dirty.set()
-

@@ -1,0 +1,5 @@
+"""In-process fake Kubernetes API server (resource.k8s.io + nodes) for DRA driver tests."""
+
+from .fake_apiserver import ApiFailure, FakeApiServer, Rejection, RequestRecord
+
+__all__ = ["ApiFailure", "FakeApiServer", "Rejection", "RequestRecord"]

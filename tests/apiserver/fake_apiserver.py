@@ -1,0 +1,1438 @@
+"""An in-process fake Kubernetes API server for DRA driver tests.
+
+``FakeApiServer`` serves plain HTTP/1.1 on ``127.0.0.1`` (ephemeral port only) from a background thread
+(``http.server.ThreadingHTTPServer``), so a test's own asyncio loop can drive ``lightkube.AsyncClient``
+against it. It serves ``/version``, legacy discovery (``/api``, ``/api/v1``, ``/apis``,
+``/apis/resource.k8s.io[/<v>]``), core/v1 ``nodes`` and resource.k8s.io ``resourceslices``,
+``deviceclasses`` and ``resourceclaims`` (+ ``status`` subresources of nodes and claims) with the verbs
+create, get, list, update, patch (merge, JSON patch, simplified server-side apply), delete,
+deletecollection and watch.
+
+Every object written through the API is checked with ``kubernetes_validate.validate(obj, "<1.N>.0",
+strict=True)`` plus the rules of :mod:`tests.apiserver.k8s_validation` before it is stored; failures are
+answered with ``422 Invalid`` and recorded in :attr:`FakeApiServer.rejections`.
+
+Semantics kept: ``generateName`` (prefix cut to 58 characters + 5 characters of the Kubernetes
+alphabet), 409 ``AlreadyExists``, optimistic concurrency (409 ``Conflict``), immutable fields (422),
+server-managed ``uid`` / ``resourceVersion`` (one global counter) / ``creationTimestamp`` /
+``generation`` (bumped on spec changes), no-op updates that change nothing (no new resourceVersion,
+no event), finalizers (delete only marks ``deletionTimestamp``; the update that removes the last
+finalizer deletes), garbage collection through ``ownerReferences`` (deleting a Node deletes the slices it
+owns), status subresources (create/update of a ResourceClaim ignores ``status``; ``/status`` changes only
+``status``), feature-gate field dropping for ResourceSlices, field/label selectors, list paging
+(``limit``/``continue``) and watches (initial ``ADDED`` events when no ``resourceVersion`` is given,
+replay of the history after a given ``resourceVersion``, ``410 Expired`` ERROR event after
+:meth:`FakeApiServer.compact`, ``timeoutSeconds``).
+
+Limitations: no conversion between resource.k8s.io versions. Objects are stored once per resource (the
+name space is shared by all versions, as in a real cluster) in the version they were written with, and a
+get/list/watch through another version returns them unchanged, with their own ``apiVersion``. No authn/
+authz, no namespaces objects (any namespace is accepted), no admission, no managedFields; strategic merge
+patch answers 415; server-side apply is "create, or JSON-merge the applied object" (no field ownership,
+``force`` ignored, omitted fields are not removed); discovery is the legacy (non-aggregated) JSON form.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import json
+import os
+import queue
+import random
+import select
+import socket
+import socketserver
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import yaml
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.models import Cluster, User
+
+from . import k8s_selectors as sel
+from . import k8s_validation as val
+
+JSON = dict[str, Any]
+
+RESOURCE_GROUP = "resource.k8s.io"
+#: resource.k8s.io versions in order of preference, with the Kubernetes minor that introduced them.
+RESOURCE_VERSIONS: dict[str, int] = {"v1": 34, "v1beta2": 33, "v1beta1": 32}
+SUPPORTED_MINORS = range(32, 37)
+VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand
+_MAX_GENERATED_PREFIX = 58  # 63 - 5 random characters
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    plural: str
+    kind: str
+    namespaced: bool
+    has_status: bool = False
+    field_labels: tuple[str, ...] = ()
+
+    @property
+    def group_resource(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    def field_values(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        meta = obj.get("metadata") or {}
+        values = {"metadata.name": meta.get("name") or "", "metadata.namespace": meta.get("namespace") or ""}
+        for label in self.field_labels:
+            current: Any = obj
+            for part in label.split("."):
+                current = current.get(part) if isinstance(current, Mapping) else None
+            if isinstance(current, bool) or label == "spec.unschedulable":
+                current = "true" if current else "false"
+            values[label] = "" if current is None else str(current)
+        return values
+
+    def selectable_fields(self) -> tuple[str, ...]:
+        return ("metadata.name", *(("metadata.namespace",) if self.namespaced else ()), *self.field_labels)
+
+
+NODES = ResourceType("", "nodes", "Node", namespaced=False, has_status=True, field_labels=("spec.unschedulable",))
+RESOURCE_SLICES = ResourceType(
+    RESOURCE_GROUP, "resourceslices", "ResourceSlice", namespaced=False, field_labels=("spec.nodeName", "spec.driver")
+)
+DEVICE_CLASSES = ResourceType(RESOURCE_GROUP, "deviceclasses", "DeviceClass", namespaced=False)
+RESOURCE_CLAIMS = ResourceType(RESOURCE_GROUP, "resourceclaims", "ResourceClaim", namespaced=True, has_status=True)
+_TYPES = {t.plural: t for t in (NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)}
+
+
+class RequestRecord(NamedTuple):
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A write the server refused as malformed or invalid (HTTP 400, 415 or 422)."""
+
+    verb: str
+    kind: str
+    name: str | None
+    code: int
+    reason: str
+    message: str
+    body: Any
+
+
+class ApiFailure(Exception):
+    """An API error, answered as a ``Status`` object."""
+
+    def __init__(self, code: int, message: str, *, reason: str | None = None, details: JSON | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason or _REASONS.get(code, "Unknown")
+        self.details = details
+
+    def status(self) -> JSON:
+        status: JSON = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            status["details"] = self.details
+        return status
+
+
+@dataclass
+class _Response:
+    code: int
+    body: Any
+    content_type: str = "application/json"
+
+
+@dataclass
+class _Fault:
+    verb: str
+    kind: str
+    status: int
+    remaining: int
+    message: str | None
+
+
+@dataclass
+class _Event:
+    rv: int
+    plural: str
+    type: str
+    obj: JSON
+    old: JSON | None
+
+
+@dataclass
+class _Watcher:
+    rtype: ResourceType
+    namespace: str | None
+    fields: list[sel.Requirement]
+    labels: list[sel.Requirement]
+    events: queue.Queue[bytes | None] = field(default_factory=queue.Queue)
+
+    def matches(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return sel.fields_match(self.fields, self.rtype.field_values(obj)) and sel.labels_match(
+            self.labels, meta.get("labels") or {}
+        )
+
+    def deliver(self, event: _Event) -> None:
+        if event.plural != self.rtype.plural:
+            return
+        new_match = self.matches(event.obj)
+        if event.type == "MODIFIED":
+            old_match = self.matches(event.old)
+            kind = {(True, True): "MODIFIED", (True, False): "ADDED", (False, True): "DELETED"}.get(
+                (new_match, old_match)
+            )
+        else:
+            kind = event.type if new_match else None
+        if kind is not None:
+            self.events.put(_event_line(kind, event.obj))
+
+
+@dataclass
+class _WatchStream:
+    watcher: _Watcher
+    deadline: float | None
+
+
+@dataclass
+class _Route:
+    rtype: ResourceType
+    group_version: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    verb: str
+
+    @property
+    def kind_key(self) -> str:
+        return f"{self.rtype.plural}/{self.subresource}" if self.subresource else self.rtype.plural
+
+
+def _event_line(kind: str, obj: Any) -> bytes:
+    return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _version_of(api_version: str) -> str:
+    return api_version.rsplit("/", 1)[-1]
+
+
+def _number(query: Mapping[str, str], key: str) -> float:
+    try:
+        return float(query.get(key) or 0)
+    except ValueError as exc:
+        raise ApiFailure(400, f"invalid {key}: {query[key]!r}") from exc
+
+
+def _json_path(parts: Sequence[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def json_patch(doc: Any, operations: Any) -> Any:
+    """RFC 6902 JSON patch; raises ``ApiFailure`` on malformed or failing operations."""
+    if not isinstance(operations, list):
+        raise ApiFailure(400, "json patch must be a list of operations")
+    doc = copy.deepcopy(doc)
+
+    def parent(pointer: str) -> tuple[Any, str]:
+        if not pointer.startswith("/"):
+            raise ApiFailure(422, f"invalid JSON pointer {pointer!r}")
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
+        node = doc
+        for part in parts[:-1]:
+            try:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            except (KeyError, IndexError, ValueError, TypeError) as exc:
+                raise ApiFailure(422, f"json patch: path {pointer!r} not found") from exc
+        return node, parts[-1]
+
+    def get(pointer: str) -> Any:
+        node, last = parent(pointer)
+        try:
+            return node[int(last)] if isinstance(node, list) else node[last]
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ApiFailure(422, f"json patch: path {pointer!r} not found") from exc
+
+    def remove(pointer: str) -> Any:
+        value = get(pointer)
+        node, last = parent(pointer)
+        if isinstance(node, list):
+            del node[int(last)]
+        else:
+            del node[last]
+        return value
+
+    def add(pointer: str, value: Any) -> None:
+        nonlocal doc
+        if pointer == "":
+            doc = value
+            return
+        node, last = parent(pointer)
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), value)
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ApiFailure(422, f"json patch: cannot add at {pointer!r}")
+
+    for op in operations:
+        kind, path = op.get("op"), op.get("path", "")
+        if kind == "add":
+            add(path, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            remove(path)
+        elif kind == "replace":
+            remove(path)
+            add(path, copy.deepcopy(op.get("value")))
+        elif kind == "move":
+            add(path, remove(op.get("from", "")))
+        elif kind == "copy":
+            add(path, copy.deepcopy(get(op.get("from", ""))))
+        elif kind == "test":
+            if get(path) != op.get("value"):
+                raise ApiFailure(422, f"json patch: test operation for path {path!r} failed")
+        else:
+            raise ApiFailure(400, f"json patch: unknown operation {kind!r}")
+    return doc
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    block_on_close = True  # server_close() joins every handler thread
+
+    def __init__(self, api: FakeApiServer) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.api = api
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would resolve the host name (socket.getfqdn), which can be slow.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = "127.0.0.1"
+        self.server_port = int(self.server_address[1])
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            self.api.errors.append(traceback.format_exc())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 60
+    disable_nagle_algorithm = True  # headers and body are separate writes: avoid the 40 ms delayed-ACK stall
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _read_body(self) -> bytes:
+        length = self.headers.get("Content-Length")
+        if length:
+            return self.rfile.read(int(length))
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        return b""
+
+    def _serve(self, method: str) -> None:
+        body = self._read_body()
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        result = self.server.api.handle_request(method, self.path, headers, body)
+        if isinstance(result, _WatchStream):
+            self._stream(result)
+            return
+        if isinstance(result.body, (dict, list)):
+            payload = json.dumps(result.body).encode()
+        else:
+            payload = str(result.body).encode()
+        self.send_response(result.code)
+        self.send_header("Content-Type", result.content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _stream(self, stream: _WatchStream) -> None:
+        api = self.server.api
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            while True:
+                try:
+                    line = stream.watcher.events.get(timeout=api.watch_poll_interval)
+                except queue.Empty:
+                    if api.stopping or self._client_gone():
+                        self.close_connection = True
+                        break
+                    if stream.deadline is not None and time.monotonic() >= stream.deadline:
+                        break
+                    continue
+                if line is None:
+                    break
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            # A cleanly terminated chunked stream leaves the connection reusable (keep-alive), as with a real server.
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            api._remove_watcher(stream.watcher)
+
+
+class FakeApiServer:
+    """A Kubernetes API server double for the DRA driver; see the module docstring for the semantics kept.
+
+    Use as a context manager (or ``start()``/``stop()``) and point lightkube at it with
+    ``AsyncClient(config=server.lightkube_config(), trust_env=False)``.
+    """
+
+    def __init__(
+        self,
+        kubernetes_version: str = "1.36",
+        *,
+        resource_api_versions: Sequence[str] | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+        allow_unconditional_update: bool = False,
+        watch_poll_interval: float = 0.05,
+    ) -> None:
+        parts = kubernetes_version.lstrip("v").split(".")
+        if len(parts) not in (2, 3) or parts[0] != "1" or not all(p.isdigit() for p in parts):
+            raise ValueError(f"kubernetes_version must look like '1.36', got {kubernetes_version!r}")
+        self.minor = int(parts[1])
+        if self.minor not in SUPPORTED_MINORS:
+            raise ValueError(f"unsupported Kubernetes version {kubernetes_version!r} (1.32 to 1.36)")
+        self.kubernetes_version = f"1.{self.minor}"
+        self.git_version = f"v1.{self.minor}.{parts[2] if len(parts) == 3 else 0}"
+        self._validate_version = f"1.{self.minor}.0"
+        if resource_api_versions is None:
+            resource_api_versions = [v for v, since in RESOURCE_VERSIONS.items() if since <= self.minor]
+        for version in resource_api_versions:
+            if RESOURCE_VERSIONS.get(version, 99) > self.minor:
+                raise ValueError(f"resource.k8s.io/{version} does not exist in Kubernetes 1.{self.minor}")
+        #: served resource.k8s.io versions, preferred first
+        self.resource_api_versions = [v for v in RESOURCE_VERSIONS if v in resource_api_versions]
+        self.feature_gates = {**val.default_feature_gates(self.minor), **(feature_gates or {})}
+        self.allow_unconditional_update = allow_unconditional_update
+        self.watch_poll_interval = watch_poll_interval
+
+        #: every request received: (method, path, query)
+        self.requests: list[RequestRecord] = []
+        #: requests per API verb ("create", "list", ...)
+        self.counts: collections.Counter[str] = collections.Counter()
+        #: writes refused as malformed or invalid (400/415/422), fault injection excluded
+        self.rejections: list[Rejection] = []
+        #: tracebacks of unexpected server-side exceptions (answered 500); tests may assert it stays empty
+        self.errors: list[str] = []
+
+        self._served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): {"nodes": NODES}}
+        for version in self.resource_api_versions:
+            self._served[(RESOURCE_GROUP, version)] = {
+                t.plural: t for t in (DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES)
+            }
+        self._lock = threading.RLock()
+        self._objects: dict[tuple[str, str, str], JSON] = {}
+        self._rv = 0
+        self._history: list[_Event] = []
+        self._history_floor = 0
+        self._watchers: list[_Watcher] = []
+        self._faults: list[_Fault] = []
+        self._verb_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._random = random.Random()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> FakeApiServer:
+        if self._httpd is not None:
+            raise RuntimeError("FakeApiServer already started")
+        self._stopping.clear()
+        self._httpd = _HTTPServer(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: ends watch streams, closes every connection and joins all server threads."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or thread is None:
+            return
+        self._stopping.set()
+        self.close_watches()
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()
+        thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("FakeApiServer not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def lightkube_config(self, namespace: str = "default") -> KubeConfig:
+        """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (plain http, no credentials)."""
+        return KubeConfig.from_one(cluster=Cluster(server=self.url), user=User(), namespace=namespace)
+
+    def kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
+        """Write a kubeconfig file pointing at this server and return its path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "current-context": "fake",
+        }
+        target = Path(path)
+        target.write_text(yaml.safe_dump(config))
+        return target
+
+    # ----------------------------------------------------------------------------------- test helpers
+
+    @property
+    def resource_version(self) -> str:
+        """The current (latest) resourceVersion."""
+        return str(self._rv)
+
+    def count(self, verb: str, kind: str | None = None) -> int:
+        """Number of API requests with ``verb`` (and resource ``kind``, e.g. "resourceslices")."""
+        with self._lock:
+            if kind is None:
+                return self.counts[verb]
+            return self._verb_counts[(verb, kind)]
+
+    def fail_next(self, verb: str, kind: str, status: int = 500, times: int = 1, *, message: str | None = None) -> None:
+        """Answer the next ``times`` requests of ``verb`` on ``kind`` (plural, "*" for any) with ``status``.
+
+        A ``watch`` failure with status 410 is sent like the real server does: an ERROR event on the stream.
+        """
+        if verb not in (*VERBS, "*"):
+            raise ValueError(f"unknown verb {verb!r}")
+        with self._lock:
+            self._faults.append(_Fault(verb, kind, status, times, message))
+
+    def objects(self, kind_plural: str, namespace: str | None = None) -> list[JSON]:
+        """Deep copies of the stored objects of a resource, sorted by namespace and name."""
+        with self._lock:
+            return [
+                copy.deepcopy(obj)
+                for (plural, ns, _), obj in sorted(self._objects.items())
+                if plural == kind_plural and (namespace is None or ns == namespace)
+            ]
+
+    def get_object(self, kind_plural: str, name: str, namespace: str | None = None) -> JSON | None:
+        with self._lock:
+            obj = self._objects.get((kind_plural, namespace or "", name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def add_node(self, name: str, labels: Mapping[str, str] | None = None) -> str:
+        """Create a Node object and return its uid."""
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {},
+        }
+        return str(self.create_direct(node)["metadata"]["uid"])
+
+    def create_direct(self, obj: Mapping[str, Any], *, validate: bool = True) -> JSON:
+        """Store an object behind the API's back (``status`` is kept); emits ADDED. Returns the stored copy."""
+        new = copy.deepcopy(dict(obj))
+        rtype = self._type_of(new)
+        meta = new.setdefault("metadata", {})
+        with self._lock:
+            if not meta.get("name"):
+                meta["name"] = self._generate_name(rtype, meta.get("namespace") or "", meta.get("generateName") or "")
+            key = self._key(rtype, meta)
+            if key in self._objects:
+                raise ValueError(f"{rtype.plural} {key[1]}/{key[2]} already exists")
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            if validate:
+                self._raise_direct(rtype, new)
+            return copy.deepcopy(self._commit_put(rtype, key, new, None))
+
+    def update_direct(self, obj: Mapping[str, Any], *, validate: bool = True) -> JSON:
+        """Replace a stored object unconditionally (status included); emits MODIFIED."""
+        new = copy.deepcopy(dict(obj))
+        rtype = self._type_of(new)
+        meta = new.setdefault("metadata", {})
+        with self._lock:
+            key = self._key(rtype, meta)
+            old = self._objects.get(key)
+            if old is None:
+                raise KeyError(f"{rtype.plural} {key[1]}/{key[2]} not found")
+            self._carry_server_metadata(new, old)
+            if validate:
+                self._raise_direct(rtype, new)
+            return copy.deepcopy(self._commit_put(rtype, key, new, old))
+
+    def delete_direct(
+        self,
+        kind_plural: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        field_selector: str = "",
+        label_selector: str = "",
+    ) -> list[JSON]:
+        """Delete objects immediately behind the API's back (e.g. the kubelet wiping a node's slices).
+
+        Finalizers are ignored; watchers get DELETED events; owned objects are garbage collected. With
+        ``name`` unset every object matching the namespace and selectors is deleted. Returns the deleted objects.
+        """
+        rtype = _TYPES[kind_plural]
+        fields = sel.parse_field_selector(field_selector, rtype.selectable_fields())
+        labels = sel.parse_label_selector(label_selector)
+        with self._lock:
+            deleted = []
+            for key, obj in sorted(self._objects.items()):
+                if key[0] != kind_plural or (name is not None and key[2] != name):
+                    continue
+                if namespace is not None and key[1] != namespace:
+                    continue
+                if not self._selected(rtype, obj, fields, labels):
+                    continue
+                deleted.append(copy.deepcopy(self._commit_delete(rtype, key, "Background")))
+            return deleted
+
+    def close_watches(self) -> int:
+        """End every open watch stream (as an API server restart would). Returns how many were open."""
+        with self._lock:
+            for watcher in self._watchers:
+                watcher.events.put(None)
+            return len(self._watchers)
+
+    def compact(self) -> None:
+        """Forget the event history: watches from an older resourceVersion get a 410 Expired ERROR event."""
+        with self._lock:
+            self._history.clear()
+            self._history_floor = self._rv
+
+    @property
+    def open_watches(self) -> int:
+        with self._lock:
+            return len(self._watchers)
+
+    # ------------------------------------------------------------------------------------- HTTP entry
+
+    def handle_request(
+        self, method: str, raw_path: str, headers: Mapping[str, str], body: bytes
+    ) -> _Response | _WatchStream:
+        """Serve one request (called from the HTTP handler threads); header names are lower case."""
+        split = urlsplit(raw_path)
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        self.requests.append(RequestRecord(method, split.path, query))
+        route: _Route | None = None
+        injected = False
+        try:
+            routed = self._route(method, split.path, query)
+            if isinstance(routed, _Response):
+                return routed
+            route = routed
+            with self._lock:
+                self.counts[route.verb] += 1
+                self._verb_counts[(route.verb, route.kind_key)] += 1
+                fault = self._take_fault(route.verb, route.kind_key)
+            if fault is not None:
+                injected = True
+                message = fault.message or f"injected failure: {route.verb} {route.kind_key}"
+                if route.verb == "watch" and fault.status == 410:
+                    watcher = _Watcher(route.rtype, route.namespace, [], [])
+                    watcher.events.put(_event_line("ERROR", ApiFailure(410, message).status()))
+                    watcher.events.put(None)
+                    return _WatchStream(watcher, None)
+                raise ApiFailure(fault.status, message)
+            return self._dispatch(route, query, headers, body)
+        except ApiFailure as failure:
+            write = route is not None and route.verb in ("create", "update", "patch")
+            if route is not None and write and not injected and failure.code in (400, 415, 422):
+                self.rejections.append(
+                    Rejection(
+                        route.verb,
+                        route.kind_key,
+                        route.name,
+                        failure.code,
+                        failure.reason,
+                        failure.message,
+                        body.decode(errors="replace"),
+                    )
+                )
+            return _Response(failure.code, failure.status())
+        except Exception as exc:
+            self.errors.append(traceback.format_exc())
+            return _Response(500, ApiFailure(500, f"fake apiserver internal error: {exc!r}").status())
+
+    # --------------------------------------------------------------------------------------- routing
+
+    def _discovery(self, segs: list[str]) -> _Response | None:
+        if segs == ["version"]:
+            return _Response(200, self._version_doc())
+        if segs in (["healthz"], ["livez"], ["readyz"]):
+            return _Response(200, "ok", "text/plain; charset=utf-8")
+        if segs == ["api"]:
+            return _Response(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}
+                    ],
+                },
+            )
+        if segs == ["apis"]:
+            groups = [self._group_doc()] if self.resource_api_versions else []
+            return _Response(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        if segs == ["apis", RESOURCE_GROUP] and self.resource_api_versions:
+            return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._group_doc()})
+        if segs == ["api", "v1"]:
+            return _Response(200, self._resource_list("", "v1"))
+        if len(segs) == 3 and segs[0] == "apis" and (segs[1], segs[2]) in self._served:
+            return _Response(200, self._resource_list(segs[1], segs[2]))
+        return None
+
+    def _version_doc(self) -> JSON:
+        return {
+            "major": "1",
+            "minor": str(self.minor),
+            "emulationMajor": "1",
+            "emulationMinor": str(self.minor),
+            "minCompatibilityMajor": "1",
+            "minCompatibilityMinor": str(self.minor - 1),
+            "gitVersion": self.git_version,
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.25.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+
+    def _group_doc(self) -> JSON:
+        versions = [{"groupVersion": f"{RESOURCE_GROUP}/{v}", "version": v} for v in self.resource_api_versions]
+        return {"name": RESOURCE_GROUP, "versions": versions, "preferredVersion": versions[0]}
+
+    def _resource_list(self, group: str, version: str) -> JSON:
+        resources: list[JSON] = []
+        for rtype in sorted(self._served[(group, version)].values(), key=lambda t: t.plural):
+            resources.append(
+                {
+                    "name": rtype.plural,
+                    "singularName": rtype.kind.lower(),
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind,
+                    "verbs": list(VERBS),
+                }
+            )
+            if rtype.has_status:
+                resources.append(
+                    {
+                        "name": f"{rtype.plural}/status",
+                        "singularName": "",
+                        "namespaced": rtype.namespaced,
+                        "kind": rtype.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        group_version = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+    def _route(self, method: str, path: str, query: Mapping[str, str]) -> _Route | _Response:
+        segs = [s for s in path.split("/") if s]
+        if method == "GET" and (doc := self._discovery(segs)) is not None:
+            return doc
+        not_found = ApiFailure(404, "the server could not find the requested resource", details={})
+        if segs[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", segs[2:]
+        elif len(segs) >= 3 and segs[0] == "apis":
+            group, version, rest = segs[1], segs[2], segs[3:]
+        else:
+            raise not_found
+        types = self._served.get((group, version))
+        if types is None or not rest:
+            raise not_found
+        watch_path = rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+        namespace = None
+        if rest and rest[0] == "namespaces":
+            if len(rest) < 3:
+                raise not_found
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3 or rest[0] not in types:
+            raise not_found
+        rtype = types[rest[0]]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (sub is not None and (sub != "status" or not rtype.has_status or watch_path)) or (
+            namespace is not None and not rtype.namespaced
+        ):
+            raise not_found
+        watch = watch_path or query.get("watch", "").lower() in ("true", "1")
+        verb = self._verb(method, name, sub, watch)
+        if rtype.namespaced and namespace is None and verb not in ("list", "watch"):
+            raise not_found
+        group_version = f"{group}/{version}" if group else version
+        return _Route(rtype, group_version, namespace, name, sub, verb)
+
+    @staticmethod
+    def _verb(method: str, name: str | None, sub: str | None, watch: bool) -> str:
+        verb: str | None = None
+        if method == "GET":
+            verb = "watch" if watch else ("get" if name else "list")
+            if sub is not None and verb != "get":
+                verb = None
+        elif method == "POST":
+            verb = "create" if name is None else None
+        elif method == "PUT":
+            verb = "update" if name else None
+        elif method == "PATCH":
+            verb = "patch" if name else None
+        elif method == "DELETE":
+            verb = ("delete" if name else "deletecollection") if sub is None else None
+        if verb is None:
+            raise ApiFailure(405, "the server does not allow this method on the requested resource")
+        return verb
+
+    def _take_fault(self, verb: str, kind: str) -> _Fault | None:
+        for fault in self._faults:
+            if fault.verb in (verb, "*") and fault.kind in (kind, "*", kind.split("/", maxsplit=1)[0]):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+    def _dispatch(
+        self, route: _Route, query: Mapping[str, str], headers: Mapping[str, str], body: bytes
+    ) -> _Response | _WatchStream:
+        dry_run = bool(query.get("dryRun"))
+        if route.verb == "get":
+            return _Response(200, copy.deepcopy(self._existing(route)[1]))
+        if route.verb == "list":
+            return self._list(route, query)
+        if route.verb == "watch":
+            return self._watch(route, query)
+        if route.verb == "create":
+            return self._create(route, self._parse_body(headers, body), dry_run)
+        if route.verb == "update":
+            return self._update(route, self._parse_body(headers, body), dry_run)
+        if route.verb == "patch":
+            return self._patch(route, query, headers, body, dry_run)
+        if route.verb == "delete":
+            return self._delete(route, query, body, dry_run)
+        return self._delete_collection(route, query, dry_run)
+
+    # ------------------------------------------------------------------------------------- read verbs
+
+    def _existing(self, route: _Route) -> tuple[tuple[str, str, str], JSON]:
+        assert route.name is not None
+        key = (route.rtype.plural, route.namespace or "", route.name)
+        obj = self._objects.get(key)
+        if obj is None:
+            raise ApiFailure(
+                404,
+                f'{route.rtype.group_resource} "{route.name}" not found',
+                details={"name": route.name, "group": route.rtype.group, "kind": route.rtype.plural},
+            )
+        return key, obj
+
+    def _selectors(
+        self, route: _Route, query: Mapping[str, str]
+    ) -> tuple[list[sel.Requirement], list[sel.Requirement]]:
+        try:
+            fields = sel.parse_field_selector(query.get("fieldSelector", ""), route.rtype.selectable_fields())
+            labels = sel.parse_label_selector(query.get("labelSelector", ""))
+        except sel.SelectorError as exc:
+            raise ApiFailure(400, str(exc)) from exc
+        if route.name is not None:  # /watch/<plural>/<name>
+            fields.append(sel.Requirement("metadata.name", "=", (route.name,)))
+        return fields, labels
+
+    @staticmethod
+    def _selected(
+        rtype: ResourceType, obj: Mapping[str, Any], fields: list[sel.Requirement], labels: list[sel.Requirement]
+    ) -> bool:
+        meta = obj.get("metadata") or {}
+        return sel.fields_match(fields, rtype.field_values(obj)) and sel.labels_match(labels, meta.get("labels") or {})
+
+    def _matching(self, route: _Route, query: Mapping[str, str]) -> Iterator[tuple[tuple[str, str, str], JSON]]:
+        fields, labels = self._selectors(route, query)
+        for key, obj in sorted(self._objects.items()):
+            if key[0] != route.rtype.plural or (route.namespace is not None and key[1] != route.namespace):
+                continue
+            if self._selected(route.rtype, obj, fields, labels):
+                yield key, obj
+
+    def _list_doc(self, route: _Route, items: list[JSON], extra_meta: JSON | None = None) -> JSON:
+        stripped = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
+        return {
+            "kind": f"{route.rtype.kind}List",
+            "apiVersion": route.group_version,
+            "metadata": {"resourceVersion": str(self._rv), **(extra_meta or {})},
+            "items": stripped,
+        }
+
+    def _list(self, route: _Route, query: Mapping[str, str]) -> _Response:
+        with self._lock:
+            matching = list(self._matching(route, query))
+            token = query.get("continue", "")
+            if token:
+                try:
+                    start = tuple(json.loads(token))
+                except ValueError as exc:
+                    raise ApiFailure(400, f"invalid continue token {token!r}") from exc
+                matching = [(k, o) for k, o in matching if k[1:] > start]
+            extra: JSON = {}
+            limit = int(_number(query, "limit"))
+            if 0 < limit < len(matching):
+                last = list(matching[limit - 1][0][1:])
+                extra = {"continue": json.dumps(last), "remainingItemCount": len(matching) - limit}
+                matching = matching[:limit]
+            return _Response(200, self._list_doc(route, [copy.deepcopy(o) for _, o in matching], extra))
+
+    def _watch(self, route: _Route, query: Mapping[str, str]) -> _WatchStream:
+        fields, labels = self._selectors(route, query)
+        watcher = _Watcher(route.rtype, route.namespace, fields, labels)
+        rv_param = query.get("resourceVersion", "")
+        deadline = time.monotonic() + _number(query, "timeoutSeconds") if query.get("timeoutSeconds") else None
+        with self._lock:
+            if rv_param in ("", "0"):
+                for key, obj in sorted(self._objects.items()):
+                    if key[0] == route.rtype.plural and watcher.matches(obj):
+                        watcher.events.put(_event_line("ADDED", obj))
+            else:
+                try:
+                    since = int(rv_param)
+                except ValueError as exc:
+                    raise ApiFailure(400, f"invalid resource version: {rv_param!r}") from exc
+                if since < self._history_floor:
+                    expired = ApiFailure(410, f"too old resource version: {since} ({self._history_floor})")
+                    watcher.events.put(_event_line("ERROR", expired.status()))
+                    watcher.events.put(None)
+                    return _WatchStream(watcher, deadline)
+                for event in self._history:
+                    if event.rv > since:
+                        watcher.deliver(event)
+            self._watchers.append(watcher)
+        return _WatchStream(watcher, deadline)
+
+    def _remove_watcher(self, watcher: _Watcher) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    # ------------------------------------------------------------------------------------ write verbs
+
+    @staticmethod
+    def _parse_body(headers: Mapping[str, str], body: bytes, content_type: str | None = None) -> Any:
+        ctype = content_type or headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(body.decode())
+            return json.loads(body.decode() or "null")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ApiFailure(400, f"the body of the request could not be decoded: {exc}") from exc
+
+    def _check_type(self, route: _Route, obj: Any, *, require_type: bool = False) -> JSON:
+        if not isinstance(obj, dict):
+            raise ApiFailure(400, f"the body of the request must be a {route.rtype.kind} object")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if require_type and (not api_version or not kind):
+            raise ApiFailure(400, "apiVersion and kind must be set in an applied object")
+        if api_version and api_version != route.group_version:
+            raise ApiFailure(
+                400,
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({route.group_version})",
+            )
+        if kind and kind != route.rtype.kind:
+            raise ApiFailure(
+                400, f"the kind in the data ({kind}) does not match the expected kind ({route.rtype.kind})"
+            )
+        obj["apiVersion"], obj["kind"] = route.group_version, route.rtype.kind
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiFailure(400, "metadata must be an object")
+        if route.rtype.namespaced:
+            if meta.get("namespace") and meta["namespace"] != route.namespace:
+                raise ApiFailure(
+                    400, "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = route.namespace
+        else:
+            meta.pop("namespace", None)
+        return obj
+
+    def _check_name(self, route: _Route, obj: JSON) -> None:
+        name = obj["metadata"].get("name")
+        if name != route.name:
+            raise ApiFailure(400, f"the name of the object ({name}) does not match the name on the URL ({route.name})")
+
+    def _create(self, route: _Route, body: Any, dry_run: bool) -> _Response:
+        obj = self._check_type(route, body)
+        return _Response(201, self._create_locked(route, obj, dry_run))
+
+    def _create_locked(self, route: _Route, obj: JSON, dry_run: bool) -> JSON:
+        rtype, meta = route.rtype, obj["metadata"]
+        if meta.get("resourceVersion"):
+            raise ApiFailure(500, "resourceVersion should not be set on objects to be created")
+        for field_name in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+        ):
+            meta.pop(field_name, None)
+        if rtype is RESOURCE_CLAIMS:
+            obj.pop("status", None)  # status can only be written through /status
+        with self._lock:
+            if not meta.get("name"):
+                if not meta.get("generateName"):
+                    raise self._invalid(
+                        rtype,
+                        obj,
+                        [val.FieldError("metadata.name", "Required value", None, "name or generateName is required")],
+                    )
+                meta["name"] = self._generate_name(rtype, meta.get("namespace") or "", meta["generateName"])
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            if rtype is RESOURCE_SLICES:
+                val.drop_disabled_slice_fields(obj, None, _version_of(obj["apiVersion"]), self.feature_gates)
+            errors = self._validation_errors(rtype, obj)
+            if errors:
+                raise self._invalid(rtype, obj, errors)
+            key = self._key(rtype, meta)
+            if key in self._objects:
+                raise ApiFailure(
+                    409,
+                    f'{rtype.group_resource} "{meta["name"]}" already exists',
+                    reason="AlreadyExists",
+                    details={"name": meta["name"], "group": rtype.group, "kind": rtype.plural},
+                )
+            if dry_run:
+                return obj
+            return copy.deepcopy(self._commit_put(rtype, key, obj, None))
+
+    def _update(self, route: _Route, body: Any, dry_run: bool) -> _Response:
+        obj = self._check_type(route, body)
+        self._check_name(route, obj)
+        with self._lock:
+            key, old = self._existing(route)
+            rv = obj["metadata"].get("resourceVersion")
+            if not rv and not self.allow_unconditional_update:
+                raise self._invalid(
+                    route.rtype,
+                    obj,
+                    [val.FieldError("metadata.resourceVersion", "Invalid value", 0, "must be specified for an update")],
+                )
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                raise self._conflict(route)
+            return _Response(200, self._update_locked(route, key, old, obj, dry_run))
+
+    def _patch(
+        self, route: _Route, query: Mapping[str, str], headers: Mapping[str, str], body: bytes, dry_run: bool
+    ) -> _Response:
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (MERGE_PATCH, JSON_PATCH, APPLY_PATCH):
+            raise ApiFailure(
+                415,
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}",
+            )
+        patch = self._parse_body(headers, body, ctype)
+        if ctype == APPLY_PATCH:
+            if not query.get("fieldManager"):
+                raise ApiFailure(400, "PATCH requests with apply-patch content type require fieldManager")
+            patch = self._check_type(route, patch, require_type=True)
+            self._check_name(route, patch)
+        elif ctype == MERGE_PATCH and not isinstance(patch, dict):
+            raise ApiFailure(400, "a merge patch must be a JSON object")
+        with self._lock:
+            key = (route.rtype.plural, route.namespace or "", route.name or "")
+            old = self._objects.get(key)
+            if old is None and ctype == APPLY_PATCH and route.subresource is None:
+                patch["metadata"].pop("resourceVersion", None)
+                return _Response(201, self._create_locked(route, patch, dry_run))
+            key, old = self._existing(route)
+            if ctype == JSON_PATCH:
+                new = json_patch(old, patch)
+            else:
+                rv = (patch.get("metadata") or {}).get("resourceVersion")
+                if rv and rv != old["metadata"]["resourceVersion"]:
+                    raise self._conflict(route)
+                if ctype == APPLY_PATCH:
+                    patch["apiVersion"] = old["apiVersion"]  # no conversion between versions
+                new = merge_patch(old, patch)
+            if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+                raise ApiFailure(422, "the patched object must be an object with metadata")
+            if new["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
+                raise self._conflict(route)
+            if new["metadata"].get("name") != route.name or new["metadata"].get("namespace") != old["metadata"].get(
+                "namespace"
+            ):
+                raise ApiFailure(400, "metadata.name and metadata.namespace cannot be changed by a patch")
+            return _Response(200, self._update_locked(route, key, old, new, dry_run))
+
+    def _update_locked(self, route: _Route, key: tuple[str, str, str], old: JSON, new: JSON, dry_run: bool) -> JSON:
+        rtype = route.rtype
+        meta, old_meta = new["metadata"], old["metadata"]
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise ApiFailure(
+                409, f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta['uid']}"
+            )
+        if route.subresource == "status":
+            status = new.get("status")
+            new = copy.deepcopy(old)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        else:
+            self._carry_server_metadata(new, old)
+            if rtype.has_status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            if rtype is RESOURCE_SLICES:
+                val.drop_disabled_slice_fields(new, old, _version_of(new["apiVersion"]), self.feature_gates)
+        errors = val.validate_immutable(rtype.plural, new, old)
+        added = set(new["metadata"].get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+        if old_meta.get("deletionTimestamp") and added:
+            errors.append(
+                val.FieldError(
+                    "metadata.finalizers",
+                    "Forbidden",
+                    None,
+                    "no new finalizers can be added if the object is being deleted, "
+                    f"found new finalizers {sorted(added)}",
+                )
+            )
+        errors += self._validation_errors(rtype, new)
+        if errors:
+            raise self._invalid(rtype, new, errors)
+        if new == old or dry_run:
+            return copy.deepcopy(new)
+        if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return copy.deepcopy(self._commit_delete(rtype, key, "Background", final=new))
+        return copy.deepcopy(self._commit_put(rtype, key, new, old))
+
+    def _delete(self, route: _Route, query: Mapping[str, str], body: bytes, dry_run: bool) -> _Response:
+        options = json.loads(body.decode()) if body.strip() else {}
+        if not isinstance(options, dict):
+            raise ApiFailure(400, "DeleteOptions must be an object")
+        preconditions = options.get("preconditions") or {}
+        propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+        with self._lock:
+            key, old = self._existing(route)
+            meta = old["metadata"]
+            if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
+                raise ApiFailure(
+                    409,
+                    f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                    f"UID in object meta: {meta['uid']}",
+                )
+            rv = preconditions.get("resourceVersion")
+            if rv and rv != meta["resourceVersion"]:
+                raise ApiFailure(
+                    409,
+                    f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
+                    f"{meta['resourceVersion']}",
+                )
+            if dry_run:
+                return _Response(200, self._deleted_status(route.rtype, old))
+            result = self._delete_one(route.rtype, key, propagation)
+            if result is not None:  # still there: waiting for finalizers
+                return _Response(200, copy.deepcopy(result))
+            return _Response(200, self._deleted_status(route.rtype, old))
+
+    def _delete_collection(self, route: _Route, query: Mapping[str, str], dry_run: bool) -> _Response:
+        propagation = query.get("propagationPolicy") or "Background"
+        with self._lock:
+            matching = list(self._matching(route, query))
+            items = []
+            for key, obj in matching:
+                if dry_run:
+                    items.append(copy.deepcopy(obj))
+                    continue
+                pending = self._delete_one(route.rtype, key, propagation)
+                items.append(copy.deepcopy(pending if pending is not None else obj))
+            return _Response(200, self._list_doc(route, items))
+
+    @staticmethod
+    def _deleted_status(rtype: ResourceType, obj: JSON) -> JSON:
+        meta = obj["metadata"]
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": meta["name"], "group": rtype.group, "kind": rtype.plural, "uid": meta["uid"]},
+        }
+
+    # --------------------------------------------------------------------------------------- storage
+
+    @staticmethod
+    def _key(rtype: ResourceType, meta: Mapping[str, Any]) -> tuple[str, str, str]:
+        return (rtype.plural, (meta.get("namespace") or "") if rtype.namespaced else "", meta.get("name") or "")
+
+    def _type_of(self, obj: Mapping[str, Any]) -> ResourceType:
+        api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+        group, _, version = api_version.rpartition("/")
+        for rtype in self._served.get((group, version), {}).values():
+            if rtype.kind == kind:
+                return rtype
+        raise ValueError(f"{api_version} {kind} is not served by this FakeApiServer")
+
+    def _generate_name(self, rtype: ResourceType, namespace: str, prefix: str) -> str:
+        while True:
+            suffix = "".join(self._random.choice(_NAME_ALPHABET) for _ in range(5))
+            name = prefix[:_MAX_GENERATED_PREFIX] + suffix
+            if (rtype.plural, namespace, name) not in self._objects:
+                return name
+
+    @staticmethod
+    def _carry_server_metadata(new: JSON, old: JSON) -> None:
+        meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
+        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        meta.pop("managedFields", None)
+        spec_changed = new.get("spec") != old.get("spec")
+        meta["generation"] = int(old_meta.get("generation") or 1) + (1 if spec_changed else 0)
+
+    def _commit_put(self, rtype: ResourceType, key: tuple[str, str, str], obj: JSON, old: JSON | None) -> JSON:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._objects[key] = obj
+        self._emit(rtype, "MODIFIED" if old is not None else "ADDED", obj, old)
+        return obj
+
+    def _delete_one(self, rtype: ResourceType, key: tuple[str, str, str], propagation: str) -> JSON | None:
+        """Delete, or only mark for deletion when finalizers remain; returns the object if it remains."""
+        obj = self._objects[key]
+        if not obj["metadata"].get("finalizers"):
+            self._commit_delete(rtype, key, propagation)
+            return None
+        if obj["metadata"].get("deletionTimestamp"):
+            return obj
+        marked = copy.deepcopy(obj)
+        marked["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=0)
+        return self._commit_put(rtype, key, marked, obj)
+
+    def _commit_delete(
+        self, rtype: ResourceType, key: tuple[str, str, str], propagation: str, final: JSON | None = None
+    ) -> JSON:
+        obj = copy.deepcopy(final) if final is not None else self._objects[key]
+        del self._objects[key]
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._emit(rtype, "DELETED", obj, None)
+        if propagation != "Orphan":
+            self._collect_garbage(obj["metadata"]["uid"])
+        return obj
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        live = {o["metadata"]["uid"] for o in self._objects.values()}
+        for key, obj in sorted(self._objects.items()):
+            if key not in self._objects:
+                continue
+            owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
+            if owner_uid in owners and not owners & live:
+                self._delete_one(_TYPES[key[0]], key, "Background")
+
+    def _emit(self, rtype: ResourceType, kind: str, obj: JSON, old: JSON | None) -> None:
+        event = _Event(self._rv, rtype.plural, kind, copy.deepcopy(obj), copy.deepcopy(old))
+        self._history.append(event)
+        for watcher in self._watchers:
+            watcher.deliver(event)
+
+    # ------------------------------------------------------------------------------------- validation
+
+    def _validation_errors(self, rtype: ResourceType, obj: JSON) -> list[val.FieldError]:
+        version = _version_of(obj.get("apiVersion", ""))
+        errors = val.validate_metadata(obj.get("metadata") or {}, rtype.namespaced)
+        if rtype is RESOURCE_SLICES:
+            errors += val.validate_resource_slice(obj, version, self.minor)
+        elif rtype is DEVICE_CLASSES:
+            errors += val.validate_device_class(obj)
+        elif rtype is RESOURCE_CLAIMS:
+            errors += val.validate_resource_claim(obj, version)
+        try:
+            kubernetes_validate.validate(obj, self._validate_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            errors.append(val.FieldError(_json_path(list(exc.absolute_path)), "Schema", None, str(exc.message)))
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(val.FieldError("<root>", "Schema", None, str(exc.message)))
+        return errors
+
+    def _invalid(self, rtype: ResourceType, obj: Mapping[str, Any], errors: list[val.FieldError]) -> ApiFailure:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+        return ApiFailure(
+            422,
+            f'{rtype.qualified_kind} "{name}" is invalid: {text}',
+            details={
+                "name": name,
+                "group": rtype.group,
+                "kind": rtype.kind,
+                "causes": [{"reason": e.reason, "message": str(e), "field": e.field} for e in errors],
+            },
+        )
+
+    def _raise_direct(self, rtype: ResourceType, obj: JSON) -> None:
+        errors = self._validation_errors(rtype, obj)
+        if errors:
+            raise ValueError(self._invalid(rtype, obj, errors).message)
+
+    def _conflict(self, route: _Route) -> ApiFailure:
+        return ApiFailure(
+            409,
+            f'Operation cannot be fulfilled on {route.rtype.group_resource} "{route.name}": the object has been '
+            "modified; please apply your changes to the latest version and try again",
+            reason="Conflict",
+            details={"name": route.name, "group": route.rtype.group, "kind": route.rtype.plural},
+        )

@@ -1,0 +1,368 @@
+"""The DRA driver against an in-process API server and the kubelet's DRA calls over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from lightkube import AsyncClient
+
+from dra import claim_preparer
+from dra.daemon import DraDriver, DraSettings
+from dra.prepared_claims import PreparedClaims
+from kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
+from kubeletapi.kubelet_paths import KubeletPaths
+from sharing.inputs import InventoryInputs, load_inventory
+from sharing.live_inventory import LiveInventory
+from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
+
+NODE = "node-a"
+DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fgdra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer("1.36").start()
+    server.add_node(NODE)
+    try:
+        yield server
+    finally:
+        server.stop()
+        # A request cut off by the driver's shutdown arrives with no body; anything else is a real rejection.
+        rejected = [r for r in server.rejections if r.body]
+        assert rejected == [], "the driver sent an object the API server rejected"
+        assert server.errors == []
+
+
+DriverFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
+    drivers: list[DraDriver] = []
+
+    async def make(
+        server: FakeApiServer,
+        gpus: str = "2xh100-80gb",
+        *,
+        layout: str | None = None,
+        mig_mode: str = "static",
+        minor: int | None = None,
+        resync: float = 30.0,
+    ) -> DraDriver:
+        inputs = InventoryInputs(node_name=NODE, gpus=(gpus,), mig_layout=layout)
+        live = LiveInventory(load_inventory(inputs))
+        settings = DraSettings(
+            cdi_root=root / "cdi",
+            mig_mode=mig_mode,  # type: ignore[arg-type]
+            server_minor=minor,
+            resync_interval=resync,
+        )
+        driver = DraDriver(
+            live,
+            KubeletPaths(root / "kubelet"),
+            settings,
+            lambda: AsyncClient(config=server.lightkube_config(), trust_env=False),
+        )
+        drivers.append(driver)
+        await driver.start()
+        await driver.wait_published()
+        return driver
+
+    yield make
+    for d in drivers:
+        await d.stop()
+
+
+def slices(server: FakeApiServer) -> list[dict[str, Any]]:
+    return [s for s in server.objects("resourceslices") if s["spec"]["driver"] == DRIVER]
+
+
+def devices(server: FakeApiServer) -> list[str]:
+    return sorted(d["name"] for s in slices(server) for d in s["spec"].get("devices", []))
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+# --- publishing --------------------------------------------------------------------------------------
+
+
+async def test_publishes_valid_slices_owned_by_the_node(apiserver, make_driver):
+    await make_driver(apiserver, "8xh100-80gb")
+    (only,) = slices(apiserver)
+    assert only["apiVersion"] == "resource.k8s.io/v1"
+    assert only["metadata"]["name"].startswith(f"00000-{DRIVER}-{NODE}-")
+    owner = only["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("Node", NODE, True)
+    assert owner["uid"] == apiserver.get_object("nodes", NODE)["metadata"]["uid"]
+    assert only["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    assert devices(apiserver) == [f"gpu-{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize(("minor", "expected_slices"), [(34, 8), (35, 9), (36, 9)])
+async def test_dynamic_mig_layout_per_server_version(root, make_driver, minor, expected_slices):
+    server = FakeApiServer(f"1.{minor}", feature_gates={"DRAPartitionableDevices": True}).start()
+    try:
+        server.add_node(NODE)
+        driver = await make_driver(server, "8xa100-40gb", mig_mode="dynamic", minor=minor)
+        assert driver.publisher.stats.errors == []
+        got = slices(server)
+        assert len(got) == expected_slices
+        assert len(devices(server)) == 8 * 26
+        assert {s["spec"]["pool"]["resourceSliceCount"] for s in got} == {expected_slices}
+        assert server.rejections == []
+    finally:
+        server.stop()
+
+
+async def test_dropped_fields_are_reported_once_not_republished_forever(root, make_driver):
+    """Kubernetes 1.35 without DRAPartitionableDevices drops the counters: say so, and settle."""
+    server = FakeApiServer("1.35").start()
+    try:
+        server.add_node(NODE)
+        driver = await make_driver(server, "2xh100-80gb", mig_mode="dynamic", minor=35)
+        assert any("dropped fields" in e for e in driver.publisher.stats.errors)
+        writes = server.count("create") + server.count("update")
+        driver.publisher.request_publish()
+        await asyncio.sleep(0.3)
+        assert server.count("create") + server.count("update") == writes
+        assert driver.publisher.stats.unchanged >= 1
+    finally:
+        server.stop()
+
+
+async def test_api_version_by_discovery(root, make_driver):
+    server = FakeApiServer("1.33").start()
+    try:
+        server.add_node(NODE)
+        driver = await make_driver(server, "1xl4", minor=34)
+        assert driver.publisher.options.api_version == "resource.k8s.io/v1beta2"
+        assert {s["apiVersion"] for s in slices(server)} == {"resource.k8s.io/v1beta2"}
+    finally:
+        server.stop()
+
+
+async def test_slices_wiped_by_the_kubelet_come_back(apiserver, make_driver):
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    before = devices(apiserver)
+    apiserver.delete_direct("resourceslices", field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
+    assert slices(apiserver) == []
+    await wait_until(lambda: devices(apiserver) == before and driver.publisher.stats.publishes >= 2, 3.0)
+    assert slices(apiserver)[0]["spec"]["pool"]["generation"] == 2
+
+
+async def test_stale_slices_of_this_driver_and_node_are_removed(apiserver, make_driver):
+    driver = await make_driver(apiserver, "1xl4")
+    stale = json.loads(json.dumps(slices(apiserver)[0]))
+    stale["metadata"] = {"name": "zzzzz-stale", "ownerReferences": stale["metadata"]["ownerReferences"]}
+    apiserver.create_direct(stale)
+    other = json.loads(json.dumps(stale))
+    other["metadata"]["name"] = "other-driver"
+    other["spec"]["driver"] = "other.example.com"
+    apiserver.create_direct(other)
+    driver.publisher.request_publish()
+    await wait_until(lambda: len(slices(apiserver)) == 1, 3.0)
+    assert apiserver.get_object("resourceslices", "other-driver") is not None
+
+
+async def test_health_change_taints_the_device_and_bumps_the_generation(apiserver, make_driver):
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    gpu1 = driver.live.inventory.node.gpus[1].uuid
+    driver.live.inject_xid(gpu1, 79)
+
+    def tainted() -> bool:
+        found = {d["name"]: d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]}
+        return bool(found["gpu-1"]) and not found["gpu-0"]
+
+    await wait_until(tainted, 3.0)
+    (s,) = slices(apiserver)
+    taint = next(d for d in s["spec"]["devices"] if d["name"] == "gpu-1")["taints"][0]
+    assert (taint["key"], taint["value"], taint["effect"]) == ("gpu.nvidia.com/xid", "79", "NoSchedule")
+    assert s["spec"]["pool"]["generation"] == 2
+    driver.live.set_health(gpu1, True)
+    await wait_until(lambda: not any(d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]), 3.0)
+
+
+async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
+    """Publishing retries in the background; the kubelet plugin serves at once."""
+    server = FakeApiServer("1.36").start()
+    url_config = server.lightkube_config()
+    server.stop()
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xt4",))))
+    driver = DraDriver(
+        live,
+        KubeletPaths(root / "k"),
+        DraSettings(cdi_root=root / "cdi"),
+        lambda: AsyncClient(config=url_config, trust_env=False),
+    )
+    await driver.start()
+    try:
+        info = await get_info(Path(driver.plugin.registration_socket))
+        assert info.type == "DRAPlugin"
+    finally:
+        await driver.stop()
+
+
+# --- kubelet plugin ----------------------------------------------------------------------------------
+
+
+def claim_object(
+    name: str, device: str, *, driver: str = DRIVER, pool: str = NODE, config: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    allocation: dict[str, Any] = {
+        "devices": {"results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}]},
+        "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+        },
+    }
+    if config:
+        allocation["devices"]["config"] = config
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": allocation},
+    }
+
+
+async def test_registration_info(apiserver, make_driver, root):
+    driver = await make_driver(apiserver)
+    assert driver.plugin.registration_socket == str(root / "kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
+    info = await get_info(Path(driver.plugin.registration_socket))
+    assert (info.type, info.name) == ("DRAPlugin", DRIVER)
+    assert info.endpoint == str(root / "kubelet/plugins/gpu.nvidia.com/dra.sock")
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    assert driver.plugin.registration_service.registered is True
+
+
+async def test_prepare_and_unprepare_over_the_socket(apiserver, make_driver, root):
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    claim = apiserver.create_direct(claim_object("c1", "gpu-1"))
+    uid = claim["metadata"]["uid"]
+    ref = ("default", "c1", uid)
+    response = await prepare(driver.plugin.dra_socket, [ref])
+    result = response.claims[uid]
+    assert result.error == ""
+    (device,) = result.devices
+    assert (device.pool_name, device.device_name, list(device.request_names)) == (NODE, "gpu-1", ["gpu"])
+    assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={uid}-gpu-1"]
+    spec_file = root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
+    spec = json.loads(spec_file.read_text())
+    assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
+    gpu1 = driver.live.inventory.node.gpus[1].uuid
+    assert spec["devices"] == [{"name": f"{uid}-gpu-1", "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={gpu1}"]}}]
+    again = await prepare(driver.plugin.dra_socket, [ref])
+    assert again.claims[uid] == result, "prepare is idempotent"
+    assert driver.preparer.prepares == 1
+    done = await unprepare(driver.plugin.dra_socket, [ref])
+    assert done.claims[uid].error == ""
+    assert not spec_file.exists()
+    assert PreparedClaims.in_dir(root / "kubelet/plugins/gpu.nvidia.com").load() == {}
+    assert (await unprepare(driver.plugin.dra_socket, [ref])).claims[uid].error == ""
+
+
+async def test_every_claim_gets_an_answer(apiserver, make_driver):
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    good = apiserver.create_direct(claim_object("good", "gpu-0"))["metadata"]["uid"]
+    foreign = apiserver.create_direct(claim_object("foreign", "gpu-9"))["metadata"]["uid"]
+    response = await prepare(
+        driver.plugin.dra_socket,
+        [
+            ("default", "good", good),
+            ("default", "missing", "1234"),
+            ("default", "foreign", foreign),
+            ("default", "good", "wrong-uid"),
+        ],
+    )
+    assert set(response.claims) == {good, "1234", foreign, "wrong-uid"}
+    assert response.claims[good].error == ""
+    assert response.claims["1234"].error == "claim default/missing not found"
+    assert "gpu-9" in response.claims[foreign].error
+    assert "got replaced" in response.claims["wrong-uid"].error
+
+
+async def test_static_mig_claim_and_v1beta1(apiserver, make_driver):
+    driver = await make_driver(apiserver, "1xh100-80gb", layout="all-3g.40gb")
+    names = devices(apiserver)
+    assert names == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
+    uid = apiserver.create_direct(claim_object("m", names[1]))["metadata"]["uid"]
+    response = await prepare_v1beta1(driver.plugin.dra_socket, [("default", "m", uid)])
+    assert response.claims[uid].error == ""
+    assert [d.device_name for d in response.claims[uid].devices] == [names[1]]
+
+
+async def test_restart_between_prepare_started_and_completed(apiserver, make_driver, root, monkeypatch):
+    """A crash after PrepareStarted: the next start rolls the claim back; preparing again works and the
+    CDI files and the checkpoint agree."""
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise OSError("simulated crash while writing the CDI spec")
+
+    monkeypatch.setattr(claim_preparer, "write_spec", crash)
+    response = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    assert "simulated crash" in response.claims[uid].error
+    checkpoint = PreparedClaims.in_dir(root / "kubelet/plugins/gpu.nvidia.com")
+    assert [c.uid for c in checkpoint.load().values() if not c.completed] == [uid]
+    await driver.stop()
+    monkeypatch.undo()
+
+    restarted = await make_driver(apiserver, "2xh100-80gb")
+    assert checkpoint.load() == {}
+    response = await prepare(restarted.plugin.dra_socket, [("default", "c", uid)])
+    assert response.claims[uid].error == ""
+    stored = checkpoint.load()
+    assert [c.uid for c in stored.values() if c.completed] == [uid]
+    assert sorted(p.name for p in (root / "cdi").iterdir()) == [f"k8s.gpu.nvidia.com-claim_{uid}.json"]
+
+
+async def test_health_stream_pushes_changes(apiserver, make_driver):
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        stream = health_stream(channel)
+        first = await stream.read()
+        assert isinstance(first, health_pb2.NodeWatchResourcesResponse)
+        assert [(d.device.device_name, d.health) for d in first.devices] == [
+            ("gpu-0", health_pb2.HEALTHY),
+            ("gpu-1", health_pb2.HEALTHY),
+        ]
+        driver.live.inject_xid("1", 79)
+        second = await asyncio.wait_for(stream.read(), 2.0)
+        assert isinstance(second, health_pb2.NodeWatchResourcesResponse)
+        assert [(d.device.device_name, d.health, d.message) for d in second.devices] == [
+            ("gpu-0", health_pb2.HEALTHY, ""),
+            ("gpu-1", health_pb2.UNHEALTHY, "XID 79"),
+        ]
+        stream.cancel()
+
+
+async def test_deleted_sockets_are_served_again(apiserver, make_driver):
+    driver = await make_driver(apiserver)
+    Path(driver.plugin.registration_socket).unlink()
+    driver.plugin.dra_socket.unlink()
+    await wait_until(lambda: Path(driver.plugin.registration_socket).exists() and driver.plugin.dra_socket.exists())
+    info = await get_info(Path(driver.plugin.registration_socket))
+    assert info.name == DRIVER
