@@ -165,7 +165,8 @@ def _run(args: argparse.Namespace) -> int:
             server_minor=args.server_version,
             api_version=args.resource_api_version,
         )
-        return asyncio.run(run_dra_daemon(inputs, KubeletPaths(args.kubelet_dir), settings))
+        paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
+        return asyncio.run(run_dra_daemon(inputs, paths, settings))
     node = load_node(inputs)
     if args.command == "slices":
         sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))

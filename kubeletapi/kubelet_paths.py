@@ -1,5 +1,8 @@
-"""Where the kubelet keeps its sockets, relative to its ``--root-dir`` (default /var/lib/kubelet);
-every path is derived from the root so a kubelet with another ``--root-dir`` works too."""
+"""Where the kubelet keeps its sockets, relative to its ``--root-dir`` (default /var/lib/kubelet).
+
+Every path follows the root so a kubelet with another ``--root-dir`` works too; the registry and
+plugin directories can also be set on their own (DaemonSets sometimes mount them elsewhere).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ KUBELET_SOCKET = "kubelet.sock"
 @dataclass(frozen=True)
 class KubeletPaths:
     root: Path = DEFAULT_ROOT
+    registry_dir: Path | None = None
+    plugins_dir: Path | None = None
 
     @property
     def device_plugins(self) -> Path:
@@ -24,11 +29,11 @@ class KubeletPaths:
 
     @property
     def plugins_registry(self) -> Path:
-        return self.root / "plugins_registry"
+        return self.registry_dir or self.root / "plugins_registry"
 
     @property
     def plugins(self) -> Path:
-        return self.root / "plugins"
+        return self.plugins_dir or self.root / "plugins"
 
     def dra_socket(self, driver: str) -> Path:
         """``plugins/<driver>/dra.sock``: where a DRA driver serves the kubelet."""
@@ -36,8 +41,3 @@ class KubeletPaths:
 
     def dra_plugin_dir(self, driver: str) -> Path:
         return self.plugins / driver
-
-
-def unix_target(path: Path) -> str:
-    """gRPC target for a Unix socket path (absolute, so ``unix://`` + path has three slashes)."""
-    return f"unix://{path.resolve() if not path.is_absolute() else path}"

@@ -366,3 +366,68 @@ async def test_deleted_sockets_are_served_again(apiserver, make_driver):
     await wait_until(lambda: Path(driver.plugin.registration_socket).exists() and driver.plugin.dra_socket.exists())
     info = await get_info(Path(driver.plugin.registration_socket))
     assert info.name == DRIVER
+
+
+async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, root):
+    driver = await make_driver(apiserver, "1xh100-80gb")
+    config = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpu"],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {
+                        "strategy": "MPS",
+                        "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"},
+                    },
+                },
+            },
+        }
+    ]
+    uid = apiserver.create_direct(claim_object("mps", "gpu-0", config=config))["metadata"]["uid"]
+    response = await prepare(driver.plugin.dra_socket, [("default", "mps", uid)])
+    assert response.claims[uid].error == ""
+    spec = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    gpu0 = driver.live.inventory.node.gpus[0].uuid
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env
+    assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={gpu0}=10240M" in env
+    bad = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "Magic"},
+                },
+            },
+        }
+    ]
+    bad_uid = apiserver.create_direct(claim_object("bad", "gpu-0", config=bad))["metadata"]["uid"]
+    response = await prepare(driver.plugin.dra_socket, [("default", "bad", bad_uid)])
+    assert "Magic" in response.claims[bad_uid].error
+
+
+async def test_registry_and_plugin_dirs_are_configurable(apiserver, root):
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xt4",))))
+    paths = KubeletPaths(root / "k", registry_dir=root / "reg", plugins_dir=root / "plg")
+    driver = DraDriver(
+        live,
+        paths,
+        DraSettings(cdi_root=root / "cdi"),
+        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+    )
+    await driver.start()
+    try:
+        assert (root / "reg" / "gpu.nvidia.com-reg.sock").exists()
+        assert (root / "plg" / "gpu.nvidia.com" / "dra.sock").exists()
+        info = await get_info(root / "reg" / "gpu.nvidia.com-reg.sock")
+        assert info.endpoint == str(root / "plg" / "gpu.nvidia.com" / "dra.sock")
+    finally:
+        await driver.stop()

@@ -1,0 +1,98 @@
+"""On a real cluster: publish a node's dynamic-MIG slices and let the real scheduler allocate a claim.
+
+Needs a 1.34+ cluster with DRA (and DRAPartitionableDevices before 1.36) and permission to create
+ResourceSlices, DeviceClasses, ResourceClaims and Pods. The pod is never started on a real GPU: it
+targets the first node and is deleted after the scheduler allocated the claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
+
+from dra.device_classes import device_classes
+from dra.resource_slices import SliceOptions
+from dra.slice_publisher import SlicePublisher
+from sharing.inputs import InventoryInputs, load_inventory
+from sharing.live_inventory import LiveInventory
+
+
+async def test_scheduler_allocates_a_mig_device_from_our_pool():
+    client = AsyncClient()
+    names = [n.metadata.name async for n in client.list(Node) if n.metadata]
+    node_name = str(names[0])
+    driver = f"e2e-{uuid.uuid4().hex[:6]}.fakegpu.example.com"
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=node_name, gpus=("1xh100-80gb",))))
+    publisher = SlicePublisher(client, live, SliceOptions(driver=driver, mig_mode="dynamic"))
+    classes: list[Any] = [DeviceClass.from_dict(c) for c in device_classes(driver)]
+    claim_name = f"fakegpu-e2e-{uuid.uuid4().hex[:6]}"
+    await publisher.start()
+    try:
+        for c in classes:
+            c.metadata.name = f"{c.metadata.name}.{driver}"
+            await client.create(c)
+        mig_class = classes[1].metadata.name
+        claim: Any = ResourceClaim.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": claim_name, "namespace": "default"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "mig",
+                                "exactly": {
+                                    "deviceClassName": mig_class,
+                                    "selectors": [
+                                        {"cel": {"expression": f"device.attributes['{driver}'].profile == '1g.10gb'"}}
+                                    ],
+                                },
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+        await client.create(claim)
+        pod: Any = Pod.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": claim_name, "namespace": "default"},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node_name},
+                    "resourceClaims": [{"name": "mig", "resourceClaimName": claim_name}],
+                    "containers": [
+                        {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "mig"}]}}
+                    ],
+                },
+            }
+        )
+        await client.create(pod)
+        for _ in range(60):
+            got: Any = await client.get(ResourceClaim, claim_name, namespace="default")
+            if got.status and got.status.allocation:
+                (result,) = got.status.allocation.devices.results
+                assert result.driver == driver and result.pool == node_name
+                assert result.device.startswith("gpu-0-mig-1g10gb-")
+                return
+            await asyncio.sleep(1)
+        raise AssertionError("the scheduler did not allocate the claim within 60 s")
+    finally:
+        for kind, name, ns in ((Pod, claim_name, "default"), (ResourceClaim, claim_name, "default")):
+            with contextlib.suppress(ApiError):
+                await client.delete(kind, name, namespace=ns)
+        for c in classes:
+            with contextlib.suppress(ApiError):
+                await client.delete(DeviceClass, c.metadata.name)
+        await publisher.delete_all()
+        await publisher.stop()
+        await client.close()
