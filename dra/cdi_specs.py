@@ -18,14 +18,14 @@ as most claim UIDs do).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
+
+from kubeletapi.atomic_files import atomic_write
 
 CLAIM_CLASS: Final = "claim"
 DEFAULT_DRIVER: Final = "gpu.nvidia.com"
@@ -281,33 +281,6 @@ def validate_spec(spec: Any) -> None:
 
 
 # --- files ----------------------------------------------------------------------------------------------
-
-
-def atomic_write(path: Path, blob: bytes, mode: int) -> None:
-    """Write via a temp file in the same directory + fsync + rename, so readers never see a torn file.
-
-    The temp name starts with ``.`` and ends in ``.tmp`` so a CDI runtime scanning the directory (it
-    loads ``*.json``/``*.yaml`` only) never picks up a half-written spec. Shared with the checkpoint.
-    """
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            os.fchmod(tmp.fileno(), mode)
-            tmp.write(blob)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    # Make the rename itself durable; best effort where directories cannot be opened.
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def _inside(cdi_root: Path, file_name: str) -> Path:

@@ -37,6 +37,7 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
 from dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
+from dra.resource_slices import canonical_mig_name
 from sharing.catalog import GpuModel, MigProfile
 from sharing.identifiers import mig_uuid
 from sharing.node import Node, PhysicalGpu
@@ -98,14 +99,13 @@ class PublishedDevice:
 
 
 def gpu_device_name(index: int) -> str:
-    """NVIDIA's full-GPU device name (the index is the device minor)."""
+    """NVIDIA's full-GPU device name (the index is the device minor); the slices use the same rule."""
     return f"gpu-{index}"
 
 
 def mig_device_name(gpu_index: int, model: GpuModel, profile: MigProfile, start: int) -> str:
     """NVIDIA's canonical MIG device name, e.g. ``gpu-0-mig-1g10gb-19-3`` (GI profile 19, slice 3)."""
-    compact = profile.name.replace(".", "").replace("+", "")
-    return f"gpu-{gpu_index}-mig-{compact}-{model.profile_id(profile)}-{start}"
+    return canonical_mig_name(gpu_index, model, profile, start)
 
 
 def _full_gpu_with_dynamic_mig(gpu: PhysicalGpu) -> bool:

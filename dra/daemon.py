@@ -28,6 +28,7 @@ from dra.prepared_claims import PreparedClaims
 from dra.published_health import device_health
 from dra.resource_slices import SliceOptions
 from dra.slice_publisher import SlicePublisher
+from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
@@ -122,9 +123,7 @@ class DraDriver:
             await asyncio.wait_for(asyncio.shield(self._publish_task), timeout)
 
     async def stop(self) -> None:
-        if self._publish_task is not None:
-            self._publish_task.cancel()
-            await asyncio.wait([self._publish_task], timeout=2.0)
+        await cancel_and_wait([self._publish_task])
         await self.publisher.stop()
         self.health.stop_streams()
         await self.plugin.stop()

@@ -8,12 +8,12 @@ services (v1 first: the kubelet takes the first it supports). Sockets that vanis
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 import grpc
 
+from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from kubeletapi.socket_server import SocketServer
@@ -60,11 +60,8 @@ class DraKubeletPlugin:
 
     async def stop(self) -> None:
         """Remove both sockets: a kubelet keeps dialling a stale DRA socket (kubernetes#132660)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         await self._registration.stop()
         await self._dra.stop()
 

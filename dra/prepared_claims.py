@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from dra.cdi_specs import atomic_write
 from dra.claim_devices import ClaimPreparation, PreparedResult
+from kubeletapi.atomic_files import atomic_write
 
 CHECKPOINT_FILE: Final = "checkpoint.json"
 CHECKPOINT_MODE: Final = 0o600

@@ -107,15 +107,19 @@ def device_name_gpu(gpu: PhysicalGpu) -> str:
     return f"gpu-{gpu.minor}"
 
 
-def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
+def canonical_mig_name(minor: int, model: GpuModel, profile: MigProfile, start: int) -> str:
     """NVIDIA's canonical MIG name ``gpu-<minor>-mig-<profile without . and +>-<GI profile ID>-<start>``.
 
     Placement is part of the name, so every (profile, start) pair is a distinct, stable device."""
     compact = re.sub(r"[^a-z0-9]", "", profile.name.lower())
-    name = f"gpu-{gpu.minor}-mig-{compact}-{gpu.model.profile_id(profile)}-{start}"
+    name = f"gpu-{minor}-mig-{compact}-{model.profile_id(profile)}-{start}"
     if len(name) > DNS_LABEL_MAX or not _DNS_LABEL.match(name):
         raise ValueError(f"MIG device name {name!r} is not a DNS label of at most 63 characters")
     return name
+
+
+def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
+    return canonical_mig_name(gpu.minor, gpu.model, profile, start)
 
 
 def counter_set_name(gpu: PhysicalGpu) -> str:

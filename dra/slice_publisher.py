@@ -24,6 +24,7 @@ from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.resources.core_v1 import Node
 
 from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from kubeletapi.background_tasks import cancel_and_wait
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -230,10 +231,7 @@ class SlicePublisher:
     async def stop(self) -> None:
         """Cancel the loops; a watch stuck on a dead connection must not hold shutdown (2 s at most)."""
         self._unsubscribe()
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=2.0)
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     def request_publish(self) -> None:

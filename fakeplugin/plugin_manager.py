@@ -9,7 +9,6 @@ running inventory serving and records the error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from typing import Literal
 
 from fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
 from fakeplugin.resource_server import ResourceServer
+from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from kubeletapi.unix_socket import identity
@@ -84,11 +84,8 @@ class PluginManager:
         self._task = asyncio.create_task(self._watch(), name="fakegpu-plugin-watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         async with self._lock:
             for name in list(self.servers):
                 await self._stop_one(name)

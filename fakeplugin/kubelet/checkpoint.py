@@ -25,14 +25,13 @@ state (no entries -> nil slice, every other list/map/bytes non-nil).
 
 import base64
 import binascii
-import contextlib
 import json
-import os
 import pathlib
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Final
+
+from kubeletapi.atomic_files import atomic_write
 
 CHECKPOINT_NAME: Final = "kubelet_internal_checkpoint"
 
@@ -341,26 +340,7 @@ def loads(text: str, source: str) -> CheckpointData:
 
 def write_atomically(path: pathlib.Path, data: CheckpointData) -> None:
     """Write via a 0600 temp file in the same directory + fsync + rename, so readers never see a torn file."""
-    blob = dumps(data).encode("utf-8")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            os.fchmod(tmp.fileno(), 0o600)
-            tmp.write(blob)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    # Make the rename itself durable; best effort where directories cannot be opened.
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    atomic_write(path, dumps(data).encode("utf-8"), 0o600)
 
 
 def read(path: pathlib.Path) -> CheckpointData | None:

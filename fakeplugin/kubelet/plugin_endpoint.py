@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
 
+from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,8 @@ class PluginEndpoint:
 
     async def close(self) -> None:
         self.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

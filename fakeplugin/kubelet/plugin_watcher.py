@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 
+from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.pluginregistration.v1 import api_pb2, api_pb2_grpc
 from kubeletapi.unix_socket import identity
 
@@ -54,11 +55,8 @@ class PluginWatcher:
         self._task = asyncio.create_task(self._run(), name="plugin-watcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         self.known.clear()
 
     async def _run(self) -> None:
