@@ -19,6 +19,7 @@ from kubeletapi.dra.v1 import api_pb2 as v1
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
 from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from kubeletapi.injected_faults import apply_fault
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
         request: v1.NodePrepareResourcesRequest,
         context: grpc.aio.ServicerContext[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse],
     ) -> v1.NodePrepareResourcesResponse:
+        await apply_fault(self.preparer.live.faults, "NodePrepareResources", self.preparer.driver, context)
         response = v1.NodePrepareResourcesResponse()
         for uid, (results, error) in (await prepare_all(self.preparer, _refs(request.claims))).items():
             entry = response.claims[uid]
@@ -78,6 +80,7 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
         request: v1.NodeUnprepareResourcesRequest,
         context: grpc.aio.ServicerContext[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse],
     ) -> v1.NodeUnprepareResourcesResponse:
+        await apply_fault(self.preparer.live.faults, "NodeUnprepareResources", self.preparer.driver, context)
         response = v1.NodeUnprepareResourcesResponse()
         for uid, error in (await unprepare_all(self.preparer, _refs(request.claims))).items():
             response.claims[uid].error = error
@@ -93,6 +96,7 @@ class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
         request: v1beta1.NodePrepareResourcesRequest,
         context: grpc.aio.ServicerContext[v1beta1.NodePrepareResourcesRequest, v1beta1.NodePrepareResourcesResponse],
     ) -> v1beta1.NodePrepareResourcesResponse:
+        await apply_fault(self.preparer.live.faults, "NodePrepareResources", self.preparer.driver, context)
         response = v1beta1.NodePrepareResourcesResponse()
         for uid, (results, error) in (await prepare_all(self.preparer, _refs(request.claims))).items():
             entry = response.claims[uid]
@@ -110,6 +114,7 @@ class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
             v1beta1.NodeUnprepareResourcesRequest, v1beta1.NodeUnprepareResourcesResponse
         ],
     ) -> v1beta1.NodeUnprepareResourcesResponse:
+        await apply_fault(self.preparer.live.faults, "NodeUnprepareResources", self.preparer.driver, context)
         response = v1beta1.NodeUnprepareResourcesResponse()
         for uid, error in (await unprepare_all(self.preparer, _refs(request.claims))).items():
             response.claims[uid].error = error

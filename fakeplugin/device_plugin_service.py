@@ -18,6 +18,7 @@ from fakeplugin.allocation_error import AllocationError
 from fakeplugin.preferred_allocation import preferred_allocation
 from kubeletapi.change_stream import state_changes
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kubeletapi.injected_faults import apply_fault
 from sharing.inventory import Resource
 from sharing.live_inventory import LiveInventory
 
@@ -58,6 +59,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         """End every ListAndWatch stream cleanly, as NVIDIA's plugin does when it stops."""
         self._stopping.set()
 
+    def end_streams(self) -> int:
+        """End the open ListAndWatch streams but keep serving (a fault: the kubelet sees EOF)."""
+        open_streams = self.streams
+        ended, self._stopping = self._stopping, asyncio.Event()
+        ended.set()
+        return open_streams
+
     def _resource(self) -> Resource:
         resource = self.live.resource(self.resource_name)
         if resource is not None:
@@ -78,6 +86,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.DevicePluginOptions]
     ) -> api_pb2.DevicePluginOptions:
         self._record("GetDevicePluginOptions", ())
+        await apply_fault(self.live.faults, "GetDevicePluginOptions", self.resource_name, context)
         return self.options
 
     async def ListAndWatch(
@@ -85,8 +94,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.Empty,
         context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.ListAndWatchResponse],
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        self.streams += 1
         self._record("ListAndWatch", ())
+        await apply_fault(self.live.faults, "ListAndWatch", self.resource_name, context)
+        self.streams += 1
         last = None
         try:
             async for _ in state_changes(self.live, self._stopping):
@@ -103,6 +113,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.PreferredAllocationRequest,
         context: grpc.aio.ServicerContext[api_pb2.PreferredAllocationRequest, api_pb2.PreferredAllocationResponse],
     ) -> api_pb2.PreferredAllocationResponse:
+        await apply_fault(self.live.faults, "GetPreferredAllocation", self.resource_name, context)
         resource = self._resource()
         inventory = self.live.inventory
         responses = []
@@ -130,6 +141,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.AllocateRequest,
         context: grpc.aio.ServicerContext[api_pb2.AllocateRequest, api_pb2.AllocateResponse],
     ) -> api_pb2.AllocateResponse:
+        await apply_fault(self.live.faults, "Allocate", self.resource_name, context)
         resource = self._resource()
         inventory = self.live.inventory
         responses = []
@@ -150,4 +162,5 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.PreStartContainerResponse:
         # NVIDIA's plugin answers every PreStartContainer with an empty response.
         self._record("PreStartContainer", list(request.devices_ids))
+        await apply_fault(self.live.faults, "PreStartContainer", self.resource_name, context)
         return api_pb2.PreStartContainerResponse()

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
+from sharing.faults import FaultPlan
 from sharing.health import HEALTHY, UNHEALTHY, XidPolicy
 from sharing.inventory import Device, Inventory, Resource
 
@@ -34,6 +35,7 @@ class LiveInventory:
         self._view = inventory
         self.generation = 0
         self.xid_policy = xid_policy or XidPolicy()
+        self.faults = FaultPlan()
 
     @property
     def inventory(self) -> Inventory:

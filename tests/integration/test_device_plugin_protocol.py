@@ -341,3 +341,35 @@ async def test_failed_preferred_allocation_gives_the_kubelets_text(fakegpu_node,
         "rpc error: code = Unknown desc = error getting list of preferred allocation devices: unable to get "
         "device link information, which is unexpected"
     )
+
+
+async def test_injected_allocate_failures_then_recovery(fakegpu_node):
+    node = await fakegpu_node("2xt4")
+    node.live.faults.inject("Allocate", times=2, code="UNAVAILABLE", message="driver busy")
+    for uid in ("a", "b"):
+        pod = await node.run_pod(uid, {"c": {GPU: 1}})
+        assert pod.message == (
+            "Pod was rejected: Allocate failed due to rpc error: code = Unavailable desc = driver busy, which is "
+            "unexpected"
+        )
+    assert (await node.run_pod("c", {"c": {GPU: 1}})).admitted
+    assert node.live.faults.fired == [("Allocate", "failed with UNAVAILABLE")] * 2
+
+
+async def test_injected_delay_on_preferred_allocation(fakegpu_node):
+    node = await fakegpu_node("2xt4")
+    node.live.faults.inject("GetPreferredAllocation", delay=0.3)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert (await node.run_pod("p", {"c": {GPU: 1}})).admitted
+    assert loop.time() - started >= 0.3
+
+
+async def test_ended_streams_leave_the_resource_unallocatable(fakegpu_node):
+    """NVIDIA #368: 'ListAndWatch ended unexpectedly' -> every device unhealthy until re-registration."""
+    node = await fakegpu_node("2xt4")
+    assert node.plugins.servers[GPU].service.end_streams() == 1
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0)
+    assert node.capacity() == {GPU: 2}
+    await node.restart_kubelet()
+    assert node.allocatable() == {GPU: 2}

@@ -431,3 +431,13 @@ async def test_registry_and_plugin_dirs_are_configurable(apiserver, root):
         assert info.endpoint == str(root / "plg" / "gpu.nvidia.com" / "dra.sock")
     finally:
         await driver.stop()
+
+
+async def test_injected_prepare_failure_is_a_grpc_error(apiserver, make_driver):
+    driver = await make_driver(apiserver, "1xt4")
+    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    driver.live.faults.inject("NodePrepareResources", code="UNAVAILABLE", message="injected outage")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE, "injected outage")
+    assert (await prepare(driver.plugin.dra_socket, [("default", "c", uid)])).claims[uid].error == ""
