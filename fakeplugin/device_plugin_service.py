@@ -19,6 +19,7 @@ from fakeplugin.preferred_allocation import preferred_allocation
 from kubeletapi.change_stream import state_changes
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from kubeletapi.injected_faults import apply_fault
+from sharing.bug_modes import OFF_THE_BUS_XID
 from sharing.inventory import Resource
 from sharing.live_inventory import LiveInventory
 
@@ -31,6 +32,25 @@ def device_message(resource: Resource) -> api_pb2.ListAndWatchResponse:
         topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=d.numa)]) if d.numa is not None else None
         devices.append(api_pb2.Device(ID=d.id, health=d.health, topology=topology))
     return api_pb2.ListAndWatchResponse(devices=devices)
+
+
+def _lost_gpu_breaks_alignment(live: LiveInventory, resource: Resource) -> str | None:
+    """Bug-compatible NVIDIA #2038: the aligned allocator asks NVML for the links of every GPU, so one
+    GPU off the bus (XID 79) fails GetPreferredAllocation for whole-GPU requests on the node."""
+    if "preferred-allocation-fails-off-bus" not in live.bug_modes:
+        return None
+    if any(d.is_mig or d.replica is not None for d in resource.devices):
+        return None
+    unhealthy = live.unhealthy()
+    gpus = live.inventory.node.gpus
+    lost = [g.index for g in gpus if unhealthy.get(g.uuid, None) == OFF_THE_BUS_XID]
+    if not lost:
+        return None
+    other = next((g.index for g in gpus if g.index != lost[0]), lost[0])
+    return (
+        "unable to get device link information: error getting NVLink for devices "
+        f"({other}, {lost[0]}): failed to get nvlink remote pci info: failed to get nvlink state: GPU is lost"
+    )
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
@@ -116,6 +136,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         await apply_fault(self.live.faults, "GetPreferredAllocation", self.resource_name, context)
         resource = self._resource()
         inventory = self.live.inventory
+        lost = _lost_gpu_breaks_alignment(self.live, resource)
+        if lost is not None:
+            await context.abort(grpc.StatusCode.UNKNOWN, f"error getting list of preferred allocation devices: {lost}")
         responses = []
         for req in request.container_requests:
             self._record("GetPreferredAllocation", list(req.available_deviceIDs))

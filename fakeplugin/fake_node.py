@@ -7,15 +7,18 @@ over real Unix sockets exactly as a kubelet would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakeplugin.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakeplugin.kubelet.emulator import KubeletEmulator, PodResult
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from sharing.bug_modes import parse_bug_modes
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.inventory import Inventory
@@ -47,14 +50,18 @@ class FakeNode:
         pre_start_required: bool = False,
         grace_period: float = ENDPOINT_STOP_GRACE_PERIOD,
         with_kubelet: bool = True,
+        bugs: Iterable[str] = (),
     ) -> None:
         self.root = root
+        self.bug_modes = parse_bug_modes(bugs, "bugs")
+        if "random-device-ids" in self.bug_modes:
+            inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
         self.inputs = inputs
         self.kubelet = KubeletEmulator(root, grace_period=grace_period)
         self.with_kubelet = with_kubelet
         self.calls = CallLog()
         inventory = load_inventory(inputs)
-        self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+        self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), self.bug_modes)
         watch = [Path(p) for p in (inputs.config_file, inputs.node_spec, inputs.mig_config) if p]
         self.plugins = PluginManager(
             self.live,
@@ -141,6 +148,9 @@ class FakeNode:
 
     async def restart_plugins(self, timeout: float = 5.0) -> float:
         await self.plugins.stop()
+        if "random-device-ids" in self.bug_modes:
+            self.inputs = dataclasses.replace(self.inputs, id_salt=uuid.uuid4().hex)
+            self.live.replace(load_inventory(self.inputs))
         started = time.monotonic()
         await self.plugins.start()
         await self.wait_synced(timeout)

@@ -219,6 +219,10 @@ class PluginManager:
         if changed_files:
             await self.reload()
         current = identity(self.paths.kubelet_socket)
+        if "no-reregistration" in self.live.bug_modes:
+            # Bug-compatible: an old plugin that never notices a kubelet restart.
+            self._kubelet_identity = current
+            return
         if current != self._kubelet_identity:
             self._kubelet_identity = current
             if current is not None and self.registration == "kubelet":

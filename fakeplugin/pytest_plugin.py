@@ -61,6 +61,7 @@ async def _node_factory(root: Path) -> AsyncIterator[Callable[..., Awaitable[Fak
         registration: RegistrationMode = "kubelet",
         pre_start_required: bool = False,
         grace_period: float = 300.0,
+        bugs: tuple[str, ...] = (),
     ) -> FakeNode:
         sub = root / f"n{len(nodes)}"
         sub.mkdir()
@@ -83,6 +84,7 @@ async def _node_factory(root: Path) -> AsyncIterator[Callable[..., Awaitable[Fak
             registration=registration,
             pre_start_required=pre_start_required,
             grace_period=grace_period,
+            bugs=bugs,
         )
         nodes.append(node)
         await node.start()

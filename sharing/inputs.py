@@ -34,6 +34,8 @@ class InventoryInputs:
     env: Mapping[str, str] = field(default_factory=dict)
     honor_custom_resources: bool = False
     honor_sharing_rename_devices: bool = False
+    id_salt: str = ""
+    """Mixed into device identities; empty for stable IDs (only the random-device-ids bug mode sets it)."""
 
 
 def load_spec(inputs: InventoryInputs) -> tuple[NodeSpec, str]:
@@ -61,7 +63,12 @@ def load_node(inputs: InventoryInputs) -> Node:
     if not inputs.node_name:
         raise SpecError("--node-name", "node name is empty")
     return build_node(
-        spec, inputs.node_name, source=source, xid_policy=XidPolicy.from_env(inputs.env), mig_choices=choices
+        spec,
+        inputs.node_name,
+        source=source,
+        xid_policy=XidPolicy.from_env(inputs.env),
+        mig_choices=choices,
+        identity_seed=inputs.node_name + inputs.id_salt,
     )
 
 

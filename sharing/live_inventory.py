@@ -27,7 +27,9 @@ class UnknownDeviceError(KeyError):
 
 
 class LiveInventory:
-    def __init__(self, inventory: Inventory, xid_policy: XidPolicy | None = None) -> None:
+    def __init__(
+        self, inventory: Inventory, xid_policy: XidPolicy | None = None, bug_modes: frozenset[str] = frozenset()
+    ) -> None:
         self._base = inventory
         self._overrides: dict[str, str] = {}
         self._uuid_health: dict[str, tuple[bool, int | None]] = {}
@@ -36,6 +38,7 @@ class LiveInventory:
         self.generation = 0
         self.xid_policy = xid_policy or XidPolicy()
         self.faults = FaultPlan()
+        self.bug_modes = bug_modes
 
     @property
     def inventory(self) -> Inventory:
@@ -95,6 +98,13 @@ class LiveInventory:
         physical = self._physical_uuids(target)
         if not devices and not physical:
             raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
+        if not healthy and "health-one-device-per-gpu" in self.bug_modes:
+            # NVIDIA #1929: the health map keeps one device per physical GPU.
+            first_per_gpu: dict[str, Device] = {}
+            for d in devices:
+                first_per_gpu.setdefault(d.parent, d)
+            devices = list(first_per_gpu.values())
+            physical = physical[:1]
         for d in devices:
             self._overrides[d.id] = HEALTHY if healthy else UNHEALTHY
         for uuid in physical:

@@ -86,8 +86,11 @@ def build_node(
     source: str,
     xid_policy: XidPolicy | None = None,
     mig_choices: Mapping[int, MigLayoutChoice] | None = None,
+    identity_seed: str | None = None,
 ) -> Node:
-    """Resolve a node spec into GPUs with identities, placements and health."""
+    """Resolve a node spec into GPUs with identities, placements and health. Identities derive from
+    ``identity_seed`` (the node name unless a bug mode asks for fresh IDs)."""
+    seed = node_name if identity_seed is None else identity_seed
     policy = xid_policy or XidPolicy()
     choices = mig_choices or {}
     total = spec.gpu_count
@@ -123,10 +126,10 @@ def build_node(
                     f"GPU {index}: {exc}",
                     None if choice is not None else f"{where}.migDevices",
                 ) from None
-            uuid = gpu_uuid(node_name, index)
+            uuid = gpu_uuid(seed, index)
             instances = tuple(
                 MigInstance(
-                    uuid=mig_uuid(node_name, index, p.profile.name, p.start),
+                    uuid=mig_uuid(seed, index, p.profile.name, p.start),
                     profile=p.profile,
                     start=p.start,
                     gi_id=gi_id(model, p),
