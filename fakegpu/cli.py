@@ -27,6 +27,7 @@ from fakeplugin.demo import run_demo
 from fakeplugin.kubelet.daemon import run_kubelet
 from kubeletapi.kubelet_paths import DEFAULT_ROOT, KubeletPaths
 from kubeletapi.unix_socket import SocketPathError
+from sharing.bug_modes import BUG_MODES, BugModeError, parse_bug_modes
 from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node
@@ -61,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         "--pre-start-required",
         action="store_true",
         help="ask the kubelet to call PreStartContainer before each container start",
+    )
+    plugin.add_argument(
+        "--bug-compat",
+        action="append",
+        default=[],
+        metavar="MODE",
+        help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
     )
 
     kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
@@ -154,7 +162,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "plugin":
         paths = KubeletPaths(args.kubelet_dir)
         return asyncio.run(
-            run_plugin_daemon(inputs, paths, registration=args.registration, pre_start_required=args.pre_start_required)
+            run_plugin_daemon(
+                inputs,
+                paths,
+                registration=args.registration,
+                pre_start_required=args.pre_start_required,
+                bug_modes=parse_bug_modes(args.bug_compat),
+            )
         )
     if args.command == "dra":
         settings = DraSettings(
@@ -194,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except SocketPathError as exc:
+    except (SocketPathError, BugModeError) as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (NotADirectoryError, PermissionError, FileExistsError) as exc:

@@ -7,8 +7,10 @@ serving); SIGINT, SIGTERM and SIGQUIT stop the servers and remove their sockets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
+import uuid
 from pathlib import Path
 
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
@@ -31,13 +33,17 @@ async def run_plugin_daemon(
     *,
     registration: RegistrationMode = "kubelet",
     pre_start_required: bool = False,
+    bug_modes: frozenset[str] = frozenset(),
     stop: asyncio.Event | None = None,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad."""
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
-    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    if "random-device-ids" in bug_modes:
+        inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
+        inventory = load_inventory(inputs)
+    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
     manager = PluginManager(
         live,
         paths,
