@@ -18,9 +18,9 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
-from dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, write_spec
-from dra.claim_devices import ClaimError, PreparedResult, claim_preparation, published_devices
-from dra.prepared_claims import ClaimRef, PreparedClaims
+from dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, write_spec
+from dra.claim_devices import ClaimError, ClaimPreparation, PreparedResult, claim_preparation, published_devices
+from dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,20 @@ class ClaimPreparer:
 
     def recover(self) -> list[str]:
         """At start: roll back claims a crash left between PrepareStarted and PrepareCompleted (their
-        CDI spec may be half there); the kubelet asks for them again."""
-        self.checkpoint.load()
+        CDI spec may be half there); the kubelet asks for them again. A checkpoint that cannot be read
+        is reported, not fatal: the driver still serves and each prepare then says why it fails."""
+        try:
+            self.checkpoint.load()
+            started = self.checkpoint.started_only()
+        except (CheckpointCorrupted, OSError, ValueError) as exc:
+            log.error("the claim checkpoint cannot be used: %s", exc)
+            return []
         rolled_back = []
-        for claim in self.checkpoint.started_only():
-            remove_spec(self.cdi_root, claim.uid, cdi_vendor(claim.driver))
+        for claim in started:
+            try:
+                remove_spec(self.cdi_root, claim.uid, cdi_vendor(claim.driver))
+            except (ValueError, OSError) as exc:
+                log.error("cannot remove the CDI spec of half-prepared claim %s: %s", claim.uid, exc)
             self.checkpoint.remove(claim.uid)
             rolled_back.append(claim.uid)
             log.warning(
@@ -97,29 +106,41 @@ class ClaimPreparer:
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
+                self._ensure_spec(ref.uid, stored.preparation)
                 return stored.devices
-            claim = await self.reader.get(ref.namespace, ref.name)
-            uid = str((claim.get("metadata") or {}).get("uid", ""))
-            if uid != ref.uid:
-                raise ClaimError(
-                    f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
-                    f"the kubelet asked for {ref.uid}"
-                )
-            devices = published_devices(self.live.inventory.node, self.mig_mode)
-            prep = claim_preparation(claim, self.driver, self.pool, devices)
+        claim = await self.reader.get(ref.namespace, ref.name)
+        uid = str((claim.get("metadata") or {}).get("uid", ""))
+        if uid != ref.uid:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
+                f"the kubelet asked for {ref.uid}"
+            )
+        devices = published_devices(self.live.inventory.node, self.mig_mode)
+        prep = claim_preparation(claim, self.driver, self.pool, devices)
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            if stored is not None and stored.completed:
+                return stored.devices
             self.checkpoint.start(ref, prep)
             if prep.results:
                 write_spec(self.cdi_root, cdi_spec(prep.cdi_vendor, ref.uid, prep.results), ref.uid)
             self.checkpoint.complete(ref.uid)
             self.prepares += 1
-            log.info(
-                "prepared claim %s/%s (%s): %s",
-                ref.namespace,
-                ref.name,
-                ref.uid,
-                ", ".join(r.device for r in prep.results) or "no devices of this driver",
-            )
-            return prep.results
+        log.info(
+            "prepared claim %s/%s (%s): %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            ", ".join(r.device for r in prep.results) or "no devices of this driver",
+        )
+        return prep.results
+
+    def _ensure_spec(self, uid: str, prep: ClaimPreparation) -> None:
+        """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains but the spec is gone, and the
+        runtime would fail with 'unresolvable CDI devices'. Write it again from the checkpoint."""
+        if prep.results and not (self.cdi_root / spec_file_name(prep.cdi_vendor, uid)).exists():
+            write_spec(self.cdi_root, cdi_spec(prep.cdi_vendor, uid, prep.results), uid)
+            log.warning("re-created the missing CDI spec of prepared claim %s", uid)
 
     async def unprepare(self, ref: ClaimRef) -> None:
         async with self._lock:

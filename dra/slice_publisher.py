@@ -23,7 +23,7 @@ from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.resources.core_v1 import Node
 
-from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from dra.resource_slices import SUPPORTED_API_VERSIONS, SliceOptions, build_slice_specs, slice_objects
 from kubeletapi.background_tasks import cancel_and_wait
 from sharing.live_inventory import LiveInventory
 
@@ -56,9 +56,23 @@ class PublisherStats:
 
 
 def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec without what differs between what we send and what the server stores for the same wish:
+    the pool generation, and taints' ``timeAdded`` (the server fills it in)."""
     pool = dict(spec.get("pool", {}))
     pool.pop("generation", None)
-    return {**spec, "pool": pool}
+    devices = []
+    for device in spec.get("devices") or []:
+        holder = device.get("basic", device)
+        if not holder.get("taints"):
+            devices.append(device)
+            continue
+        taints = [{k: v for k, v in t.items() if k != "timeAdded"} for t in holder["taints"]]
+        holder = {**holder, "taints": taints}
+        devices.append({**device, "basic": holder} if "basic" in device else holder)
+    out = {**spec, "pool": pool}
+    if "devices" in spec:
+        out["devices"] = devices
+    return out
 
 
 def server_minor_from_kubelet_version(version: str) -> int | None:
@@ -104,14 +118,18 @@ class SlicePublisher:
 
     # -- discovery -------------------------------------------------------------------------------
     async def discover(self) -> None:
-        """Node UID (slices are owned by the Node), server minor and the newest served API version."""
+        """Node UID (slices are owned by the Node), the newest served API version, and the slice layout.
+
+        The layout follows the node's kubelet version (lightkube has no /version call); if the API
+        server is newer or older than its kubelet, the first publish that is refused for its layout
+        switches between combined (1.34) and split (1.35+) slices, see ``publish``."""
         node = await self.client.get(Node, self.node_name)
         self.node_uid = node.metadata.uid if node.metadata else None
         info = node.status.nodeInfo if node.status else None
+        minor = self.options.server_minor
         if self.auto_server_version and info is not None:
-            minor = server_minor_from_kubelet_version(info.kubeletVersion)
-            if minor is not None:
-                self.options = replace(self.options, server_minor=max(34, min(minor, 36)) if minor >= 34 else minor)
+            minor = server_minor_from_kubelet_version(info.kubeletVersion) or minor
+        api_version = self.options.api_version
         if self.auto_api_version:
             for version in API_PREFERENCE:
                 try:
@@ -121,10 +139,13 @@ class SlicePublisher:
                     if exc.status.code == 404:
                         continue
                     raise
-                self.options = replace(self.options, api_version=version)
+                api_version = version
                 break
             else:
                 raise PublishError("the API server serves no resource.k8s.io version with ResourceSlices")
+        first, last = SUPPORTED_API_VERSIONS[api_version]
+        minor = max(first, min(minor, last, 37))
+        self.options = replace(self.options, api_version=api_version, server_minor=minor)
         log.info(
             "publishing ResourceSlices as %s for Kubernetes 1.%d (node %s)",
             self.options.api_version,
@@ -143,6 +164,7 @@ class SlicePublisher:
 
     async def publish(self) -> bool:
         """Make the API server hold exactly the desired slices; returns True when something changed."""
+        switched = False
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
                 return await self._publish_once()
@@ -150,10 +172,31 @@ class SlicePublisher:
                 if exc.status.code == 409:
                     self.stats.conflicts += 1
                     continue
+                if exc.status.code == 422 and not switched and self._switch_layout(exc.status.message or ""):
+                    switched = True
+                    continue
                 message = f"publishing ResourceSlices for node {self.node_name} failed: {exc.status.message}"
                 self.stats.errors.append(message)
                 raise PublishError(message) from None
         raise PublishError(f"publishing ResourceSlices for node {self.node_name}: too many update conflicts")
+
+    def _switch_layout(self, message: str) -> bool:
+        """A 1.35+ server refuses combined slices, a 1.34 one refuses counters in another slice: the
+        kubelet's version was not the API server's, so use the other layout."""
+        if self.options.mig_mode != "dynamic" or "ounter" not in message:
+            return False
+        minor = 35 if self.options.server_minor <= 34 else 34
+        first, last = SUPPORTED_API_VERSIONS[self.options.api_version]
+        if not first <= minor <= last:
+            return False
+        log.warning(
+            "the API server refused the 1.%d slice layout (%s); using the 1.%d layout",
+            self.options.server_minor,
+            message,
+            minor,
+        )
+        self.options = replace(self.options, server_minor=minor)
+        return True
 
     async def _publish_once(self) -> bool:
         node = self.live.inventory.node

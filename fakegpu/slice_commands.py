@@ -47,8 +47,8 @@ def server_minor(value: str) -> int:
         number = int(minor)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a Kubernetes version such as 1.36, found {value!r}") from None
-    if major != "1" or number not in (34, 35, 36, 37):
-        raise argparse.ArgumentTypeError(f"expected 1.34, 1.35, 1.36 or 1.37, found {value!r}")
+    if major != "1" or not 32 <= number <= 37:
+        raise argparse.ArgumentTypeError(f"expected a Kubernetes version from 1.32 to 1.37, found {value!r}")
     return number
 
 

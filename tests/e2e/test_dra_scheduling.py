@@ -26,8 +26,16 @@ from sharing.live_inventory import LiveInventory
 
 async def test_scheduler_allocates_a_mig_device_from_our_pool():
     client = AsyncClient()
-    names = [n.metadata.name async for n in client.list(Node) if n.metadata]
-    node_name = str(names[0])
+    # A schedulable worker: the control plane of a kind cluster is tainted NoSchedule.
+    workers = [
+        n.metadata.name
+        async for n in client.list(Node)
+        if n.metadata
+        and "node-role.kubernetes.io/control-plane" not in (n.metadata.labels or {})
+        and not any(t.effect == "NoSchedule" for t in ((n.spec.taints if n.spec else None) or []))
+    ]
+    assert workers, "the cluster has no schedulable worker node"
+    node_name = str(workers[0])
     driver = f"e2e-{uuid.uuid4().hex[:6]}.fakegpu.example.com"
     live = LiveInventory(load_inventory(InventoryInputs(node_name=node_name, gpus=("1xh100-80gb",))))
     publisher = SlicePublisher(client, live, SliceOptions(driver=driver, mig_mode="dynamic"))
