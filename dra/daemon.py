@@ -20,6 +20,7 @@ from typing import Literal
 import grpc
 from lightkube import AsyncClient, KubeConfig
 
+from dra.admin_ops import dra_ops
 from dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
 from dra.health_service import HealthService
 from dra.kubelet_plugin import DraKubeletPlugin
@@ -28,6 +29,7 @@ from dra.prepared_claims import PreparedClaims
 from dra.published_health import device_health
 from dra.resource_slices import SliceOptions
 from dra.slice_publisher import SlicePublisher
+from kubeletapi.admin_socket import AdminServer
 from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
@@ -143,13 +145,19 @@ def client_factory(kubeconfig: str | None) -> Callable[[], AsyncClient]:
 
 
 async def run_dra_daemon(
-    inputs: InventoryInputs, paths: KubeletPaths, settings: DraSettings, stop: asyncio.Event | None = None
+    inputs: InventoryInputs,
+    paths: KubeletPaths,
+    settings: DraSettings,
+    stop: asyncio.Event | None = None,
+    admin_socket: Path | None = None,
 ) -> int:
+    """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``."""
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
     driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
+    admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -163,11 +171,15 @@ async def run_dra_daemon(
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
-    await driver.start()
     try:
+        if admin is not None:
+            await admin.start()
+        await driver.start()
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await driver.stop()
+        if admin is not None:
+            await admin.stop()
     return 0

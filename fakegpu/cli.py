@@ -12,8 +12,10 @@ from pathlib import Path
 
 from dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.catalog_output import render_catalog
+from fakegpu.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.inventory_output import render_inventory, render_labels
+from fakegpu.scenario_command import add_scenario_parser, run_scenario_command
 from fakegpu.slice_commands import (
     API_VERSIONS,
     add_slice_options,
@@ -64,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
         help="ask the kubelet to call PreStartContainer before each container start",
     )
     plugin.add_argument(
+        "--admin-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
+        "conventionally /var/run/fakegpu/plugin.sock)",
+    )
+    plugin.add_argument(
         "--bug-compat",
         action="append",
         default=[],
@@ -90,6 +100,18 @@ def _parser() -> argparse.ArgumentParser:
         help="the kubelet's root dir holding plugins/ and plugins_registry/ (default %(default)s)",
     )
     dra.add_argument(
+        "--plugins-registry-dir",
+        type=Path,
+        default=None,
+        help="where the kubelet watches for registration sockets (default KUBELET_DIR/plugins_registry)",
+    )
+    dra.add_argument(
+        "--plugins-dir",
+        type=Path,
+        default=None,
+        help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
+    )
+    dra.add_argument(
         "--kubeconfig",
         default=None,
         help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
@@ -102,6 +124,14 @@ def _parser() -> argparse.ArgumentParser:
         type=server_minor,
         default=None,
         help="Kubernetes version of the cluster, 1.34-1.37 (default: the node's kubelet version)",
+    )
+    dra.add_argument(
+        "--admin-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
+        "conventionally /var/run/fakegpu/dra.sock)",
     )
 
     slices = sub.add_parser("slices", help="print the ResourceSlices the DRA driver would publish")
@@ -135,8 +165,11 @@ def _parser() -> argparse.ArgumentParser:
         "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
     )
 
+    add_ctl_parser(sub)
+
     catalog = sub.add_parser("catalog", help="list the GPU models fakegpu emulates")
     catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
+    add_scenario_parser(sub)
     return parser
 
 
@@ -149,8 +182,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "catalog":
         sys.stdout.write(render_catalog(args.verbose))
         return 0
+    if args.command == "ctl":
+        return run_ctl(args)
     if args.command == "kubelet":
         return asyncio.run(run_kubelet(args.dir, args.grace_period))
+    if args.command == "scenario":
+        return run_scenario_command(args)
     if args.command == "deviceclasses":
         sys.stdout.write(
             render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)
@@ -168,6 +205,7 @@ def _run(args: argparse.Namespace) -> int:
                 registration=args.registration,
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
+                admin_socket=args.admin_socket,
             )
         )
     if args.command == "dra":
@@ -180,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
             api_version=args.resource_api_version,
         )
         paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
-        return asyncio.run(run_dra_daemon(inputs, paths, settings))
+        return asyncio.run(run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket))
     node = load_node(inputs)
     if args.command == "slices":
         sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
@@ -201,14 +239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses"):
+    if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses", "ctl"):
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return _run(args)
     except SpecError as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (SocketPathError, BugModeError) as exc:
+    except (SocketPathError, BugModeError, ValueError) as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (NotADirectoryError, PermissionError, FileExistsError) as exc:

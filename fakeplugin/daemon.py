@@ -13,7 +13,9 @@ import signal
 import uuid
 from pathlib import Path
 
+from fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from kubeletapi.admin_socket import AdminServer
 from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
@@ -35,8 +37,12 @@ async def run_plugin_daemon(
     pre_start_required: bool = False,
     bug_modes: frozenset[str] = frozenset(),
     stop: asyncio.Event | None = None,
+    admin_socket: Path | None = None,
 ) -> int:
-    """Serve until a stop signal; raises SpecError before serving if the first inventory is bad."""
+    """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
+
+    With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
+    """
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
@@ -44,6 +50,7 @@ async def run_plugin_daemon(
         inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
         inventory = load_inventory(inputs)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+    calls = RecentCalls()
     manager = PluginManager(
         live,
         paths,
@@ -51,18 +58,24 @@ async def run_plugin_daemon(
         pre_start_required=pre_start_required,
         reload_inventory=lambda: load_inventory(inputs),
         watch_files=watched_files(inputs),
+        on_call=calls.record,
     )
+    admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls)) if admin_socket else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(manager.reload()))
-    await manager.start()
-    log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
     try:
+        if admin is not None:
+            await admin.start()
+        await manager.start()
+        log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await manager.stop()
+        if admin is not None:
+            await admin.stop()
     return 0

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
@@ -121,3 +122,35 @@ def test_console_script_never_prints_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert str(bad) in proc.stderr
+
+
+def test_slices_and_deviceclasses_print_valid_objects(capsys):
+    code, out, _ = run(
+        capsys,
+        "slices",
+        "--gpus",
+        "2xa100-40gb",
+        "--mig-mode",
+        "dynamic",
+        "--node-name",
+        "n1",
+        "--server-version",
+        "1.35",
+        "--node-uid",
+        "6a1e9e2c-0000-4000-8000-000000000001",
+    )
+    assert code == 0
+    docs = list(yaml.safe_load_all(out))
+    assert len(docs) == 3 and docs[0]["spec"].get("sharedCounters")
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.35.0", strict=True)
+    code, out, _ = run(capsys, "deviceclasses")
+    classes = list(yaml.safe_load_all(out))
+    assert [c["metadata"]["name"] for c in classes] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    for doc in classes:
+        kubernetes_validate.validate(doc, "1.36.0", strict=True)
+
+
+def test_bad_driver_name_exits_2(capsys):
+    code, out, err = run(capsys, "slices", "--driver-name", "Bad_Name")
+    assert code == 2 and "driver name 'Bad_Name'" in err and out == ""

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -152,13 +156,67 @@ async def test_dropped_fields_are_reported_once_not_republished_forever(root, ma
         server.stop()
 
 
+def node_info(version: str) -> dict[str, str]:
+    return {
+        "architecture": "amd64",
+        "bootID": "b",
+        "containerRuntimeVersion": "containerd://2.1.0",
+        "kernelVersion": "6.1.0",
+        "kubeProxyVersion": version,
+        "kubeletVersion": version,
+        "machineID": "m",
+        "operatingSystem": "linux",
+        "osImage": "Debian GNU/Linux 12",
+        "systemUUID": "s",
+    }
+
+
+def add_node_with_kubelet(server: FakeApiServer, version: str) -> None:
+    server.create_direct(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE},
+            "status": {"nodeInfo": node_info(version)},
+        },
+        validate=False,
+    )
+
+
 async def test_api_version_by_discovery(root, make_driver):
+    """A 1.33 cluster: no v1; the kubelet version and discovery pick v1beta2 with no flags."""
     server = FakeApiServer("1.33").start()
     try:
-        server.add_node(NODE)
-        driver = await make_driver(server, "1xl4", minor=34)
+        add_node_with_kubelet(server, "v1.33.4")
+        driver = await make_driver(server, "1xl4")
         assert driver.publisher.options.api_version == "resource.k8s.io/v1beta2"
         assert {s["apiVersion"] for s in slices(server)} == {"resource.k8s.io/v1beta2"}
+    finally:
+        server.stop()
+
+
+async def test_v1beta1_only_cluster(root, make_driver):
+    server = FakeApiServer("1.32", resource_api_versions=["v1beta1"]).start()
+    try:
+        add_node_with_kubelet(server, "v1.32.9")
+        driver = await make_driver(server, "2xl4")
+        assert driver.publisher.options.api_version == "resource.k8s.io/v1beta1"
+        assert {s["apiVersion"] for s in slices(server)} == {"resource.k8s.io/v1beta1"}
+        assert len(slices(server)[0]["spec"]["devices"]) == 2
+    finally:
+        server.stop()
+
+
+async def test_api_server_newer_than_its_kubelet_gets_split_slices(root, make_driver):
+    """Skew: a 1.35 API server refuses the combined layout the 1.34 kubelet suggests; switch once."""
+    server = FakeApiServer("1.35", feature_gates={"DRAPartitionableDevices": True}).start()
+    try:
+        add_node_with_kubelet(server, "v1.34.2")
+        driver = await make_driver(server, "2xh100-80gb", mig_mode="dynamic")
+        assert driver.publisher.options.server_minor == 35
+        assert len(slices(server)) == 3  # one counters slice + one devices slice per GPU
+        assert [r for r in server.rejections if "sharedCounters" not in r.message] == []
+        server.rejections.clear()
     finally:
         server.stop()
 
@@ -220,6 +278,9 @@ async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
     try:
         info = await get_info(Path(driver.plugin.registration_socket))
         assert info.type == "DRAPlugin"
+        response = await prepare(driver.plugin.dra_socket, [("default", "c1", "u1"), ("default", "c2", "u2")])
+        assert set(response.claims) == {"u1", "u2"}
+        assert all("failed" in r.error for r in response.claims.values())
     finally:
         await driver.stop()
 
@@ -441,3 +502,67 @@ async def test_injected_prepare_failure_is_a_grpc_error(apiserver, make_driver):
         await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
     assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE, "injected outage")
     assert (await prepare(driver.plugin.dra_socket, [("default", "c", uid)])).claims[uid].error == ""
+
+
+async def test_corrupted_checkpoint_does_not_stop_the_driver(apiserver, make_driver, root):
+    plugin_dir = root / "kubelet/plugins/gpu.nvidia.com"
+    plugin_dir.mkdir(parents=True)
+    (plugin_dir / "checkpoint.json").write_text('{"checksum": "sha256:00", "data": {"truncated')
+    driver = await make_driver(apiserver, "1xt4")
+    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    response = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    assert "checkpoint" in response.claims[uid].error
+
+
+async def test_missing_cdi_spec_of_a_prepared_claim_is_written_again(apiserver, make_driver, root):
+    """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains and the spec must come back."""
+    driver = await make_driver(apiserver, "1xt4")
+    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    first = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    spec = root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
+    content = spec.read_text()
+    spec.unlink()
+    again = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    assert again.claims[uid] == first.claims[uid]
+    assert spec.read_text() == content
+
+
+def test_fakegpu_dra_command_publishes_serves_and_cleans_up(root, apiserver):
+    kubeconfig = apiserver.kubeconfig(root / "kubeconfig")
+    kubelet = root / "k"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fakegpu.cli",
+            "dra",
+            "--node-name",
+            NODE,
+            "--gpus",
+            "2xh100-80gb",
+            "--mig-layout",
+            "all-3g.40gb",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--kubelet-dir",
+            str(kubelet),
+            "--cdi-root",
+            str(root / "cdi"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(devices(apiserver)) < 4:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "fakegpu dra published nothing"
+            time.sleep(0.1)
+        assert (kubelet / "plugins_registry" / "gpu.nvidia.com-reg.sock").exists()
+        assert (kubelet / "plugins" / "gpu.nvidia.com" / "dra.sock").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert not (kubelet / "plugins_registry" / "gpu.nvidia.com-reg.sock").exists()
+    assert not (kubelet / "plugins" / "gpu.nvidia.com" / "dra.sock").exists()

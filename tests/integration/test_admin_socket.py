@@ -1,0 +1,586 @@
+"""The admin socket and ``fakegpu ctl`` against real daemons' state, over real Unix sockets.
+
+Device plugin side: the ``fakegpu_node`` fixture (kubelet emulator + plugins); DRA side: a DraDriver
+against the in-process API server. Every change is made through the admin socket only, and its effect
+is checked where the kubelet (or the API server) sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from lightkube import AsyncClient
+
+from dra.admin_ops import dra_ops
+from dra.daemon import DraDriver, DraSettings
+from fakeplugin.admin_ops import device_plugin_ops
+from fakeplugin.fake_node import FakeNode
+from kubeletapi.admin_socket import AdminError, AdminServer, admin_call
+from kubeletapi.kubelet_paths import KubeletPaths
+from sharing.inputs import InventoryInputs, load_inventory
+from sharing.live_inventory import LiveInventory
+from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.dra_kubelet_client import prepare
+
+GPU = "nvidia.com/gpu"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def sockdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fga-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def serve(sockdir: Path) -> AsyncIterator[Callable[..., Awaitable[Path]]]:
+    """``path = await serve(ops)``: an AdminServer on a fresh socket, stopped when the test ends."""
+    servers: list[AdminServer] = []
+
+    async def start(ops: Mapping[str, Any], **kwargs: Any) -> Path:
+        server = AdminServer(sockdir / f"admin{len(servers)}.sock", ops, **kwargs)
+        servers.append(server)
+        await server.start()
+        return server.path
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+@pytest.fixture
+async def plugin_admin(fakegpu_node, serve) -> Callable[..., Awaitable[tuple[FakeNode, Path]]]:
+    async def make(*args: Any, **kwargs: Any) -> tuple[FakeNode, Path]:
+        node: FakeNode = await fakegpu_node(*args, **kwargs)
+        return node, await serve(device_plugin_ops(node.live, node.plugins, node.calls))
+
+    return make
+
+
+async def raw(path: Path, payload: bytes) -> dict[str, Any]:
+    """Send raw bytes as one request; the decoded answer line."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    try:
+        writer.write(payload)
+        with contextlib.suppress(ConnectionError):  # a refused connection is closed at once
+            await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 5.0)
+    finally:
+        writer.close()
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+async def ctl(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fakegpu.cli",
+        "ctl",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60.0)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+# --- device plugin -----------------------------------------------------------------------------------
+
+
+async def test_health_changes_reach_the_kubelet_and_recover(plugin_admin):
+    node, sock = await plugin_admin("2xh100-80gb")
+    gpu1 = node.inventory.node.gpus[1].uuid
+    assert await admin_call(sock, "health", target="1", healthy=False, xid=79) == [gpu1]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    assert node.kubelet.devices(GPU)[gpu1] == "Unhealthy"
+    assert node.capacity() == {GPU: 2}
+    assert node.live.unhealthy() == {gpu1: 79}
+    assert await admin_call(sock, "health", target=gpu1, healthy=True) == [gpu1]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, 2.0, "allocatable to recover")
+    assert node.kubelet.devices(GPU)[gpu1] == "Healthy"
+
+
+async def test_xid_events_honour_ignored_xids(plugin_admin):
+    node, sock = await plugin_admin("2xh100-80gb")
+    assert await admin_call(sock, "xid", target="0", xid=13) == []
+    await asyncio.sleep(0.2)
+    assert node.allocatable() == {GPU: 2}
+    gpu0 = node.inventory.node.gpus[0].uuid
+    assert await admin_call(sock, "xid", target="0", xid=48) == [gpu0]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    assert node.live.unhealthy() == {gpu0: 48}
+
+
+async def test_xid_events_honour_dp_disable_healthchecks(plugin_admin):
+    node, sock = await plugin_admin("2xh100-80gb", env={"DP_DISABLE_HEALTHCHECKS": "all"})
+    assert await admin_call(sock, "xid", target="1", xid=79) == []
+    assert await admin_call(sock, "off-bus", gpu="1") == []
+    await asyncio.sleep(0.2)
+    assert node.allocatable() == {GPU: 2}
+    assert node.live.unhealthy() == {}
+    # Setting health directly is not an XID event: it still works with health checks disabled.
+    assert len(await admin_call(sock, "health", target="1", healthy=False)) == 1
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+
+
+async def test_off_bus_makes_every_replica_of_a_time_sliced_gpu_unhealthy(plugin_admin):
+    config = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 4}]}}}
+    node, sock = await plugin_admin("2xh100-80gb", config=config)
+    assert node.allocatable() == {GPU: 8}
+    gpu1 = node.inventory.node.gpus[1].uuid
+    changed = await admin_call(sock, "off-bus", gpu="1")
+    assert sorted(changed) == [f"{gpu1}::{i}" for i in range(4)]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 2.0, "the GPU's replicas to go")
+    unhealthy = {i for i, h in node.kubelet.devices(GPU).items() if h == "Unhealthy"}
+    assert unhealthy == set(changed)
+    status = await admin_call(sock, "status")
+    assert [(g["index"], g["healthy"], g["xid"]) for g in status["gpus"]] == [(0, True, None), (1, False, 79)]
+    with pytest.raises(AdminError, match=r"no GPU with index or UUID '7': this node has GPUs 0-1"):
+        await admin_call(sock, "off-bus", gpu="7")
+
+
+async def test_off_bus_takes_every_mig_device_of_the_gpu(plugin_admin):
+    node, sock = await plugin_admin("2xh100-80gb", mig_layout="all-3g.40gb", mig_strategy="mixed")
+    mig = "nvidia.com/mig-3g.40gb"
+    assert node.allocatable() == {mig: 4}
+    gpu0 = node.inventory.node.gpus[0]
+    assert sorted(await admin_call(sock, "off-bus", gpu=gpu0.uuid)) == sorted(m.uuid for m in gpu0.mig_devices)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {mig: 2}, 2.0, "the GPU's MIG devices to go")
+
+
+async def test_injected_allocate_faults_give_the_kubelets_admission_error(plugin_admin):
+    node, sock = await plugin_admin("2xt4")
+    planned = await admin_call(sock, "fault", method="Allocate", times=2, code="INVALID_ARGUMENT", message="boom")
+    assert planned == {
+        "method": "Allocate",
+        "times": 2,
+        "code": "INVALID_ARGUMENT",
+        "message": "boom",
+        "delay": 0.0,
+        "resource": None,
+    }
+    for uid in ("a", "b"):
+        pod = await node.run_pod(uid, {"c": {GPU: 1}})
+        assert (pod.phase, pod.reason) == ("Failed", "UnexpectedAdmissionError")
+        assert pod.message == (
+            "Pod was rejected: Allocate failed due to rpc error: code = InvalidArgument desc = boom, which is "
+            "unexpected"
+        )
+    assert (await node.run_pod("c", {"c": {GPU: 1}})).admitted
+    faults = (await admin_call(sock, "status"))["faults"]
+    assert faults["pending"] == []
+    assert faults["fired"] == [{"method": "Allocate", "what": "failed with INVALID_ARGUMENT"}] * 2
+
+
+async def test_fault_scoping_and_clearing(plugin_admin):
+    node, sock = await plugin_admin("2xt4")
+    with pytest.raises(AdminError, match=r"unknown resource 'gpu'; this daemon serves: nvidia.com/gpu"):
+        await admin_call(sock, "fault", method="Allocate", code="INTERNAL", resource="gpu")
+    with pytest.raises(AdminError, match=r"does not serve 'NodePrepareResources'"):
+        await admin_call(sock, "fault", method="NodePrepareResources", code="INTERNAL")
+    with pytest.raises(AdminError, match=r"unknown gRPC status code 'NOPE'"):
+        await admin_call(sock, "fault", method="Allocate", code="NOPE")
+    await admin_call(sock, "fault", method="Allocate", code="INTERNAL", times=3, resource=GPU)
+    await admin_call(sock, "fault", method="PreStartContainer", delay=0.5)
+    assert [f["method"] for f in (await admin_call(sock, "status"))["faults"]["pending"]] == [
+        "Allocate",
+        "PreStartContainer",
+    ]
+    assert await admin_call(sock, "clear-faults", method="Allocate") == 1
+    assert (await node.run_pod("p", {"c": {GPU: 1}})).admitted
+    assert await admin_call(sock, "clear-faults") == 1
+
+
+async def test_end_streams_makes_allocatable_zero(plugin_admin):
+    node, sock = await plugin_admin("2xt4")
+    assert await admin_call(sock, "end-streams") == 1
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0, "allocatable to go to 0")
+    assert node.capacity() == {GPU: 2}
+    with pytest.raises(AdminError, match=r"unknown resource 'nvidia.com/mig-1g.10gb'"):
+        await admin_call(sock, "end-streams", resource="nvidia.com/mig-1g.10gb")
+
+
+async def test_plugins_restart_reregisters(plugin_admin):
+    node, sock = await plugin_admin("2xt4")
+    before = node.plugins.stats.registrations
+    assert await admin_call(sock, "plugins", action="restart") == {"action": "restart", "serving": [GPU]}
+    assert node.plugins.stats.registrations == before + 1
+    assert len(node.kubelet.registration.requests) == 2
+    await node.wait_synced(2.0)
+    assert (await node.run_pod("p", {"c": {GPU: 2}})).admitted
+
+    assert await admin_call(sock, "plugins", action="stop") == {"action": "stop", "serving": []}
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0, "allocatable to go to 0")
+    with pytest.raises(AdminError, match="already stopped"):
+        await admin_call(sock, "plugins", action="stop")
+    assert (await admin_call(sock, "status"))["resources"][0]["serving"] is False
+    await admin_call(sock, "plugins", action="start")
+    assert node.plugins.stats.registrations == before + 2
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, 2.0, "allocatable to come back")
+
+
+async def test_reload_of_a_bad_config_is_refused_and_serving_goes_on(plugin_admin):
+    node, sock = await plugin_admin("2xt4", config={"version": "v1"})
+    config_file = Path(node.inputs.config_file or "")
+    config_file.write_text("version: v9\n")
+    with pytest.raises(AdminError, match=r"^reload rejected, still serving the previous inventory: .*v9"):
+        await admin_call(sock, "reload")
+    assert node.allocatable() == {GPU: 2}
+
+
+async def test_status_shows_resources_devices_registration_and_allocations(plugin_admin):
+    node, sock = await plugin_admin("2xt4", node_name="node-x")
+    assert (await node.run_pod("p", {"c": {GPU: 1}})).admitted
+    status = await admin_call(sock, "status")
+    assert (status["kind"], status["node"], status["running"]) == ("device-plugin", "node-x", True)
+    (resource,) = status["resources"]
+    ids = [g.uuid for g in node.inventory.node.gpus]
+    assert {k: resource[k] for k in ("name", "capacity", "healthy", "registered", "serving", "streams")} == {
+        "name": GPU,
+        "capacity": 2,
+        "healthy": 2,
+        "registered": True,
+        "serving": True,
+        "streams": 1,
+    }
+    assert resource["devices"] == [{"id": i, "health": "Healthy"} for i in ids]
+    (allocation,) = status["allocations"]
+    assert allocation["resource"] == GPU and len(allocation["ids"]) == 1 and allocation["ids"][0] in ids
+
+
+# --- the socket itself ---------------------------------------------------------------------------------
+
+
+async def _noop() -> str:
+    return "ok"
+
+
+async def test_socket_is_owner_only_and_removed_on_stop(sockdir):
+    path = sockdir / "sub" / "admin.sock"
+    server = AdminServer(path, {"ping": _noop})
+    await server.start()
+    try:
+        assert stat.S_ISSOCK(path.lstat().st_mode)
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert await admin_call(path, "ping") == "ok"
+    finally:
+        await server.stop()
+    assert not path.exists()
+    with pytest.raises(AdminError, match=f"^no fakegpu daemon is listening on {path}$"):
+        await admin_call(path, "ping")
+
+
+async def test_refuses_to_replace_a_file_that_is_not_a_socket(sockdir):
+    path = sockdir / "admin.sock"
+    path.write_text("keep me")
+    with pytest.raises(OSError, match="not a socket"):
+        await AdminServer(path, {"ping": _noop}).start()
+    assert path.read_text() == "keep me"
+
+
+async def test_connections_from_other_uids_are_refused(serve):
+    """The peer's UID is checked on every connection (here our own UID stands for a stranger's)."""
+    stranger = os.geteuid() + 4242
+    path = await serve({"ping": _noop}, allowed_uids={stranger})
+    answer = await raw(path, b'{"op": "ping"}\n')
+    assert answer == {
+        "ok": False,
+        "error": f"permission denied: uid {os.geteuid()} may not use the admin socket {path}",
+    }
+    with pytest.raises(AdminError, match=f"^permission denied: uid {os.geteuid()} may not use"):
+        await admin_call(path, "ping")
+
+
+def world_python() -> str | None:
+    """A Python interpreter user nobody can run (the test's own may live under an unreadable home)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        real = Path(candidate).resolve()
+        dirs_ok = all(p.stat().st_mode & 0o001 for p in real.parents)
+        if real.is_file() and real.stat().st_mode & 0o001 and dirs_ok:
+            return str(real)
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+@pytest.mark.skipif(world_python() is None, reason="no Python interpreter that user nobody may run")
+async def test_another_user_is_refused_even_when_the_file_mode_would_let_it_in(serve, sockdir):
+    python = world_python()
+    assert python is not None
+    path = await serve({"ping": _noop})
+    sockdir.chmod(0o755)
+    path.chmod(0o666)
+    script = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({str(path)!r})\n"
+        "try:\n"
+        '    s.sendall(b\'{"op": "ping"}\\n\')\n'
+        "except BrokenPipeError:\n"
+        "    pass\n"
+        "sys.stdout.write(s.makefile().readline())\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        python, "-I", "-S", "-c", script, user=65534, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 20.0)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out) == {
+        "ok": False,
+        "error": f"permission denied: uid 65534 may not use the admin socket {path}",
+    }
+
+
+async def test_bad_requests_get_clear_answers_and_the_server_survives(plugin_admin):
+    _node, sock = await plugin_admin("2xt4")
+    cases = {
+        b"not json\n": "request is not valid JSON",
+        b"[1, 2]\n": 'request must be a JSON object like {"op": "status"}, found [1, 2]',
+        b'{"target": "1"}\n': 'request has no "op" field',
+        b'{"op": 7}\n': 'request field "op" must be a string, found 7',
+        b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, health, off-bus, "
+        "plugins, reload, status, xid",
+        b'{"op": "health", "healthy": false}\n': "op 'health': missing field 'target' (a string)",
+        b'{"op": "health", "target": "1", "healthy": "no"}\n': "op 'health': field 'healthy' must be true or false, "
+        'found "no"',
+        b'{"op": "xid", "target": "1", "xid": true}\n': "op 'xid': field 'xid' must be an integer, found true",
+        b'{"op": "status", "verbose": true}\n': "op 'status': unexpected field 'verbose'; 'status' takes: no fields",
+        b'{"op": "health", "target": "1", "healthy": true, "colour": 1}\n': "op 'health': unexpected field 'colour'; "
+        "'health' takes: target, healthy, xid",
+        b'{"op": "plugins", "action": "reboot"}\n': "op 'plugins': field 'action' must be one of \"stop\", "
+        '"start", "restart", found "reboot"',
+        b'{"op": "fault", "method": "Allocate", "delay": NaN}\n': "request is not valid JSON: NaN is not valid JSON",
+        b'{"op": "health", "target": "GPU-nope", "healthy": false}\n': "no device, GPU UUID or GPU index "
+        "'GPU-nope' in the inventory",
+        b'{"op": "health", "target": "1", "healthy": true, "xid": 79}\n': "an XID only applies when marking a "
+        "device unhealthy",
+    }
+    for payload, error in cases.items():
+        answer = await raw(sock, payload)
+        assert answer["ok"] is False, payload
+        assert answer["error"].startswith(error), (payload, answer["error"])
+    oversized = await raw(sock, b'{"op": "status", "x": "' + b"a" * (1024 * 1024 + 10) + b'"}\n')
+    assert oversized == {"ok": False, "error": "request is larger than 1048576 bytes; refused"}
+    # Several requests on one connection, and still serving after all of the above.
+    reader, writer = await asyncio.open_unix_connection(sock)
+    writer.write(b'{"op": "clear-faults"}\n\n{"op": "end-streams", "resource": "nvidia.com/gpu"}\n')
+    answers = [json.loads(await reader.readline()) for _ in range(2)]
+    writer.close()
+    assert answers == [{"ok": True, "result": 0}, {"ok": True, "result": 1}]
+
+
+async def test_an_op_that_raises_is_reported_and_does_not_stop_the_server(serve):
+    async def broken() -> None:
+        raise RuntimeError("wires crossed")
+
+    async def unserialisable() -> object:
+        return object()
+
+    path = await serve({"broken": broken, "odd": unserialisable, "ping": _noop})
+    with pytest.raises(AdminError, match=r"^op 'broken' failed: RuntimeError: wires crossed$"):
+        await admin_call(path, "broken")
+    with pytest.raises(AdminError, match=r"^op 'odd' returned a result that is not JSON$"):
+        await admin_call(path, "odd")
+    assert await admin_call(path, "ping") == "ok"
+
+
+async def test_stop_ends_open_connections_quietly(sockdir, caplog):
+    async def slow() -> str:
+        await asyncio.sleep(30)
+        return "late"
+
+    server = AdminServer(sockdir / "a.sock", {"ping": _noop, "slow": slow})
+    await server.start()
+    idle_reader, idle_writer = await asyncio.open_unix_connection(server.path)
+    busy_reader, busy_writer = await asyncio.open_unix_connection(server.path)
+    busy_writer.write(b'{"op": "slow"}\n')
+    await busy_writer.drain()
+    await asyncio.sleep(0.1)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await server.stop()
+    assert loop.time() - started < 3.0
+    assert await asyncio.wait_for(idle_reader.read(), 2.0) == b""
+    assert await asyncio.wait_for(busy_reader.read(), 2.0) == b""
+    idle_writer.close()
+    busy_writer.close()
+    await asyncio.sleep(0.05)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_ops_with_unsupported_field_types_are_refused_at_construction(sockdir):
+    async def takes_a_list(ids: list[str]) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="cannot be of type"):
+        AdminServer(sockdir / "a.sock", {"bad": takes_a_list})
+
+
+# --- fakegpu ctl ---------------------------------------------------------------------------------------
+
+
+async def test_ctl_status_prints_a_table_and_json(plugin_admin):
+    node, sock = await plugin_admin("2xt4", node_name="node-ctl")
+    await admin_call(sock, "health", target="1", healthy=False, xid=48)
+    code, out, err = await ctl("--socket", str(sock), "status")
+    assert (code, err) == (0, "")
+    gpus = node.inventory.node.gpus
+    assert out.startswith("Node node-ctl: device plugin daemon, plugin servers running\n")
+    assert any(line.split()[:4] == [GPU, "2", "1", "yes"] for line in out.splitlines())
+    assert f"  {gpus[1].uuid}" in out and "Unhealthy (XID 48)" in out
+    assert "Faults: none planned" in out
+    code, out, err = await ctl("--socket", str(sock), "status", "-o", "json")
+    assert code == 0
+    assert json.loads(out)["resources"][0]["healthy"] == 1
+
+
+async def test_ctl_changes_health_and_plans_faults(plugin_admin):
+    node, sock = await plugin_admin("2xt4")
+    gpu0 = node.inventory.node.gpus[0].uuid
+    code, out, err = await ctl("--socket", str(sock), "health", "0", "--unhealthy", "--xid", "79")
+    assert (code, out, err) == (0, f"marked 1 device(s) unhealthy (XID 79): {gpu0}\n", "")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    code, out, _ = await ctl("--socket", str(sock), "xid", "1", "13")
+    assert code == 0 and out.startswith("no device changed: XID 13 is ignored")
+    code, out, _ = await ctl(
+        "--socket", str(sock), "fault", "Allocate", "--times", "2", "--code", "invalid_argument", "--message", "no"
+    )
+    assert (code, out) == (0, "planned: the next 2 Allocate call(s) fail with INVALID_ARGUMENT: no\n")
+    assert [f.remaining for f in node.live.faults.faults] == [2]
+    code, out, _ = await ctl("--socket", str(sock), "clear-faults")
+    assert (code, out) == (0, "cleared 1 planned fault(s)\n")
+
+
+async def test_ctl_unknown_device_is_one_clear_error_line(plugin_admin):
+    _node, sock = await plugin_admin("2xt4")
+    code, out, err = await ctl("--socket", str(sock), "health", "GPU-nope", "--unhealthy")
+    assert (code, out) == (1, "")
+    assert err == "fakegpu: error: no device, GPU UUID or GPU index 'GPU-nope' in the inventory\n"
+
+
+async def test_ctl_without_a_daemon_and_with_bad_usage(sockdir):
+    missing = sockdir / "none.sock"
+    code, out, err = await ctl("status", env={"FAKEGPU_ADMIN_SOCKET": str(missing)})
+    assert (code, out, err) == (1, "", f"fakegpu: error: no fakegpu daemon is listening on {missing}\n")
+    code, _, err = await ctl("--socket", str(missing), "health", "3")
+    assert code == 2
+    assert "one of the arguments --healthy --unhealthy is required" in err and "Traceback" not in err
+
+
+# --- DRA -----------------------------------------------------------------------------------------------
+
+NODE = "node-a"
+DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture
+async def dra_admin(sockdir, serve) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
+    apiserver = FakeApiServer("1.36").start()
+    apiserver.add_node(NODE)
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
+    driver = DraDriver(
+        live,
+        KubeletPaths(sockdir / "kubelet"),
+        DraSettings(cdi_root=sockdir / "cdi"),
+        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+    )
+    await driver.start()
+    try:
+        await driver.wait_published()
+        yield apiserver, driver, await serve(dra_ops(driver))
+    finally:
+        await driver.stop()
+        apiserver.stop()
+
+
+def claim_object(name: str, device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                    ]
+                },
+            }
+        },
+    }
+
+
+async def test_dra_fault_makes_node_prepare_resources_fail(dra_admin):
+    apiserver, driver, sock = dra_admin
+    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    await admin_call(sock, "fault", method="NodePrepareResources", code="UNAVAILABLE", message="injected outage")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE, "injected outage")
+    assert (await prepare(driver.plugin.dra_socket, [("default", "c", uid)])).claims[uid].error == ""
+    status = await admin_call(sock, "status")
+    assert status["faults"]["fired"] == [{"method": "NodePrepareResources", "what": "failed with UNAVAILABLE"}]
+    assert [(c["name"], c["uid"], c["devices"]) for c in status["prepared"]] == [("c", uid, ["gpu-0"])]
+    with pytest.raises(AdminError, match=r"does not serve 'Allocate'"):
+        await admin_call(sock, "fault", method="Allocate", code="INTERNAL")
+    with pytest.raises(AdminError, match=r"unknown resource 'nvidia.com/gpu'; this daemon serves: gpu.nvidia.com"):
+        await admin_call(sock, "fault", method="NodeUnprepareResources", code="INTERNAL", resource="nvidia.com/gpu")
+
+
+async def test_dra_health_by_device_name_taints_the_published_device(dra_admin):
+    apiserver, driver, sock = dra_admin
+    assert await admin_call(sock, "health", target="gpu-1", healthy=False, xid=79) == ["gpu-1"]
+
+    def taints() -> dict[str, Any]:
+        return {
+            d["name"]: d.get("taints")
+            for s in apiserver.objects("resourceslices")
+            for d in s["spec"].get("devices", [])
+        }
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 3.0
+    while not taints()["gpu-1"]:
+        assert loop.time() < end, "gpu-1 was never tainted"
+        await asyncio.sleep(0.02)
+    assert not taints()["gpu-0"]
+    status = await admin_call(sock, "status")
+    assert (status["kind"], status["node"], status["slices"]["count"]) == ("dra", NODE, 1)
+    assert status["slices"]["generation"] >= 2
+    assert [(d["name"], d["healthy"], d["message"]) for d in status["devices"]] == [
+        ("gpu-0", True, ""),
+        ("gpu-1", False, "XID 79"),
+    ]
+    assert await admin_call(sock, "xid", target="gpu-0", xid=13) == []
+    assert await admin_call(sock, "off-bus", gpu="0") == ["gpu-0"]
+    assert await admin_call(sock, "health", target=str(driver.live.inventory.node.gpus[1].uuid), healthy=True) == [
+        "gpu-1"
+    ]
+
+
+async def test_ctl_status_of_the_dra_daemon(dra_admin):
+    _apiserver, _driver, sock = dra_admin
+    code, out, err = await ctl("--socket", str(sock), "status")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"Node {NODE}: DRA driver {DRIVER} (static MIG)\nResourceSlices: 1 published")
+    assert "Prepared claims: none" in out
