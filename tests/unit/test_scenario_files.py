@@ -1,0 +1,105 @@
+"""The scenario catalog: every file parses, names the issue it reproduces and says what it shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fakeplugin.scenario import load_scenario
+from fakeplugin.scenario.model import STEP_KINDS, AllocateStep, parse_scenario, step_kind
+from sharing.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+CATALOG = sorted(SCENARIOS.glob("*.yaml"))
+ISSUE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#\d+$")
+
+
+def test_catalog_is_not_empty():
+    assert len(CATALOG) >= 12
+
+
+@pytest.mark.parametrize("path", CATALOG, ids=lambda p: p.stem)
+def test_catalog_file_parses_and_names_an_issue(path: Path):
+    scenario = load_scenario(path)
+    assert ISSUE.match(scenario.issue), f"issue should look like owner/repo#123, found {scenario.issue!r}"
+    assert scenario.name == path.stem
+    assert len(scenario.description.split()) >= 15, "say what the scenario shows and what it approximates"
+    assert scenario.steps or scenario.expect_start_error
+
+
+def test_catalog_names_are_unique_and_every_file_is_in_the_readme():
+    names = [load_scenario(p).name for p in CATALOG]
+    assert len(names) == len(set(names))
+    readme = (SCENARIOS / "README.md").read_text()
+    missing = [p.name for p in CATALOG if p.name not in readme]
+    assert missing == [], f"scenarios/README.md should list {missing}"
+    undocumented = [k for k in STEP_KINDS if f"`{k}`" not in readme]
+    assert undocumented == [], f"scenarios/README.md should document the step kinds {undocumented}"
+
+
+def test_the_required_reproductions_are_in_the_catalog():
+    issues = {load_scenario(p).issue for p in CATALOG}
+    required = {
+        "NVIDIA/k8s-device-plugin#210",
+        "NVIDIA/k8s-device-plugin#368",
+        "NVIDIA/k8s-device-plugin#1014",
+        "NVIDIA/gpu-operator#386",
+        "NVIDIA/k8s-device-plugin#240",
+        "kubernetes/kubernetes#62773",
+        "kubernetes/kubernetes#121994",
+        "kubernetes/kubernetes#116125",
+        "NVIDIA/k8s-device-plugin#2038",
+        "NVIDIA/gpu-operator#460",
+    }
+    assert required <= issues, required - issues
+
+
+def _header(**extra: object) -> dict[str, object]:
+    return {"name": "t", "issue": "a/b#1", "description": "d", **extra}
+
+
+def test_steps_parse_into_typed_models():
+    scenario = parse_scenario(
+        _header(steps=[{"allocate": {"pod": "p", "resources": {"nvidia.com/gpu": 2}}}, {"advance_clock": 301}]),
+        "x.yaml",
+    )
+    first = scenario.steps[0]
+    assert isinstance(first, AllocateStep) and first.allocate.container == "main" and first.allocate.wants_admission
+    assert [step_kind(s) for s in scenario.steps] == ["allocate", "advance_clock"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_header(steps=[{"wait": 0}, {"allocate": {"pod": "p", "resources": {"g/x": True}}}]), "steps[1].allocate"),
+        (_header(steps=[{"fault": {"rpc": "Allocat", "code": "INTERNAL"}}]), "unknown RPC 'Allocat'"),
+        (_header(steps=[{"fault": {"rpc": "Allocate"}}]), "a fault needs a 'code' to fail with or a 'delay'"),
+        (_header(steps=[{"fault": {"rpc": "Allocate", "code": "BROKEN"}}]), "unknown gRPC status code 'BROKEN'"),
+        (_header(steps=[{"delete_checkpoint": False}]), "steps[0].delete_checkpoint: Input should be True"),
+        (_header(steps=[{"advance_clock": -1}]), "steps[0].advance_clock: Input should be greater than or equal to 0"),
+        (_header(steps=[{"reconfigure": {}}]), "steps[0].reconfigure: give at least one of gpus, config"),
+        (
+            _header(
+                steps=[{"allocate": {"pod": "p", "resources": {"g/x": 1}, "expect": "admitted", "expect_error": "x"}}]
+            ),
+            "'expect: admitted' cannot be combined",
+        ),
+        (
+            _header(expect_start_error="boom", steps=[{"wait": 0}]),
+            "steps: a node expected to fail at start runs no steps",
+        ),
+        ({"name": "t", "steps": [{"wait": 0}]}, "issue: Field required; description: Field required"),
+        (["a", "list"], "expected a mapping at the top level of the scenario file, found list"),
+        (None, "x.yaml: scenario file is empty"),
+        (_header(node={"flags": {"migStrategy": "mixed"}}, steps=[{"wait": 0}]), "node.flags: unknown plugin flag(s)"),
+    ],
+)
+def test_schema_errors_are_one_line_naming_the_field(data, message):
+    with pytest.raises(SpecError) as info:
+        parse_scenario(data, "x.yaml")
+    text = str(info.value)
+    assert text.startswith("x.yaml: ") and "\n" not in text
+    assert message in text, text
