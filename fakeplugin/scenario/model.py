@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sharing.bug_modes import BUG_MODES
 from sharing.errors import SpecError, format_location
 from sharing.faults import FAULTABLE_RPCS, STATUS_CODES
 from sharing.plugin_flags import PLUGIN_FLAGS
@@ -42,6 +43,18 @@ class NodeModel(_Model):
     grace_period: float = Field(300.0, gt=0, le=3600)
     pre_start_required: bool = False
     registration: Literal["kubelet", "plugins-registry"] = "kubelet"
+    bugs: list[str] = Field(default_factory=list)
+    """Bug-compatible modes (sharing/bug_modes.py) to reproduce a known bug on purpose."""
+
+    @field_validator("bugs")
+    @classmethod
+    def _known_bugs(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(BUG_MODES))
+        if unknown:
+            raise ValueError(
+                f"unknown bug-compatible mode(s) {', '.join(unknown)}; expected some of: {', '.join(BUG_MODES)}"
+            )
+        return value
 
     @field_validator("flags")
     @classmethod

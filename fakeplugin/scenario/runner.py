@@ -192,6 +192,7 @@ class ScenarioRun:
                 registration=spec.registration,
                 pre_start_required=spec.pre_start_required,
                 grace_period=spec.grace_period,
+                bugs=spec.bugs,
             )
         except SpecError as exc:
             if want_error is None:
