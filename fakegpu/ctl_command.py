@@ -34,6 +34,8 @@ _EPILOG = """examples:
   fakegpu ctl end-streams --resource nvidia.com/gpu
   fakegpu ctl plugins restart
   fakegpu ctl reload
+  fakegpu ctl reconfigure --gpus 4xh100-80gb --mig-layout all-1g.10gb --mig-strategy mixed
+  fakegpu ctl reconfigure --new-ids
   fakegpu ctl --dra status"""
 
 
@@ -102,6 +104,12 @@ def add_ctl_parser(sub: Any) -> None:
 
     op("reload", "rebuild the inventory from the daemon's input files")
 
+    reconf = op("reconfigure", "change the GPUs, the MIG layout or the device IDs of the running daemon")
+    reconf.add_argument("--gpus", default=None, help="the node's GPUs from now on, e.g. 4xh100-80gb")
+    reconf.add_argument("--mig-layout", default=None, help="re-partition MIG: all-1g.10gb, all-balanced, ...")
+    reconf.add_argument("--mig-strategy", default=None, choices=("none", "single", "mixed"))
+    reconf.add_argument("--new-ids", action="store_true", help="restart the plugins with fresh device IDs")
+
 
 def socket_path(args: argparse.Namespace, env: dict[str, str] | None = None) -> Path:
     environ = os.environ if env is None else env
@@ -138,6 +146,12 @@ def request_for(args: argparse.Namespace) -> dict[str, Any]:
             request["resource"] = args.resource
     elif op == "plugins":
         request["action"] = args.action
+    elif op == "reconfigure":
+        for key in ("gpus", "mig_layout", "mig_strategy"):
+            if getattr(args, key) is not None:
+                request[key] = getattr(args, key)
+        if args.new_ids:
+            request["new_ids"] = True
     return request
 
 
@@ -201,6 +215,8 @@ def summary(args: argparse.Namespace, result: Any) -> str:
         return f"plugins {done}; serving {serving}" if args.action != "stop" else "plugins stopped"
     if op == "reload":
         return f"reloaded; serving {', '.join(result['serving']) or 'nothing'}"
+    if op == "reconfigure":
+        return f"reconfigured: {result['gpus']} GPU(s); serving {', '.join(result['serving']) or 'nothing'}"
     return json.dumps(result)
 
 

@@ -33,6 +33,8 @@ from kubeletapi.admin_socket import (
     off_bus,
     set_health,
 )
+from sharing.errors import SpecError
+from sharing.inputs import CurrentInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 
 DEVICE_PLUGIN_RPCS = (
@@ -61,7 +63,12 @@ class RecentCalls:
         self.calls.append((resource, method, tuple(ids)))
 
 
-def device_plugin_ops(live: LiveInventory, manager: PluginManager, calls: CallRecord | None = None) -> dict[str, Op]:
+def device_plugin_ops(
+    live: LiveInventory,
+    manager: PluginManager,
+    calls: CallRecord | None = None,
+    current: CurrentInputs | None = None,
+) -> dict[str, Op]:
     def running() -> bool:
         task = manager._task
         return task is not None and not task.done()
@@ -152,6 +159,29 @@ def device_plugin_ops(live: LiveInventory, manager: PluginManager, calls: CallRe
     async def end_streams(resource: str | None = None) -> int:
         return sum(manager.servers[name].service.end_streams() for name in served(resource))
 
+    async def reconfigure(
+        gpus: str | None = None,
+        mig_layout: str | None = None,
+        mig_strategy: str | None = None,
+        new_ids: bool = False,
+    ) -> dict[str, Any]:
+        """Add or remove GPUs, re-partition MIG, or take fresh device IDs, live: the new inventory is built
+        first, so a bad change is refused and the running one keeps serving."""
+        if current is None:
+            raise AdminError("this daemon cannot be reconfigured (it was started without its inputs)")
+        candidate = current.candidate(gpus=gpus, mig_layout=mig_layout, mig_strategy=mig_strategy, new_ids=new_ids)
+        try:
+            load_inventory(candidate)
+        except SpecError as exc:
+            raise AdminError(f"reconfigure rejected, still serving the previous inventory: {exc}") from None
+        previous, current.inputs = current.inputs, candidate
+        if not await manager.reload():
+            current.inputs = previous
+            raise AdminError("reconfigure rejected, still serving the previous inventory")
+        if new_ids:
+            await manager.restart_all()
+        return {"serving": manager.wanted(), "gpus": len(live.inventory.node.gpus)}
+
     async def plugins(action: Literal["stop", "start", "restart"]) -> dict[str, Any]:
         if action == "stop":
             if not running():
@@ -187,4 +217,5 @@ def device_plugin_ops(live: LiveInventory, manager: PluginManager, calls: CallRe
         "end-streams": end_streams,
         "plugins": plugins,
         "reload": reload,
+        "reconfigure": reconfigure,
     }

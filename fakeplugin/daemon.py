@@ -18,7 +18,7 @@ from fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.health import XidPolicy
-from sharing.inputs import InventoryInputs, load_inventory
+from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -50,17 +50,18 @@ async def run_plugin_daemon(
         inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
         inventory = load_inventory(inputs)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+    current = CurrentInputs(inputs)
     calls = RecentCalls()
     manager = PluginManager(
         live,
         paths,
         registration=registration,
         pre_start_required=pre_start_required,
-        reload_inventory=lambda: load_inventory(inputs),
+        reload_inventory=current.load,
         watch_files=watched_files(inputs),
         on_call=calls.record,
     )
-    admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls)) if admin_socket else None
+    admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current)) if admin_socket else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):

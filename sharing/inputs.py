@@ -6,8 +6,9 @@ same flags, files and environment always give the same devices.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sharing.catalog import CATALOG
 from sharing.errors import SpecError
@@ -98,3 +99,34 @@ def load_inventory(inputs: InventoryInputs) -> Inventory:
 
 def load_labels(inputs: InventoryInputs, timestamp: int | None = None) -> dict[str, str]:
     return gfd_labels(load_node(inputs), load_config(inputs), timestamp)
+
+
+@dataclass
+class CurrentInputs:
+    """The inputs a running daemon serves from; live reconfiguration (GPUs added or removed, a new MIG
+    layout, fresh device IDs) swaps them only once the new inventory has been built successfully."""
+
+    inputs: InventoryInputs
+
+    def load(self) -> Inventory:
+        return load_inventory(self.inputs)
+
+    def candidate(
+        self,
+        *,
+        gpus: str | None = None,
+        mig_layout: str | None = None,
+        mig_strategy: str | None = None,
+        new_ids: bool = False,
+    ) -> InventoryInputs:
+        """The inputs with some changes; build an inventory from them before committing to them."""
+        changed = self.inputs
+        if gpus is not None:
+            changed = replace(changed, gpus=(gpus,), node_spec=None)
+        if mig_layout is not None:
+            changed = replace(changed, mig_layout=mig_layout or None)
+        if mig_strategy is not None:
+            changed = replace(changed, cli_flags={**changed.cli_flags, "mig_strategy": mig_strategy})
+        if new_ids:
+            changed = replace(changed, id_salt=uuid.uuid4().hex)
+        return changed
