@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fakeplugin.admin_ops import device_plugin_ops
+from fakeplugin.fake_node import FakeNode
 from kubeletapi.admin_socket import AdminError, AdminServer, admin_call
 from sharing.inputs import CurrentInputs
 
 GPU = "nvidia.com/gpu"
 
 
-async def serve_admin(node, root):
+async def serve_admin(node: FakeNode, root: Path) -> AdminServer:
     current = CurrentInputs(node.inputs)
     node.plugins.reload_inventory = current.load
     server = AdminServer(root / "admin.sock", device_plugin_ops(node.live, node.plugins, None, current))
