@@ -78,7 +78,7 @@ def dra_ops(driver: DraDriver) -> dict[str, Op]:
             "driver": settings.driver,
             "mig_mode": settings.mig_mode,
             "slices": {
-                "count": len(publisher._written_names),
+                "count": len(publisher.published_slices),
                 "generation": publisher.generation,
                 "publishes": publisher.stats.publishes,
                 "errors": publisher.stats.errors[-5:],

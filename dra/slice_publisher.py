@@ -113,6 +113,11 @@ class SlicePublisher:
         return self.live.inventory.node.name
 
     @property
+    def published_slices(self) -> list[str]:
+        """Names of the slices this publisher last wrote."""
+        return list(self._written_names)
+
+    @property
     def kind(self) -> Any:
         return SLICE_KINDS[self.options.api_version]
 

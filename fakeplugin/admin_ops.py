@@ -70,8 +70,7 @@ def device_plugin_ops(
     current: CurrentInputs | None = None,
 ) -> dict[str, Op]:
     def running() -> bool:
-        task = manager._task
-        return task is not None and not task.done()
+        return manager.running
 
     def served(resource: str | None) -> list[str]:
         names = sorted(manager.servers)

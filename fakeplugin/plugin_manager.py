@@ -90,6 +90,11 @@ class PluginManager:
             for name in list(self.servers):
                 await self._stop_one(name)
 
+    @property
+    def running(self) -> bool:
+        """True between start() and stop(): the watch loop serves and re-registers the plugins."""
+        return self._task is not None and not self._task.done()
+
     def wanted(self) -> list[str]:
         """Resources to serve: those with at least one device (NVIDIA skips empty ones)."""
         return [r.name for r in self.live.inventory.resources if r.devices]
