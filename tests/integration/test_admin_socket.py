@@ -357,7 +357,7 @@ async def test_bad_requests_get_clear_answers_and_the_server_survives(plugin_adm
         b'{"target": "1"}\n': 'request has no "op" field',
         b'{"op": 7}\n': 'request field "op" must be a string, found 7',
         b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, health, off-bus, "
-        "plugins, reload, status, xid",
+        "plugins, reconfigure, reload, status, xid",
         b'{"op": "health", "healthy": false}\n': "op 'health': missing field 'target' (a string)",
         b'{"op": "health", "target": "1", "healthy": "no"}\n': "op 'health': field 'healthy' must be true or false, "
         'found "no"',
