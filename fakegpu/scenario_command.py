@@ -23,6 +23,13 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     run.add_argument(
         "-v", "--verbose", action="store_true", help="show the kubelet emulator's and the plugins' logs on stderr"
     )
+    run.add_argument(
+        "--socket",
+        type=Path,
+        metavar="PATH",
+        help="run the inject steps (xid, health, fault, end_streams, restart: plugins, wait) against a live "
+        "daemon's admin socket instead of an embedded node",
+    )
     listing = actions.add_parser("list", help="list scenario files with the issue each reproduces")
     listing.add_argument(
         "paths", nargs="*", type=Path, metavar="PATH", help="files or directories (default: ./scenarios)"
@@ -70,6 +77,6 @@ def run_scenario_command(args: argparse.Namespace) -> int:
         # the runner's own messages unless asked.
         root.setLevel(logging.CRITICAL)
     try:
-        return asyncio.run(run_files(args.files, sys.stdout, sys.stderr))
+        return asyncio.run(run_files(args.files, sys.stdout, sys.stderr, socket=args.socket))
     finally:
         root.setLevel(level)

@@ -21,7 +21,8 @@ from typing import Any, TextIO
 import yaml
 
 from fakeplugin.fake_node import FakeNode
-from fakeplugin.scenario.expectations import check, describe
+from fakeplugin.scenario.expectations import check
+from fakeplugin.scenario.live import run_live_scenario
 from fakeplugin.scenario.model import (
     AdvanceClockStep,
     AllocateArgs,
@@ -44,17 +45,20 @@ from fakeplugin.scenario.model import (
     load_scenario,
     step_kind,
 )
+from fakeplugin.scenario.output import (
+    EXIT_BAD_FILE,
+    EXIT_FAIL,
+    EXIT_PASS,
+    POLL_INTERVAL,
+    STEP_TIMEOUT,
+    describe_step,
+    detail_lines,
+    step_line,
+)
 from sharing.errors import SpecError
 from sharing.faults import FaultError
 from sharing.inputs import InventoryInputs
 from sharing.live_inventory import UnknownDeviceError
-
-EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_BAD_FILE = 2
-STEP_TIMEOUT = 30.0
-POLL_INTERVAL = 0.01
-_TEXT_WIDTH = 72
 
 
 class StepFailed(Exception):
@@ -99,14 +103,6 @@ def node_inputs(root: Path, spec: NodeModel) -> InventoryInputs:
     )
 
 
-def _target_name(gpu: int | None, device: str | None) -> str:
-    return f"GPU {gpu}" if gpu is not None else f"device {device}"
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 3] + "..."
-
-
 class ScenarioRun:
     def __init__(self, scenario: Scenario, out: TextIO) -> None:
         self.scenario = scenario
@@ -125,11 +121,10 @@ class ScenarioRun:
         return re.sub(re.escape(str(self.root)) + r"/config-\d+\.yaml", "reconfigure.config", text)
 
     def _line(self, number: str, kind: str, text: str, seconds: float, status: str) -> None:
-        self.out.write(f"  {number:>4}  {kind:<17} {_short(text):<{_TEXT_WIDTH}} {seconds * 1000:>7.0f} ms  {status}\n")
+        step_line(self.out, number, kind, text, seconds, status)
 
     def _details(self, details: Sequence[str]) -> None:
-        for d in details:
-            self.out.write(f"          {d}\n")
+        detail_lines(self.out, details)
 
     # -- the run -----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -156,7 +151,7 @@ class ScenarioRun:
             return EXIT_PASS
         for index, step in enumerate(self.scenario.steps):
             kind = step_kind(step)
-            text = self._describe(step)
+            text = describe_step(step)
             started = time.monotonic()
             try:
                 note = await asyncio.wait_for(self._execute(step), STEP_TIMEOUT)
@@ -226,43 +221,6 @@ class ScenarioRun:
         return True
 
     # -- steps -------------------------------------------------------------------------------
-    def _describe(self, step: Step) -> str:
-        match step:
-            case ExpectStep(expect=e):
-                return describe(e)
-            case XidStep(xid=x):
-                return f"XID {x.xid} on {_target_name(x.gpu, x.device)}"
-            case HealthStep(health=h):
-                return f"{_target_name(h.gpu, h.device)} -> {'healthy' if h.healthy else 'unhealthy'}"
-            case FaultStep(fault=f):
-                what = f"fail with {f.code}" if f.code else ""
-                if f.delay:
-                    what = f"take {f.delay:g} s" + (f" then {what}" if what else "")
-                return f"next {f.times} {f.rpc} call(s) {what}"
-            case AllocateStep(allocate=a):
-                wanted = ", ".join(f"{k}: {v}" for k, v in a.resources.items())
-                return f"pod {a.pod}/{a.container} asks {wanted}"
-            case DeletePodStep(delete_pod=pod):
-                return f"pod {pod}"
-            case RestartStep(restart=target):
-                return "the kubelet emulator" if target == "kubelet" else "the device plugins"
-            case EndStreamsStep(end_streams=name):
-                return f"ListAndWatch streams of {name}"
-            case AdvanceClockStep(advance_clock=seconds):
-                return f"kubelet clock +{seconds:g} s"
-            case ReconfigureStep(reconfigure=r):
-                changed = [
-                    f"{k}={v}" for k in ("gpus", "mig_layout", "mig_strategy") if (v := getattr(r, k)) is not None
-                ]
-                if r.config is not None:
-                    changed.append("config")
-                return ", ".join(changed)
-            case DeleteCheckpointStep():
-                return "kubelet_internal_checkpoint"
-            case WaitStep(wait=seconds):
-                return f"{seconds:g} s"
-        raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
-
     async def _execute(self, step: Step) -> str:
         node = self.node
         assert node is not None
@@ -390,13 +348,20 @@ async def run_scenario(scenario: Scenario, out: TextIO) -> int:
     return await ScenarioRun(scenario, out).run()
 
 
-async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO) -> int:
-    """Run every file; bad files print one ``fakegpu: error:`` line on ``err``. Returns the worst exit status."""
+async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO, socket: str | Path | None = None) -> int:
+    """Run every file; bad files print one ``fakegpu: error:`` line on ``err``. Returns the worst exit status.
+
+    With ``socket`` (a live daemon's admin socket) no node is started: the inject steps are sent to the
+    daemon (``fakeplugin.scenario.live``), and a file with a step that needs the kubelet emulator is bad.
+    """
     statuses: list[int] = []
     for path in paths:
         try:
             scenario = load_scenario(path)
-            status = await run_scenario(scenario, out)
+            if socket is None:
+                status = await run_scenario(scenario, out)
+            else:
+                status = await run_live_scenario(scenario, Path(socket), out)
         except SpecError as exc:
             out.flush()
             err.write(f"fakegpu: error: {exc}\n")

@@ -1,0 +1,180 @@
+"""``scenario run --socket``: the inject steps against a live daemon's admin socket (issue 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fakegpu.cli import main
+from fakeplugin.admin_ops import device_plugin_ops
+from fakeplugin.fake_node import FakeNode
+from fakeplugin.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
+from kubeletapi.admin_socket import AdminServer
+
+HEADER = "name: live\nissue: example/repo#6\ndescription: a live-daemon scenario\n"
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="fgl-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def daemon(
+    fakegpu_node: Callable[..., Awaitable[FakeNode]], short_dir: Path
+) -> AsyncIterator[tuple[FakeNode, Path]]:
+    node = await fakegpu_node("2xh100-80gb")
+    path = short_dir / "admin.sock"
+    async with AdminServer(path, device_plugin_ops(node.live, node.plugins)):
+        yield node, path
+
+
+def scenario(root: Path, steps: str, name: str = "s.yaml") -> Path:
+    path = root / name
+    path.write_text(HEADER + "node: {gpus: 8xa100-40gb}\nsteps:\n" + steps)
+    return path
+
+
+async def run(path: Path, socket: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_files([path], out, err, socket=socket)
+    return status, out.getvalue(), err.getvalue()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
+    node, socket = daemon
+    assert node.allocatable()[GPU] == 2
+    path = scenario(
+        short_dir,
+        "  - xid: {gpu: 0, xid: 94}\n"
+        "  - wait: 0.05\n"
+        "  - fault: {rpc: Allocate, times: 2, code: INTERNAL, message: injected live}\n"
+        "  - health: {gpu: 1, healthy: false}\n",
+    )
+    status, out, err = await run(path, socket)
+    assert status == EXIT_PASS, out + err
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"scenario live (example/repo#6): {path}"
+    assert "connect" in lines[1] and "device-plugin on node fake-node" in lines[1] and lines[1].endswith("PASS")
+    assert lines[2].split()[:2] == ["0", "xid"] and "1 device(s) unhealthy" in lines[2]
+    assert lines[4].split()[:2] == ["2", "fault"] and lines[4].endswith("PASS")
+    assert lines[5].split()[:2] == ["3", "health"] and "1 device(s)" in lines[5]
+    assert lines[6].startswith(f"PASS live: 4 step(s) against {socket} in ")
+
+    gpus = node.live.inventory.node.gpus
+    unhealthy = node.live.unhealthy()
+    assert unhealthy.get(gpus[0].uuid) == 94  # the xid step, with its XID
+    assert gpus[1].uuid in unhealthy  # the health step
+    assert await eventually(lambda: node.allocatable().get(GPU) == 0), node.allocatable()
+    assert node.capacity()[GPU] == 2  # the node section was ignored: still the daemon's 2 GPUs
+    [fault] = node.live.faults.faults
+    assert (fault.method, fault.remaining, fault.code, fault.message) == ("Allocate", 2, "INTERNAL", "injected live")
+
+
+async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, short_dir):
+    node, socket = daemon
+    server = node.plugins.servers[GPU]
+    assert await eventually(lambda: server.service.streams == 1)
+    status, out, err = await run(scenario(short_dir, f"  - end_streams: {GPU}\n"), socket)
+    assert status == EXIT_PASS, out + err
+    assert "1 stream(s) ended" in out.splitlines()[2]
+    # The kubelet saw EOF: the resource is not allocatable until the plugin registers again.
+    assert await eventually(lambda: node.allocatable().get(GPU) == 0), node.allocatable()
+
+    restarts = node.plugins.stats.restarts
+    status, out, err = await run(scenario(short_dir, "  - restart: plugins\n", "r.yaml"), socket)
+    assert status == EXIT_PASS, out + err
+    assert f"serving {GPU}" in out.splitlines()[2]
+    assert node.plugins.stats.restarts == restarts + 1
+    assert node.plugins.servers[GPU] is not server  # stopped and served again
+    assert await eventually(lambda: node.allocatable().get(GPU) == 2), node.allocatable()
+
+
+async def test_a_refused_op_fails_with_the_daemons_error(daemon, short_dir):
+    node, socket = daemon
+    path = scenario(
+        short_dir,
+        "  - fault: {rpc: Allocate, code: INTERNAL, resource: nvidia.com/nope}\n  - xid: {gpu: 0, xid: 94}\n",
+    )
+    status, out, err = await run(path, socket)
+    assert status == EXIT_FAIL, out + err
+    lines = out.splitlines()
+    assert lines[2].split()[:2] == ["0", "fault"] and lines[2].endswith("FAIL")
+    assert "the daemon answered: unknown resource 'nvidia.com/nope'" in lines[3]
+    assert lines[-1].startswith("FAIL live after ")
+    assert node.live.faults.faults == []
+    assert node.live.unhealthy() == {}  # the scenario stopped at the failing step
+
+
+@pytest.mark.parametrize(
+    ("steps", "named"),
+    [
+        (
+            "  - wait: 0.01\n  - xid: {gpu: 0, xid: 94}\n  - allocate: {pod: p1, resources: {nvidia.com/gpu: 1}}\n",
+            "step 2 (allocate)",
+        ),
+        ("  - expect: {allocatable: {nvidia.com/gpu: 2}}\n", "step 0 (expect)"),
+        ("  - restart: kubelet\n", "step 0 (restart: kubelet)"),
+        ("  - advance_clock: 5\n", "step 0 (advance_clock)"),
+    ],
+)
+async def test_a_step_needing_the_emulator_is_refused_up_front(daemon, short_dir, steps, named):
+    node, socket = daemon
+    status, out, err = await run(scenario(short_dir, steps), socket)
+    assert status == EXIT_BAD_FILE
+    assert out == ""
+    assert err.splitlines() == [
+        f"fakegpu: error: {short_dir / 's.yaml'}: {named} needs the embedded kubelet emulator; run without --socket"
+    ]
+    assert node.live.unhealthy() == {}  # nothing was sent, not even the steps before it
+
+
+async def test_expect_start_error_is_refused_in_socket_mode(short_dir):
+    path = short_dir / "s.yaml"
+    path.write_text(HEADER + "expect_start_error: boom\n")
+    status, out, err = await run(path, short_dir / "none.sock")
+    assert status == EXIT_BAD_FILE
+    assert out == ""
+    assert err.splitlines() == [
+        f"fakegpu: error: {path}: expect_start_error needs the embedded kubelet emulator; run without --socket"
+    ]
+
+
+async def test_an_unreachable_socket_exits_2_with_one_line(short_dir):
+    socket = short_dir / "nobody.sock"
+    status, out, err = await run(scenario(short_dir, "  - xid: {gpu: 0, xid: 94}\n"), socket)
+    assert status == EXIT_BAD_FILE
+    assert len(err.splitlines()) == 1
+    assert err.startswith("fakegpu: error: ") and f"no fakegpu daemon is listening on {socket}" in err
+    assert "Traceback" not in out + err and " PASS" not in out
+
+
+def test_the_cli_takes_socket(short_dir, capsys):
+    socket = short_dir / "nobody.sock"
+    path = scenario(short_dir, "  - allocate: {pod: p1, resources: {nvidia.com/gpu: 1}}\n")
+    assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
+    assert "step 0 (allocate) needs the embedded kubelet emulator" in capsys.readouterr().err
+    path = scenario(short_dir, "  - wait: 0\n")
+    assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no fakegpu daemon is listening on {socket}" in err
