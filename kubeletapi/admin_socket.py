@@ -214,7 +214,7 @@ class AdminServer:
         check_socket_path(self.path)
         if not self.path.parent.exists():
             self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        remove_stale(self.path)
+        remove_stale(self.path, keep_live=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             old_umask = os.umask(0o177)
@@ -229,7 +229,7 @@ class AdminServer:
             sock.close()
             if self._server is None:
                 with contextlib.suppress(OSError):
-                    remove_stale(self.path)
+                    remove_stale(self.path, keep_live=True)
             raise
         self._identity = identity(self.path)
         log.info("admin socket listening on %s", self.path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -22,12 +23,29 @@ def check_socket_path(path: Path) -> None:
         )
 
 
-def remove_stale(path: Path) -> bool:
-    """Remove a leftover socket (a dead plugin's socket stays on disk); never removes other files."""
+def someone_listens(path: Path) -> bool:
+    """True when a process accepts connections on the socket (it is in use, not stale)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def remove_stale(path: Path, *, keep_live: bool = False) -> bool:
+    """Remove a leftover socket (a dead plugin's socket stays on disk); never removes other files.
+
+    With ``keep_live``, a socket another process still serves is refused instead of taken over."""
     try:
         st = path.lstat()
     except FileNotFoundError:
         return False
+    if keep_live and stat.S_ISSOCK(st.st_mode) and someone_listens(path):
+        raise SocketPathError(f"{path} is in use by another running process; choose another path")
     if stat.S_ISSOCK(st.st_mode):
         path.unlink(missing_ok=True)
         return True

@@ -74,12 +74,12 @@ class FaultPlan:
             raise FaultError(f"unknown RPC {method!r}; expected one of: {', '.join(FAULTABLE_RPCS)}")
         if code is not None and code not in STATUS_CODES:
             raise FaultError(f"unknown gRPC status code {code!r}; expected one of: {', '.join(STATUS_CODES)}")
-        if code is None and delay <= 0:
-            raise FaultError("a fault needs a status code to fail with or a delay in seconds")
         if times < 1:
             raise FaultError(f"times must be at least 1, found {times}")
         if not 0 <= delay <= 3600:
             raise FaultError(f"delay must be between 0 and 3600 seconds, found {delay}")
+        if code is None and delay == 0:
+            raise FaultError("a fault needs a status code to fail with or a delay in seconds")
         fault = RpcFault(method, times, code, message or f"injected fault: {method} fails with {code}", delay, resource)
         self.faults.append(fault)
         return fault

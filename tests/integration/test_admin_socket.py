@@ -30,6 +30,7 @@ from fakeplugin.admin_ops import device_plugin_ops
 from fakeplugin.fake_node import FakeNode
 from kubeletapi.admin_socket import AdminError, AdminServer, admin_call
 from kubeletapi.kubelet_paths import KubeletPaths
+from kubeletapi.unix_socket import SocketPathError
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
@@ -584,3 +585,19 @@ async def test_ctl_status_of_the_dra_daemon(dra_admin):
     assert (code, err) == (0, "")
     assert out.startswith(f"Node {NODE}: DRA driver {DRIVER} (static MIG)\nResourceSlices: 1 published")
     assert "Prepared claims: none" in out
+
+
+async def test_a_second_daemon_does_not_take_over_a_live_admin_socket(fakegpu_dir):
+    async def status() -> str:
+        return "first"
+
+    path = fakegpu_dir / "adm.sock"
+    first = AdminServer(path, {"status": status})
+    await first.start()
+    try:
+        second = AdminServer(path, {"status": status})
+        with pytest.raises(SocketPathError, match="is in use by another running process"):
+            await second.start()
+        assert await admin_call(path, "status") == "first"
+    finally:
+        await first.stop()

@@ -50,3 +50,8 @@ def test_clear():
     assert plan.clear("Allocate") == 1
     assert [f.method for f in plan.faults] == ["PreStartContainer"]
     assert plan.clear() == 1 and plan.faults == []
+
+
+def test_negative_delay_names_the_range():
+    with pytest.raises(FaultError, match="delay must be between 0 and 3600 seconds, found -5"):
+        FaultPlan().inject("Allocate", delay=-5)
