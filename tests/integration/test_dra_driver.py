@@ -88,9 +88,13 @@ async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
         await driver.wait_published()
         return driver
 
+    async def stop_all() -> None:
+        while drivers:
+            await drivers.pop().stop()
+
+    make.stop_all = stop_all  # type: ignore[attr-defined]
     yield make
-    for d in drivers:
-        await d.stop()
+    await stop_all()
 
 
 def slices(server: FakeApiServer) -> list[dict[str, Any]]:
@@ -137,6 +141,7 @@ async def test_dynamic_mig_layout_per_server_version(root, make_driver, minor, e
         assert {s["spec"]["pool"]["resourceSliceCount"] for s in got} == {expected_slices}
         assert server.rejections == []
     finally:
+        await make_driver.stop_all()
         server.stop()
 
 
@@ -153,6 +158,7 @@ async def test_dropped_fields_are_reported_once_not_republished_forever(root, ma
         assert server.count("create") + server.count("update") == writes
         assert driver.publisher.stats.unchanged >= 1
     finally:
+        await make_driver.stop_all()
         server.stop()
 
 
@@ -192,6 +198,7 @@ async def test_api_version_by_discovery(root, make_driver):
         assert driver.publisher.options.api_version == "resource.k8s.io/v1beta2"
         assert {s["apiVersion"] for s in slices(server)} == {"resource.k8s.io/v1beta2"}
     finally:
+        await make_driver.stop_all()
         server.stop()
 
 
@@ -204,6 +211,7 @@ async def test_v1beta1_only_cluster(root, make_driver):
         assert {s["apiVersion"] for s in slices(server)} == {"resource.k8s.io/v1beta1"}
         assert len(slices(server)[0]["spec"]["devices"]) == 2
     finally:
+        await make_driver.stop_all()
         server.stop()
 
 
@@ -218,6 +226,7 @@ async def test_api_server_newer_than_its_kubelet_gets_split_slices(root, make_dr
         assert [r for r in server.rejections if "sharedCounters" not in r.message] == []
         server.rejections.clear()
     finally:
+        await make_driver.stop_all()
         server.stop()
 
 
