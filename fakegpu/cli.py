@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.bounded_run import run_bounded
 from fakegpu.catalog_output import render_catalog
 from fakegpu.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
@@ -198,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(run_demo(inputs, sys.stdout))
     if args.command == "plugin":
         paths = KubeletPaths(args.kubelet_dir)
-        return asyncio.run(
+        return run_bounded(
             run_plugin_daemon(
                 inputs,
                 paths,
@@ -218,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
             api_version=args.resource_api_version,
         )
         paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
-        return asyncio.run(run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket))
+        return run_bounded(run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket))
     node = load_node(inputs)
     if args.command == "slices":
         sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
