@@ -30,6 +30,7 @@ Only configs the claim or its class states produce sharing variables; the implic
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,10 +38,9 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
 from dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
-from dra.resource_slices import canonical_mig_name
-from sharing.catalog import GpuModel, MigProfile
+from dra.resource_slices import device_name_gpu, device_name_mig, whole_gpu_offered_with_dynamic_mig
 from sharing.identifiers import mig_uuid
-from sharing.node import Node, PhysicalGpu
+from sharing.node import Node
 
 MigMode = Literal["static", "dynamic"]
 DeviceKind = Literal["gpu", "mig"]
@@ -98,34 +98,21 @@ class PublishedDevice:
         return mig_uuid(node_name, self.parent_index, self.profile, self.start)
 
 
-def gpu_device_name(index: int) -> str:
-    """NVIDIA's full-GPU device name (the index is the device minor); the slices use the same rule."""
-    return f"gpu-{index}"
-
-
-def mig_device_name(gpu_index: int, model: GpuModel, profile: MigProfile, start: int) -> str:
-    """NVIDIA's canonical MIG device name, e.g. ``gpu-0-mig-1g10gb-19-3`` (GI profile 19, slice 3)."""
-    return canonical_mig_name(gpu_index, model, profile, start)
-
-
-def _full_gpu_with_dynamic_mig(gpu: PhysicalGpu) -> bool:
-    """Whether dynamic MIG still offers the whole GPU: Hopper and later switch MIG mode without a reset,
-    Ampere does not, so a MIG-enabled Ampere GPU is offered only as MIG devices (as the slice publisher,
-    ``dra.resource_slices``, does)."""
-    return not gpu.mig_enabled or gpu.model.architecture != "Ampere"
-
-
+@functools.lru_cache(maxsize=16)
 def published_devices(node: Node, mig_mode: MigMode) -> dict[str, PublishedDevice]:
     """Every device name the DRA driver publishes for ``node``: GPU by GPU, sorted by name within a GPU.
 
+    Cached per node and mode (prepare and the health stream ask often); callers must not modify it.
+
     static: MIG-enabled GPUs publish their MIG instances, the others their full GPU.
     dynamic: MIG-capable GPUs publish every profile at every allowed start slot plus the full GPU (see
-    ``_full_gpu_with_dynamic_mig``); other GPUs publish the full GPU.
+    ``whole_gpu_offered_with_dynamic_mig``); other GPUs publish the full GPU. Names come from the slice
+    builder's own rules, so prepare and publish can never disagree.
     """
     out: dict[str, PublishedDevice] = {}
     for gpu in node.gpus:
         full = PublishedDevice(
-            name=gpu_device_name(gpu.index),
+            name=device_name_gpu(gpu),
             kind="gpu",
             uuid=gpu.uuid,
             parent_uuid=gpu.uuid,
@@ -140,7 +127,7 @@ def published_devices(node: Node, mig_mode: MigMode) -> dict[str, PublishedDevic
                 devices.append(full)
             devices.extend(
                 PublishedDevice(
-                    name=mig_device_name(gpu.index, gpu.model, mig.profile, mig.start),
+                    name=device_name_mig(gpu, mig.profile, mig.start),
                     kind="mig",
                     uuid=mig.uuid,
                     parent_uuid=gpu.uuid,
@@ -152,11 +139,11 @@ def published_devices(node: Node, mig_mode: MigMode) -> dict[str, PublishedDevic
                 for mig in (gpu.mig_devices if gpu.mig_enabled else ())
             )
         else:
-            if _full_gpu_with_dynamic_mig(gpu):
+            if whole_gpu_offered_with_dynamic_mig(gpu):
                 devices.append(full)
             devices.extend(
                 PublishedDevice(
-                    name=mig_device_name(gpu.index, gpu.model, profile, start),
+                    name=device_name_mig(gpu, profile, start),
                     kind="mig",
                     uuid=None,
                     parent_uuid=gpu.uuid,

@@ -107,19 +107,15 @@ def device_name_gpu(gpu: PhysicalGpu) -> str:
     return f"gpu-{gpu.minor}"
 
 
-def canonical_mig_name(minor: int, model: GpuModel, profile: MigProfile, start: int) -> str:
+def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
     """NVIDIA's canonical MIG name ``gpu-<minor>-mig-<profile without . and +>-<GI profile ID>-<start>``.
 
     Placement is part of the name, so every (profile, start) pair is a distinct, stable device."""
     compact = re.sub(r"[^a-z0-9]", "", profile.name.lower())
-    name = f"gpu-{minor}-mig-{compact}-{model.profile_id(profile)}-{start}"
+    name = f"gpu-{gpu.minor}-mig-{compact}-{gpu.model.profile_id(profile)}-{start}"
     if len(name) > DNS_LABEL_MAX or not _DNS_LABEL.match(name):
         raise ValueError(f"MIG device name {name!r} is not a DNS label of at most 63 characters")
     return name
-
-
-def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
-    return canonical_mig_name(gpu.minor, gpu.model, profile, start)
 
 
 def counter_set_name(gpu: PhysicalGpu) -> str:
@@ -293,10 +289,10 @@ def _static_devices(
     return devices
 
 
-def _full_gpu_toggles_mig(model: GpuModel) -> bool:
+def whole_gpu_offered_with_dynamic_mig(gpu: PhysicalGpu) -> bool:
     """Hopper and later switch MIG mode without a GPU reset; Ampere does not, so NVIDIA's driver does not
-    offer an Ampere GPU whole while MIG mode is on."""
-    return model.architecture != "Ampere"
+    offer an Ampere GPU whole while MIG mode is on. The preparer uses the same rule."""
+    return not gpu.mig_enabled or gpu.model.architecture != "Ampere"
 
 
 def _counter_set(gpu: PhysicalGpu) -> dict[str, Any]:
@@ -316,7 +312,7 @@ def _dynamic_devices(
     if not model.mig_capable:
         return [_full_gpu(node, gpu, opts, unhealthy)]
     devices: list[Device] = []
-    if not gpu.mig_enabled or _full_gpu_toggles_mig(model):
+    if whole_gpu_offered_with_dynamic_mig(gpu):
         whole = _gpu_capacities(model)
         attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
         consumes = {"counterSet": counter_set_name(gpu), "counters": _counters(whole, range(model.memory_slices))}

@@ -217,8 +217,7 @@ class SlicePublisher:
         if have == wanted or (ours_untouched and wanted == self._sent):
             self.stats.unchanged += 1
             return False
-        known = [s.spec.pool.generation for s in existing if s.spec and s.spec.pool]
-        self.generation = max([self.generation, *known]) + 1
+        self.generation = max([self.generation, *generations]) + 1
         specs = build_slice_specs(node, self.options, unhealthy, generation=self.generation)
         objects = slice_objects(node, self.options, specs, node_uid=self.node_uid)
         stored: list[Any] = []

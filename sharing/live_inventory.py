@@ -62,7 +62,7 @@ class LiveInventory:
         self._base = inventory
         known = {d.id for r in inventory.resources for d in r.devices}
         self._overrides = {k: v for k, v in self._overrides.items() if k in known}
-        uuids = {u for g in inventory.node.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))}
+        uuids = {u for g in inventory.node.gpus for u in g.uuids}
         self._uuid_health = {k: v for k, v in self._uuid_health.items() if k in uuids}
         self._changed()
 
@@ -85,7 +85,7 @@ class LiveInventory:
         """GPU and MIG UUIDs named by ``target``, whatever the device plugin's MIG strategy exposes."""
         for gpu in self._base.node.gpus:
             if target in (gpu.uuid, str(gpu.index)):
-                return [gpu.uuid, *(m.uuid for m in gpu.mig_devices)]
+                return list(gpu.uuids)
             for mig in gpu.mig_devices:
                 if target == mig.uuid:
                     return [mig.uuid]
@@ -118,7 +118,7 @@ class LiveInventory:
         out: dict[str, int | None] = {}
         for gpu in self._base.node.gpus:
             if gpu.health == UNHEALTHY:
-                for uuid in (gpu.uuid, *(m.uuid for m in gpu.mig_devices)):
+                for uuid in gpu.uuids:
                     out[uuid] = gpu.xid
         for uuid, (healthy, xid) in self._uuid_health.items():
             if healthy:

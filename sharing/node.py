@@ -53,6 +53,11 @@ class PhysicalGpu:
     def minor(self) -> int:
         return self.index
 
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        """The GPU's UUID and those of its MIG devices: everything an event on the GPU touches."""
+        return (self.uuid, *(m.uuid for m in self.mig_devices))
+
 
 @dataclass(frozen=True)
 class Node:

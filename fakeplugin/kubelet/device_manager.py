@@ -8,7 +8,6 @@ forgotten after the grace period; allocation asks GetPreferredAllocation for a h
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -266,10 +265,6 @@ class DeviceManager:
         self.allocations = [a for a in self.allocations if a.pod_uid != pod_uid]
         if len(self.allocations) != before:
             self.write_checkpoint()
-
-    def alloc_resp_b64(self, pod_uid: str, container: str, resource: str) -> str | None:
-        a = self._existing(pod_uid, container, resource)
-        return base64.b64encode(a.response.SerializeToString()).decode() if a else None
 
 
 class _AllocateFailure(Exception):
