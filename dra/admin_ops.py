@@ -23,10 +23,9 @@ from dra.published_health import device_health
 from kubeletapi.admin_socket import (
     AdminError,
     Op,
-    clear_faults,
+    fault_ops,
     fault_status,
     gpu_status,
-    inject_fault,
     inject_xid,
     off_bus,
     set_health,
@@ -115,34 +114,10 @@ def dra_ops(driver: DraDriver) -> dict[str, Op]:
     async def off_bus_op(gpu: str) -> list[str]:
         return changed_by(lambda: off_bus(live, gpu))
 
-    async def fault(
-        method: str,
-        times: int = 1,
-        code: str | None = None,
-        message: str = "",
-        delay: float = 0.0,
-        resource: str | None = None,
-    ) -> dict[str, Any]:
-        return inject_fault(
-            live.faults,
-            rpcs=DRA_RPCS,
-            scopes=[settings.driver],
-            method=method,
-            times=times,
-            code=code,
-            message=message,
-            delay=delay,
-            resource=resource,
-        )
-
-    async def clear_faults_op(method: str | None = None) -> int:
-        return clear_faults(live.faults, DRA_RPCS, method)
-
     return {
         "status": status,
         "health": health,
         "xid": xid,
         "off-bus": off_bus_op,
-        "fault": fault,
-        "clear-faults": clear_faults_op,
+        **fault_ops(live.faults, DRA_RPCS, lambda: [settings.driver]),
     }

@@ -25,10 +25,9 @@ from fakeplugin.plugin_manager import PluginManager
 from kubeletapi.admin_socket import (
     AdminError,
     Op,
-    clear_faults,
+    fault_ops,
     fault_status,
     gpu_status,
-    inject_fault,
     inject_xid,
     off_bus,
     set_health,
@@ -132,29 +131,6 @@ def device_plugin_ops(
     async def off_bus_op(gpu: str) -> list[str]:
         return off_bus(live, gpu)
 
-    async def fault(
-        method: str,
-        times: int = 1,
-        code: str | None = None,
-        message: str = "",
-        delay: float = 0.0,
-        resource: str | None = None,
-    ) -> dict[str, Any]:
-        return inject_fault(
-            live.faults,
-            rpcs=DEVICE_PLUGIN_RPCS,
-            scopes=[r.name for r in live.inventory.resources],
-            method=method,
-            times=times,
-            code=code,
-            message=message,
-            delay=delay,
-            resource=resource,
-        )
-
-    async def clear_faults_op(method: str | None = None) -> int:
-        return clear_faults(live.faults, DEVICE_PLUGIN_RPCS, method)
-
     async def end_streams(resource: str | None = None) -> int:
         return sum(manager.servers[name].service.end_streams() for name in served(resource))
 
@@ -211,8 +187,7 @@ def device_plugin_ops(
         "health": health,
         "xid": xid,
         "off-bus": off_bus_op,
-        "fault": fault,
-        "clear-faults": clear_faults_op,
+        **fault_ops(live.faults, DEVICE_PLUGIN_RPCS, lambda: [r.name for r in live.inventory.resources]),
         "end-streams": end_streams,
         "plugins": plugins,
         "reload": reload,

@@ -469,6 +469,36 @@ def clear_faults(plan: FaultPlan, rpcs: Sequence[str], method: str | None) -> in
     return plan.clear(method)
 
 
+def fault_ops(plan: FaultPlan, rpcs: Sequence[str], scopes: Callable[[], Sequence[str]]) -> dict[str, Op]:
+    """The ``fault`` and ``clear-faults`` ops of a daemon serving ``rpcs`` for the resources (or driver)
+    ``scopes()`` names; both daemons use these."""
+
+    async def fault(
+        method: str,
+        times: int = 1,
+        code: str | None = None,
+        message: str = "",
+        delay: float = 0.0,
+        resource: str | None = None,
+    ) -> dict[str, Any]:
+        return inject_fault(
+            plan,
+            rpcs=rpcs,
+            scopes=scopes(),
+            method=method,
+            times=times,
+            code=code,
+            message=message,
+            delay=delay,
+            resource=resource,
+        )
+
+    async def clear_faults_op(method: str | None = None) -> int:
+        return clear_faults(plan, rpcs, method)
+
+    return {"fault": fault, "clear-faults": clear_faults_op}
+
+
 def fault_status(plan: FaultPlan) -> dict[str, Any]:
     """Pending and fired faults, for status."""
     return {
