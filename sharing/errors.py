@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 
@@ -39,14 +41,7 @@ def from_validation_error(source: str, exc: ValidationError) -> SpecError:
     parts = []
     for err in exc.errors(include_url=False):
         loc = format_location(tuple(p for p in err["loc"] if not _is_union_tag(p)))
-        msg = err["msg"]
-        if err["type"] == "value_error":
-            # Our validators raise NVIDIA's own texts; drop pydantic's "Value error, " prefix.
-            msg = str(err.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
-            msg = f"{msg} (found {err['input']!r})"
+        msg = error_message(err)
         parts.append(f"{loc}: {msg}" if loc else msg)
     first, rest = parts[0], parts[1:]
     if not rest:
@@ -55,6 +50,19 @@ def from_validation_error(source: str, exc: ValidationError) -> SpecError:
             return SpecError(source, message, location)
         return SpecError(source, first)
     return SpecError(source, "; ".join(parts))
+
+
+def error_message(err: Any) -> str:
+    """One pydantic error as a person reads it: our validators' own texts (NVIDIA's, mostly) without
+    pydantic's "Value error, " prefix, "unknown field" for extras, and the value that was found."""
+    msg = str(err["msg"])
+    if err["type"] == "value_error":
+        msg = str(err.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
+        msg = f"{msg} (found {err['input']!r})"
+    return msg
 
 
 def _is_union_tag(part: int | str) -> bool:

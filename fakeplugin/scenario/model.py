@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sharing.bug_modes import BUG_MODES
-from sharing.errors import SpecError, format_location
+from sharing.errors import SpecError, error_message, format_location
 from sharing.faults import FAULTABLE_RPCS, STATUS_CODES
 from sharing.plugin_flags import PLUGIN_FLAGS
 from sharing.yaml_source import parse_yaml, read_text
@@ -302,15 +302,6 @@ class Scenario:
 
 
 # -- loading ------------------------------------------------------------------------------------
-def _message(err: Any) -> str:
-    msg = str(err["msg"])
-    if err["type"] == "value_error":
-        msg = str(err.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
-    elif err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
-        msg = f"{msg} (found {err['input']!r})"
-    return msg
 
 
 def _error(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()) -> SpecError:
@@ -318,7 +309,7 @@ def _error(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()
     parts = []
     for err in exc.errors(include_url=False):
         loc = format_location((*prefix, *err["loc"]))
-        parts.append((loc, _message(err)))
+        parts.append((loc, error_message(err)))
     if len(parts) == 1:
         loc, msg = parts[0]
         return SpecError(source, msg, loc or None)
