@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import grpc
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient
 
 from dra.admin_ops import dra_ops
 from dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
@@ -29,6 +29,7 @@ from dra.prepared_claims import PreparedClaims
 from dra.published_health import device_health
 from dra.resource_slices import SliceOptions
 from dra.slice_publisher import SlicePublisher
+from kubeapi.client import client_factory
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
@@ -131,17 +132,6 @@ class DraDriver:
         await self.plugin.stop()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.client.close(), 2.0)
-
-
-def client_factory(kubeconfig: str | None) -> Callable[[], AsyncClient]:
-    """In-cluster config by default (the DaemonSet case), else KUBECONFIG/~/.kube/config, or a file."""
-
-    def make() -> AsyncClient:
-        if kubeconfig:
-            return AsyncClient(config=KubeConfig.from_file(kubeconfig))
-        return AsyncClient()
-
-    return make
 
 
 async def run_dra_daemon(

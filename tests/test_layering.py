@@ -1,4 +1,4 @@
-"""Architecture rules: sharing/ is pure; fakeplugin/ and dra/ never import each other."""
+"""Architecture rules: sharing/ is pure; fakeplugin/ and dra/ never import each other; kubeapi/ is below both."""
 
 from __future__ import annotations
 
@@ -45,3 +45,9 @@ def test_sharing_is_pure():
 @pytest.mark.parametrize(("package", "forbidden"), [("fakeplugin", "dra"), ("dra", "fakeplugin")])
 def test_faces_do_not_import_each_other(package, forbidden):
     assert forbidden not in imported_roots(package)
+
+
+@pytest.mark.parametrize("forbidden", ["fakeplugin", "dra", "fakegpu", "grpc"])
+def test_kubeapi_serves_both_faces_without_depending_on_them(forbidden):
+    """kubeapi/ is the API-server plumbing both faces share, so it may lean on sharing/ only."""
+    assert forbidden not in imported_roots("kubeapi")

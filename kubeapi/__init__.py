@@ -1,0 +1,4 @@
+"""API-server plumbing shared by the device plugin, the DRA driver and the virtual-node controller.
+
+Depends only on ``sharing/`` and lightkube, so both faces may use it without importing each other.
+"""
