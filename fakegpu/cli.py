@@ -16,6 +16,7 @@ from fakegpu.catalog_output import render_catalog
 from fakegpu.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.inventory_output import render_inventory, render_labels
+from fakegpu.node_options import add_node_options, node_settings
 from fakegpu.scenario_command import add_scenario_parser, run_scenario_command
 from fakegpu.slice_commands import (
     API_VERSIONS,
@@ -81,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODE",
         help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
     )
+    add_node_options(plugin)
 
     kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
     kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
@@ -207,6 +209,7 @@ def _run(args: argparse.Namespace) -> int:
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,
+                node=node_settings(args),
             )
         )
     if args.command == "dra":

@@ -14,7 +14,9 @@ import uuid
 from pathlib import Path
 
 from fakeplugin.admin_ops import RecentCalls, device_plugin_ops
+from fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from kubeapi.client import client_factory
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.health import XidPolicy
@@ -22,6 +24,20 @@ from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSettings:
+    """What the plugin does with its Node object; nothing (and no API client) unless asked."""
+
+    label_node: bool = False
+    selection: ConfigSelection | None = None
+    kubeconfig: str | None = None
+    resync_interval: float = 30.0
+
+    @property
+    def wanted(self) -> bool:
+        return self.label_node or self.selection is not None
 
 
 def watched_files(inputs: InventoryInputs) -> list[Path]:
@@ -38,11 +54,25 @@ async def run_plugin_daemon(
     bug_modes: frozenset[str] = frozenset(),
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
+    node: NodeSettings | None = None,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
     With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
+    With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
     """
+    node = node or NodeSettings()
+    # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
+    base_watch = [Path(p) for p in (inputs.node_spec, inputs.mig_config) if p]
+    make_client = client_factory(node.kubeconfig)
+    selected, label_value = "", ""
+    if node.selection is not None:
+        probe = make_client()
+        try:
+            inputs, selected, label_value = await initial_selection(probe, inputs.node_name, node.selection, inputs)
+        finally:
+            await probe.close()
+        log.info("selected %s for node %s", selected, inputs.node_name)
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
@@ -61,6 +91,19 @@ async def run_plugin_daemon(
         watch_files=watched_files(inputs),
         on_call=calls.record,
     )
+    sync = None
+    if node.wanted:
+        sync = PluginNodeSync(
+            make_client,
+            inputs.node_name,
+            manager,
+            current,
+            label_node=node.label_node,
+            selection=node.selection,
+            base_watch_files=base_watch,
+            resync_interval=node.resync_interval,
+        )
+        sync.set_initial(selected, label_value)
     admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current)) if admin_socket else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -71,11 +114,15 @@ async def run_plugin_daemon(
         if admin is not None:
             await admin.start()
         await manager.start()
+        if sync is not None:
+            await sync.start()
         log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        if sync is not None:
+            await sync.stop()
         await manager.stop()
         if admin is not None:
             await admin.stop()

@@ -177,6 +177,11 @@ class PluginManager:
                 await self._stop_one(name)
             await self._reconcile()
 
+    def set_watch_files(self, paths: Sequence[Path]) -> None:
+        """Watch other files from now on (the node's config label selected another config file)."""
+        self.watch_files = list(paths)
+        self._file_stamps = {p: _mtime(p) for p in self.watch_files}
+
     # -- reload ----------------------------------------------------------------------------------
     async def reload(self) -> bool:
         """Rebuild the inventory from its files; on error keep serving the last good one."""

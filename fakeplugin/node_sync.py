@@ -1,0 +1,225 @@
+"""The device plugin's own Node: GFD labels written to it, and the config its label selects.
+
+One task follows the Node (``kubeapi.node_watch``) and one reconciles: whenever the node changes, the
+inventory changes, or a resync interval passes, it (1) applies the config the node's
+``nvidia.com/device-plugin.config`` label names, as NVIDIA's config-manager sidecar does but in-process
+and without ever exiting, and (2) patches the GFD label set onto the node, removing only labels it wrote
+before. The API server being away never stops the plugin serving; both steps retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from fakeplugin.plugin_manager import PluginManager
+from kubeapi.node_watch import NodeWatch
+from kubeletapi.background_tasks import cancel_and_wait
+from sharing.errors import SpecError
+from sharing.inputs import CurrentInputs, InventoryInputs, load_labels
+from sharing.label_ownership import label_patch
+from sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, FallbackStrategy, choose_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConfigSelection:
+    """``--config-dir`` and friends: where the named configs are and how an unlabelled node picks one."""
+
+    directory: Path
+    label: str = DEFAULT_CONFIG_LABEL
+    default_config: str = ""
+    fallbacks: tuple[FallbackStrategy, ...] = DEFAULT_FALLBACKS
+
+    def inputs_for(self, inputs: InventoryInputs, label_value: str) -> tuple[InventoryInputs, str]:
+        """The inputs with the selected config file, and what was selected; SpecError if nothing fits."""
+        choice = choose_config(
+            label_value, self.directory, default_config=self.default_config, fallbacks=self.fallbacks, label=self.label
+        )
+        return dataclasses.replace(inputs, config_file=choice.path), choice.describe
+
+
+@dataclass
+class NodeSyncStats:
+    label_patches: int = 0
+    label_errors: int = 0
+    selections: int = 0
+    selection_errors: list[str] = field(default_factory=list)
+    selected: str = ""
+
+
+async def initial_selection(
+    client: AsyncClient, node_name: str, selection: ConfigSelection, inputs: InventoryInputs, timeout: float = 10.0
+) -> tuple[InventoryInputs, str, str]:
+    """Before the first inventory, as NVIDIA's config-manager init container does: read the label once.
+
+    An unreachable API server is not fatal (the default choice applies and the watch corrects it later);
+    a label naming no config is, since there is no previous config to keep serving.
+    """
+    label_value = ""
+    try:
+        node = await asyncio.wait_for(client.get(Node, node_name), timeout)
+        label_value = ((node.metadata and node.metadata.labels) or {}).get(selection.label, "")
+    except Exception as exc:
+        log.warning(
+            "could not read node %s for its %s label (%s); using the default config", node_name, selection.label, exc
+        )
+    chosen, selected = selection.inputs_for(inputs, label_value)
+    return chosen, selected, label_value
+
+
+class PluginNodeSync:
+    """Keeps the Node's labels and the plugin's selected config in step with each other."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], AsyncClient],
+        node_name: str,
+        manager: PluginManager,
+        current: CurrentInputs,
+        *,
+        label_node: bool,
+        selection: ConfigSelection | None,
+        base_watch_files: Sequence[Path] = (),
+        resync_interval: float = 30.0,
+        retry_interval: float = 1.0,
+    ) -> None:
+        self.client_factory = client_factory
+        self.node_name = node_name
+        self.manager = manager
+        self.current = current
+        self.label_node = label_node
+        self.selection = selection
+        self.base_watch_files = list(base_watch_files)
+        self.resync_interval = resync_interval
+        self.retry_interval = retry_interval
+        self.stats = NodeSyncStats()
+        self.node: Node | None = None
+        self._seen_node = False
+        self._dirty = asyncio.Event()
+        self._selection_key: tuple[str, tuple[str, ...]] | None = None
+        self._client: AsyncClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def set_initial(self, selected: str, label_value: str) -> None:
+        """Record what the daemon selected before serving, so the first node event does not reload again."""
+        self.stats.selected = selected
+        if self.selection is not None:
+            self._selection_key = (label_value, self._listing())
+
+    async def start(self) -> None:
+        self._client = self.client_factory()
+        watch = NodeWatch(self._client, self.node_name, self._on_node, self.retry_interval)
+        self._unsubscribe = self.manager.live.subscribe(self._dirty.set)
+        self._tasks = [
+            asyncio.create_task(watch.run(), name="node-watch"),
+            asyncio.create_task(self._loop(), name="node-sync"),
+        ]
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        await cancel_and_wait(self._tasks)
+        self._tasks = []
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._client.close(), 2.0)
+            self._client = None
+
+    def _on_node(self, node: Node | None) -> None:
+        self.node = node
+        self._seen_node = True
+        self._dirty.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
+            self._dirty.clear()
+            try:
+                await self.sync_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.stats.label_errors += 1
+                log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
+                await asyncio.sleep(self.retry_interval)
+                self._dirty.set()
+
+    async def sync_once(self) -> None:
+        if not self._seen_node:
+            return
+        if self.selection is not None:
+            await self._select()
+        if self.label_node and self.node is not None:
+            await self._label()
+
+    def _listing(self) -> tuple[str, ...]:
+        """The config directory's entries: a config added to the ConfigMap may make a failed choice work."""
+        if self.selection is None:
+            return ()
+        try:
+            return tuple(sorted(p.name for p in self.selection.directory.iterdir()))
+        except OSError:
+            return ()
+
+    async def _select(self) -> None:
+        assert self.selection is not None
+        labels = (self.node and self.node.metadata and self.node.metadata.labels) or {}
+        value = labels.get(self.selection.label, "")
+        key = (value, self._listing())
+        if key == self._selection_key:
+            return
+        self._selection_key = key
+        log.info("label change detected: %s=%s", self.selection.label, value)
+        try:
+            candidate, selected = self.selection.inputs_for(self.current.inputs, value)
+        except SpecError as exc:
+            self.stats.selection_errors.append(str(exc))
+            log.error(
+                "config selection rejected, still serving %s: %s", self.stats.selected or "the previous config", exc
+            )
+            return
+        if candidate == self.current.inputs:
+            log.info("already configured with %s", selected)
+            return
+        previous, self.current.inputs = self.current.inputs, candidate
+        self._watch_config_of(candidate)
+        if not await self.manager.reload():
+            self.current.inputs = previous
+            self._watch_config_of(previous)
+            self.stats.selection_errors.append(self.manager.stats.reload_errors[-1])
+            return
+        self.stats.selections += 1
+        self.stats.selected = selected
+        log.info("updated to %s", selected)
+
+    def _watch_config_of(self, inputs: InventoryInputs) -> None:
+        """Edits to the selected file reload, as with ``--config-file`` (a ConfigMap update swaps it)."""
+        selected = [Path(inputs.config_file)] if inputs.config_file else []
+        self.manager.set_watch_files([*self.base_watch_files, *selected])
+
+    async def _label(self) -> None:
+        assert self.node is not None and self._client is not None
+        meta = self.node.metadata
+        try:
+            wanted = load_labels(self.current.inputs)
+        except SpecError as exc:  # the serving inventory built from these inputs, so this is rare
+            log.error("cannot compute the node labels: %s", exc)
+            return
+        patch = label_patch(meta.labels if meta else None, meta.annotations if meta else None, wanted)
+        if patch is None:
+            return
+        self.node = await self._client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        self.stats.label_patches += 1
+        log.info("node %s labels updated (%d GFD labels)", self.node_name, len(wanted))

@@ -1,0 +1,235 @@
+"""``fakegpu plugin --label-node --config-dir``: GFD labels on the Node and the config its label selects.
+
+The plugin daemon runs in-process against the kubelet emulator (device plugin protocol over real Unix
+sockets) and the in-process API server (the Node object), as it would on a kind node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakeplugin.kubelet.emulator import KubeletEmulator
+from fakeplugin.node_sync import ConfigSelection
+from kubeletapi.kubelet_paths import KubeletPaths
+from sharing.inputs import InventoryInputs
+from sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from tests.apiserver import FakeApiServer
+
+NODE = "gpu-node-1"
+GPU = "nvidia.com/gpu"
+LABEL = "nvidia.com/device-plugin.config"
+MIG_MIXED = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+TIME_SLICING_4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 4}]}}}
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fgns-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer("1.36").start()
+    server.add_node(NODE, {"team": "ml"})
+    try:
+        yield server
+    finally:
+        server.stop()
+        assert server.errors == []
+
+
+def write_configs(directory: Path, configs: dict[str, Any]) -> Path:
+    directory.mkdir(exist_ok=True)
+    for name, body in configs.items():
+        (directory / name).write_text(yaml.safe_dump(body))
+    return directory
+
+
+def node_labels(apiserver: FakeApiServer) -> dict[str, str]:
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    return dict(node["metadata"].get("labels") or {})
+
+
+def set_label(apiserver: FakeApiServer, key: str, value: str | None) -> None:
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    labels = node["metadata"].setdefault("labels", {})
+    if value is None:
+        labels.pop(key, None)
+    else:
+        labels[key] = value
+    apiserver.update_direct(node)
+
+
+Daemon = Callable[..., Awaitable[KubeletEmulator]]
+
+
+@pytest.fixture
+async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
+    """``kubelet = await daemon(settings)``: the kubelet emulator plus ``run_plugin_daemon`` for NODE."""
+    stops: list[tuple[asyncio.Event, asyncio.Task[int], KubeletEmulator]] = []
+
+    async def start(node: NodeSettings, gpus: str = "2xa100-40gb") -> KubeletEmulator:
+        kubelet = KubeletEmulator(root / "kubelet")
+        await kubelet.start()
+        stop = asyncio.Event()
+        inputs = InventoryInputs(node_name=NODE, gpus=(gpus,))
+        task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
+        stops.append((stop, task, kubelet))
+        await kubelet.wait_for(lambda: any(kubelet.allocatable().values()) or task.done(), 10.0, "devices")
+        if task.done():
+            task.result()
+        return kubelet
+
+    yield start
+    for stop, task, kubelet in stops:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5.0)
+        await kubelet.stop()
+
+
+def settings(apiserver: FakeApiServer, root: Path, **kw: Any) -> NodeSettings:
+    return NodeSettings(kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")), resync_interval=0.2, **kw)
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_label_node_writes_the_gfd_labels_and_records_them(daemon, apiserver, root):
+    await daemon(settings(apiserver, root, label_node=True))
+    await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels")
+    labels = node_labels(apiserver)
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["nvidia.com/gpu.replicas"] == "1"
+    assert labels["team"] == "ml" and labels["kubernetes.io/hostname"] == NODE
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    owned = set(node["metadata"]["annotations"][OWNED_LABELS_ANNOTATION].split(","))
+    assert owned == {k for k in labels if k.startswith("nvidia.com/")}
+    # In sync: a resync writes nothing more.
+    patches = apiserver.count("patch", "nodes")
+    await asyncio.sleep(0.5)
+    assert apiserver.count("patch", "nodes") == patches == 1
+
+
+async def test_a_label_someone_removes_is_put_back(daemon, apiserver, root):
+    await daemon(settings(apiserver, root, label_node=True))
+    await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels")
+    set_label(apiserver, "nvidia.com/gpu.count", None)
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.count") == "2", "label restored")
+
+
+async def test_the_config_label_switches_the_config_live_and_the_labels_follow(daemon, apiserver, root):
+    configs = write_configs(
+        root / "configs",
+        {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4, "mig-mixed": MIG_MIXED},
+    )
+    kubelet = await daemon(settings(apiserver, root, label_node=True, selection=ConfigSelection(configs)))
+    assert kubelet.allocatable() == {GPU: 2}
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.replicas") == "1", "unshared labels")
+    assert node_labels(apiserver)["nvidia.com/gpu.sharing-strategy"] == "none"
+
+    set_label(apiserver, LABEL, "time-slicing-4")
+    await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "8 replicas")
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.replicas") == "4", "shared labels")
+    assert node_labels(apiserver)["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert node_labels(apiserver)["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+
+    set_label(apiserver, LABEL, "mig-mixed")
+    await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 2}, 5.0, "unshared again")
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/mig.strategy") == "mixed", "MIG strategy label")
+
+    # Back to no label: the `named` fallback picks `default`; the label that no longer applies goes away.
+    set_label(apiserver, LABEL, None)
+    await eventually(lambda: "nvidia.com/mig.strategy" not in node_labels(apiserver), "label removed")
+    assert node_labels(apiserver)["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert node_labels(apiserver)["team"] == "ml"
+
+
+async def test_the_label_is_read_before_the_first_registration(daemon, apiserver, root):
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
+    set_label(apiserver, LABEL, "time-slicing-4")
+    kubelet = await daemon(settings(apiserver, root, selection=ConfigSelection(configs)))
+    # Never advertised the unshared 2 first: the first ListAndWatch already had 8 devices.
+    assert kubelet.allocatable() == {GPU: 8}
+
+
+async def test_a_label_naming_no_config_keeps_the_current_one(daemon, apiserver, root):
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
+    kubelet = await daemon(settings(apiserver, root, selection=ConfigSelection(configs)))
+    set_label(apiserver, LABEL, "no-such-config")
+    await asyncio.sleep(0.5)
+    assert kubelet.allocatable() == {GPU: 2}
+    # Adding the config to the ConfigMap afterwards makes the same label work, as a fixed ConfigMap should.
+    (configs / "no-such-config").write_text(yaml.safe_dump(TIME_SLICING_4))
+    await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "config appeared")
+
+
+async def test_a_bad_selected_config_keeps_the_running_inventory(daemon, apiserver, root):
+    bad = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": "many"}]}}}
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}, "broken": bad})
+    kubelet = await daemon(settings(apiserver, root, label_node=True, selection=ConfigSelection(configs)))
+    await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels")
+    set_label(apiserver, LABEL, "broken")
+    await asyncio.sleep(0.5)
+    assert kubelet.allocatable() == {GPU: 2}
+    assert node_labels(apiserver)["nvidia.com/gpu.replicas"] == "1"
+
+
+async def test_an_unreachable_api_server_does_not_stop_the_plugin(daemon, apiserver, root):
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
+    node = settings(apiserver, root, label_node=True, selection=ConfigSelection(configs))
+    apiserver.stop()
+    kubelet = await daemon(node)
+    assert kubelet.allocatable() == {GPU: 2}
+    apiserver.start()
+
+
+def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root):
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fakegpu.cli", "plugin", "--node-name", NODE, "--kubelet-dir", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}})
+    (root / "c.yaml").write_text("version: v1\n")
+    out = run("--config-dir", str(configs), "--config-file", str(root / "c.yaml"))
+    assert (out.returncode, out.stderr.strip()) == (
+        2,
+        "fakegpu: error: --config-dir: cannot be combined with --config-file; the node label picks the file",
+    )
+    out = run("--default-config", "x")
+    assert (out.returncode, out.stderr.strip()) == (
+        2,
+        "fakegpu: error: --default-config: only applies with --config-dir",
+    )
+    out = run("--config-dir", str(configs), "--fallback-strategies", "named,whatever")
+    assert out.returncode == 2
+    assert "--fallback-strategies: unknown fallback strategy: whatever" in out.stderr
+    assert "Traceback" not in out.stderr
