@@ -26,7 +26,15 @@ import pytest
 import yaml
 from lightkube import AsyncClient
 
+from dra.daemon import DraDriver, DraSettings
+from fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakeplugin.kubelet.emulator import KubeletEmulator
+from fakeplugin.node_sync import ConfigSelection
+from kubeletapi.kubelet_paths import KubeletPaths
+from sharing.inputs import InventoryInputs, load_inventory
+from sharing.live_inventory import LiveInventory
 from tests.apiserver import FakeApiServer, RequestRecord
+from tests.dra_kubelet_client import prepare, unprepare
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "node-a"
@@ -117,8 +125,8 @@ def client_call_sites(packages: Iterable[str]) -> list[CallSite]:
     """Every ``<...>client.<verb>(...)`` call of lightkube's client in the given packages or files."""
     sites = []
     for package in packages:
-        where = ROOT / package
-        for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
+        base = ROOT / package
+        for path in sorted(base.rglob("*.py")) if base.is_dir() else [base]:
             tree = ast.parse(path.read_text(), filename=str(path))
             classes = _lightkube_classes(tree)
             for node in ast.walk(tree):
@@ -235,11 +243,6 @@ async def eventually(predicate: Any, what: str, timeout: float = 5.0) -> None:
 
 async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     """``fakegpu plugin --label-node --config-dir``: read the node, follow it, label it, switch configs."""
-    from fakeplugin.daemon import NodeSettings, run_plugin_daemon
-    from fakeplugin.kubelet.emulator import KubeletEmulator
-    from fakeplugin.node_sync import ConfigSelection
-    from kubeletapi.kubelet_paths import KubeletPaths
-    from sharing.inputs import InventoryInputs
 
     configs = root / "configs"
     configs.mkdir()
@@ -266,8 +269,9 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
         apiserver.update_direct(node)
         await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 4, 5.0, "shared")
         await eventually(
-            lambda: (apiserver.get_object("nodes", NODE) or {})["metadata"]["labels"].get("nvidia.com/gpu.replicas")
-            == "2",
+            lambda: (
+                (apiserver.get_object("nodes", NODE) or {})["metadata"]["labels"].get("nvidia.com/gpu.replicas") == "2"
+            ),
             "labels",
         )
     finally:
@@ -279,11 +283,6 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
 
 async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
     """``fakegpu dra``: discover, publish, prepare and unprepare a claim, re-create a deleted slice, shrink."""
-    from dra.daemon import DraDriver, DraSettings
-    from kubeletapi.kubelet_paths import KubeletPaths
-    from sharing.inputs import InventoryInputs, load_inventory
-    from sharing.live_inventory import LiveInventory
-    from tests.dra_kubelet_client import prepare, unprepare
 
     inputs = InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))
     live = LiveInventory(load_inventory(inputs))
