@@ -9,8 +9,9 @@ create, get, list, update, patch (merge, JSON patch, simplified server-side appl
 deletecollection and watch.
 
 Every object written through the API is checked with ``kubernetes_validate.validate(obj, "<1.N>.0",
-strict=True)`` plus the rules of :mod:`tests.apiserver.k8s_validation` before it is stored; failures are
-answered with ``422 Invalid`` and recorded in :attr:`FakeApiServer.rejections`.
+strict=True)`` (through :mod:`tests.apiserver.schema_cache`, which keeps the parsed schemas) plus the
+rules of :mod:`tests.apiserver.k8s_validation` before it is stored; failures are answered with
+``422 Invalid`` and recorded in :attr:`FakeApiServer.rejections`.
 
 Semantics kept: ``generateName`` (prefix cut to 58 characters + 5 characters of the Kubernetes
 alphabet), 409 ``AlreadyExists``, optimistic concurrency (409 ``Conflict``), immutable fields (422),
@@ -65,6 +66,7 @@ from lightkube.config.models import Cluster, User
 
 from . import k8s_selectors as sel
 from . import k8s_validation as val
+from . import schema_cache
 
 JSON = dict[str, Any]
 
@@ -369,6 +371,9 @@ def json_patch(doc: Any, operations: Any) -> Any:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True  # server_close() joins every handler thread
+    # socketserver's default listen backlog is 5: a client opening more connections at once loses SYNs and
+    # waits a second for the retransmission. A real API server accepts far more.
+    request_queue_size = 128
 
     def __init__(self, api: FakeApiServer) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -947,7 +952,8 @@ class FakeApiServer:
     ) -> _Response | _WatchStream:
         dry_run = bool(query.get("dryRun"))
         if route.verb == "get":
-            return _Response(200, copy.deepcopy(self._existing(route)[1]))
+            with self._lock:  # a concurrent delete stamps the object it removes
+                return _Response(200, copy.deepcopy(self._existing(route)[1]))
         if route.verb == "list":
             return self._list(route, query)
         if route.verb == "watch":
@@ -1376,12 +1382,22 @@ class FakeApiServer:
         return obj
 
     def _collect_garbage(self, owner_uid: str) -> None:
+        # One cheap pass for the dependents; the set of live UIDs only when there are some (deleting a
+        # thousand objects must not cost a million dict scans).
+        owned = [
+            key
+            for key, obj in self._objects.items()
+            if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])
+        ]
+        if not owned:
+            return
         live = {o["metadata"]["uid"] for o in self._objects.values()}
-        for key, obj in sorted(self._objects.items()):
-            if key not in self._objects:
+        for key in sorted(owned):
+            obj = self._objects.get(key)
+            if obj is None:
                 continue
             owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
-            if owner_uid in owners and not owners & live:
+            if not owners & live:
                 self._delete_one(_TYPES[key[0]], key, "Background")
 
     def _emit(self, rtype: ResourceType, kind: str, obj: JSON, old: JSON | None) -> None:
@@ -1402,7 +1418,7 @@ class FakeApiServer:
         elif rtype is RESOURCE_CLAIMS:
             errors += val.validate_resource_claim(obj, version)
         try:
-            kubernetes_validate.validate(obj, self._validate_version, strict=True)
+            schema_cache.validate(obj, self._validate_version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             errors.append(val.FieldError(_json_path(list(exc.absolute_path)), "Schema", None, str(exc.message)))
         except kubernetes_validate.SchemaNotFoundError as exc:
