@@ -26,6 +26,7 @@ from fakegpu.slice_commands import (
     server_minor,
     slice_options,
 )
+from fakegpu.virtual_nodes.command import add_virtual_nodes_parser, run_virtual_nodes_command
 from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.demo import run_demo
 from fakeplugin.kubelet.daemon import run_kubelet
@@ -137,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
         "conventionally /var/run/fakegpu/dra.sock)",
     )
 
+    add_virtual_nodes_parser(sub)
+
     slices = sub.add_parser("slices", help="print the ResourceSlices the DRA driver would publish")
     add_inventory_options(slices)
     add_slice_options(slices)
@@ -191,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(run_kubelet(args.dir, args.grace_period))
     if args.command == "scenario":
         return run_scenario_command(args)
+    if args.command == "virtual-nodes":
+        return run_virtual_nodes_command(args)
     if args.command == "deviceclasses":
         sys.stdout.write(
             render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)

@@ -13,6 +13,7 @@ import ast
 import asyncio
 import contextlib
 import importlib
+import io
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -24,6 +25,8 @@ import pytest
 from lightkube import AsyncClient
 
 from dra.daemon import DraDriver, DraSettings
+from fakegpu.cli import _parser as cli_parser
+from fakegpu.virtual_nodes.command import run_virtual_nodes
 from fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakeplugin.kubelet.emulator import KubeletEmulator
 from fakeplugin.node_sync import ConfigSelection
@@ -291,6 +294,39 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         await driver.stop()
 
 
+async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
+    """``fakegpu virtual-nodes``: bring up (creating and adopting), watch and repair, then ``--delete``."""
+    apiserver.create_direct(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "kwok-gpu-0001", "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+        }
+    )
+    client = AsyncClient(config=apiserver.lightkube_config(), trust_env=False)
+    common = ["virtual-nodes", "--count", "3", "--name-prefix", "kwok-gpu-", "--gpus", "1xh100-80gb"]
+    try:
+        assert await run_virtual_nodes(cli_parser().parse_args(common), client=client, out=io.StringIO()) == 0
+        # Someone changes the plan's capacity: a re-run with other GPUs rewrites labels, status and slices.
+        stop = asyncio.Event()
+        out = io.StringIO()
+        args = cli_parser().parse_args([*common[:-1], "2xh100-80gb", "--watch", "--resync-interval", "0.3"])
+        task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out))
+        await eventually(lambda: apiserver.open_watches >= 2 or task.done(), "watching")
+        gone = apiserver.objects("resourceslices")[0]["metadata"]["name"]
+        apiserver.delete_direct("resourceslices", gone)
+        await eventually(lambda: len(apiserver.objects("resourceslices")) == 3, "slice recreated")
+        apiserver.delete_direct("nodes", "kwok-gpu-0000")
+        await eventually(lambda: len(apiserver.objects("resourceslices")) == 2, "slices of a deleted node removed")
+        stop.set()
+        assert await asyncio.wait_for(task, 5.0) == 0, out.getvalue()
+        args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "kwok-gpu-", "--delete"])
+        assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
+    finally:
+        await client.close()
+
+
 def _allocated_claim(name: str, device: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -321,6 +357,7 @@ class Component:
 COMPONENTS = {
     "device-plugin": (Component("device-plugin", ("fakeplugin", "kubeapi")), exercise_device_plugin),
     "dra": (Component("dra", ("dra", "kubeapi/client.py")), exercise_dra),
+    "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "kubeapi/client.py")), exercise_virtual_nodes),
 }
 
 

@@ -1,0 +1,47 @@
+"""Virtual node names: ``<prefix><index>`` for one pool, ``<prefix><pool>-<index>`` for several.
+
+Indexes are zero-padded to four digits (``fakegpu-virtual-0000``) whatever the count, so re-running with a
+larger ``--count`` keeps the existing names and ``kubectl get nodes`` lists them in order up to 9999.
+Names must be DNS-1123 labels of at most 63 characters: a Node name may be longer, but it is also the
+value of the ``kubernetes.io/hostname`` label, which may not.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sharing.errors import SpecError
+
+DEFAULT_PREFIX = "fakegpu-virtual-"
+INDEX_WIDTH = 4
+MAX_NAME_LENGTH = 63
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
+
+
+def node_name(prefix: str, index: int, pool: str | None = None) -> str:
+    """The name of the ``index``-th node (from 0) of a pool; ``pool`` is None with a single pool."""
+    middle = f"{pool}-" if pool else ""
+    return f"{prefix}{middle}{index:0{INDEX_WIDTH}d}"
+
+
+def pool_name_from_stem(stem: str, source: str) -> str:
+    """A node spec file's stem as a name part: lower case, runs of other characters become one ``-``."""
+    cleaned = _NOT_NAME_CHARS.sub("-", stem.lower()).strip("-")
+    if not cleaned:
+        raise SpecError(source, f"cannot make a node name part from the file name {stem!r}; rename the file")
+    return cleaned
+
+
+def check_node_name(name: str, flag: str = "--name-prefix") -> None:
+    """Refuse names the API server would refuse, naming the flag that produced them."""
+    if len(name) > MAX_NAME_LENGTH:
+        raise SpecError(
+            flag, f"node name {name!r} is {len(name)} characters; at most {MAX_NAME_LENGTH} (a hostname label value)"
+        )
+    if not _DNS_LABEL.match(name):
+        raise SpecError(
+            flag,
+            f"node name {name!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)",
+        )

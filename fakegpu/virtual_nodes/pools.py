@@ -1,0 +1,137 @@
+"""Pools: which virtual nodes to run and with which GPUs.
+
+One pool comes from the ordinary inventory options (``--count N --gpus 8xh100-80gb``); several come from
+``--pool FILE=COUNT`` (repeatable), each FILE a node spec as ``--node-spec`` takes, for heterogeneous
+fleets. The other inventory options (``--config-file``, ``--mig-layout``, NVIDIA's flags) apply to every
+pool. Every node gets its own inventory: device UUIDs derive from the node name, as on real nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fakegpu.inventory_options import inventory_inputs
+from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem
+from sharing.errors import SpecError
+from sharing.expansion import build_inventory
+from sharing.inputs import InventoryInputs, load_config, load_node
+from sharing.inventory import Inventory
+from sharing.labels import gfd_labels
+
+DEFAULT_POOL = "default"
+MAX_NODES = 100_000
+"""A typo guard (``--count 10000000``), far above what one API server holds."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    """``default`` for the single pool, else the node spec file's stem as a name part."""
+    inputs: InventoryInputs
+    """The inventory inputs of every node of the pool; ``node_name`` is set per node."""
+    count: int
+    in_names: bool
+    """Whether node names carry the pool name (only with ``--pool``)."""
+
+
+@dataclass(frozen=True)
+class VirtualNode:
+    """What one virtual node should advertise: its inventory and its GPU Feature Discovery labels."""
+
+    name: str
+    pool: str
+    inventory: Inventory
+    gfd_labels: Mapping[str, str]
+
+
+def parse_pool_value(value: str) -> tuple[str, int]:
+    """``h100.yaml=100`` -> (``h100.yaml``, 100); the count is what follows the last ``=``."""
+    path, sep, count_text = value.rpartition("=")
+    if not sep or not path:
+        raise SpecError("--pool", f"expected FILE=COUNT such as nodes/h100.yaml=100, found {value!r}")
+    try:
+        count = int(count_text)
+    except ValueError:
+        count = 0
+    if count < 1 or count > MAX_NODES:
+        raise SpecError("--pool", f"{value!r}: COUNT must be an integer from 1 to {MAX_NODES}, found {count_text!r}")
+    return path, count
+
+
+def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[Pool]:
+    """The pools the command line asks for; every conflict is a SpecError naming the flag."""
+    if args.node_name is not None:
+        raise SpecError("--node-name", "virtual node names come from --name-prefix and the index; drop --node-name")
+    environ = dict(os.environ if env is None else env)
+    base = replace(inventory_inputs(args, environ), node_name="")
+    if not args.pool:
+        count = 1 if args.count is None else args.count
+        if not 1 <= count <= MAX_NODES:
+            raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
+        return [Pool(DEFAULT_POOL, base, count, in_names=False)]
+    conflicts = [
+        flag
+        for flag, given in (
+            ("--count", args.count is not None),
+            ("--node-spec", bool(args.node_spec)),
+            ("--gpus", bool(args.gpus)),
+        )
+        if given
+    ]
+    if conflicts:
+        raise SpecError(
+            "--pool", f"cannot be combined with {', '.join(conflicts)}: each pool's node spec file and count say it"
+        )
+    pools: dict[str, Pool] = {}
+    sources: dict[str, str] = {}
+    for value in args.pool:
+        path, count = parse_pool_value(value)
+        name = pool_name_from_stem(Path(path).stem, "--pool")
+        if name in pools:
+            raise SpecError("--pool", f"two pools are named {name!r} ({sources[name]} and {path}); rename one file")
+        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True)
+        sources[name] = path
+    total = sum(p.count for p in pools.values())
+    if total > MAX_NODES:
+        raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
+    return list(pools.values())
+
+
+def node_names(pools: list[Pool], prefix: str) -> list[tuple[str, Pool]]:
+    """Every node's name with its pool, in pool order then index order; names are checked here."""
+    out = []
+    for pool in pools:
+        for index in range(pool.count):
+            name = node_name(prefix, index, pool.name if pool.in_names else None)
+            check_node_name(name)
+            out.append((name, pool))
+    return out
+
+
+def build_virtual_nodes(pools: list[Pool], prefix: str) -> tuple[list[VirtualNode], list[str]]:
+    """Each node's inventory and labels, and the warnings the inputs gave (once each).
+
+    A bad pool file is reported against ``--pool`` as well as the file, since that is what the user typed."""
+    nodes: list[VirtualNode] = []
+    warnings: list[str] = []
+    configs = {}
+    for name, pool in node_names(pools, prefix):
+        try:
+            if pool.name not in configs:
+                configs[pool.name] = load_config(pool.inputs)
+            config = configs[pool.name]
+            node = load_node(replace(pool.inputs, node_name=name))
+            inventory = build_inventory(node, config)
+        except SpecError as exc:
+            if not pool.in_names:
+                raise
+            raise SpecError("--pool", str(exc)) from None
+        for warning in (*config.warnings, *inventory.warnings):
+            if warning not in warnings:
+                warnings.append(warning)
+        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config)))
+    return nodes, warnings

@@ -1,0 +1,91 @@
+"""What a run did, counted, and the lines that say so."""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+MAX_PROBLEM_LINES = 10
+"""With a broken API server every node fails the same way: a few lines say it, the count says the rest."""
+
+
+class Outcome(enum.Enum):
+    CREATED = "created"
+    ADOPTED = "adopted"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    REFUSED = "refused"
+    """A Node of that name exists and is not a KWOK node: a real node is never touched."""
+    FAILED = "failed"
+    GONE = "gone"
+    """Deleted by someone while being watched: not re-created."""
+
+
+@dataclass
+class BringUpReport:
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    """Node name -> why it was refused or failed."""
+    slices: collections.Counter[str] = field(default_factory=collections.Counter)
+    """ResourceSlice writes: created, updated, deleted."""
+    durations: dict[str, float] = field(default_factory=dict)
+    """Seconds from a node's first request to its last (the wait for a concurrency slot excluded)."""
+    leftovers: list[str] = field(default_factory=list)
+    """Virtual nodes with the prefix from an earlier run that this plan does not have."""
+    seconds: float = 0.0
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for o in self.outcomes.values() if o is outcome)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        nodes = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if o is not Outcome.GONE)
+        slices = ", ".join(f"{self.slices[k]} {k}" for k in ("created", "updated", "deleted"))
+        out = [f"nodes: {nodes} in {self.seconds:.2f} s", f"ResourceSlices: {slices}"]
+        if self.leftovers:
+            shown = ", ".join(self.leftovers[:5]) + (", ..." if len(self.leftovers) > 5 else "")
+            out.append(
+                f"{len(self.leftovers)} virtual node(s) of an earlier run are not in this plan and were left "
+                f"alone ({shown}); --delete removes them"
+            )
+        out += problem_lines(self.problems)
+        return out
+
+
+@dataclass
+class DeleteReport:
+    nodes_deleted: int = 0
+    nodes_released: int = 0
+    slices_deleted: int = 0
+    problems: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        out = [
+            f"deleted {self.nodes_deleted} node(s) and {self.slices_deleted} ResourceSlice(s), handed back "
+            f"{self.nodes_released} adopted node(s) in {self.seconds:.2f} s"
+        ]
+        return out + problem_lines(self.problems)
+
+
+def problem_lines(problems: Mapping[str, str]) -> list[str]:
+    items = sorted(problems.items())
+    out = [f"error: {name}: {message}" for name, message in items[:MAX_PROBLEM_LINES]]
+    if len(items) > MAX_PROBLEM_LINES:
+        out.append(f"error: ... and {len(items) - MAX_PROBLEM_LINES} more")
+    return out
+
+
+def calls_line(calls: Mapping[str, int]) -> str:
+    total = sum(calls.values())
+    by_verb = ", ".join(f"{verb} {n}" for verb, n in sorted(calls.items()) if n)
+    return f"API calls: {total}" + (f" ({by_verb})" if by_verb else "")

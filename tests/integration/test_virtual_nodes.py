@@ -1,0 +1,319 @@
+"""``fakegpu virtual-nodes`` against the in-process API server the DRA publisher tests use."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+
+from fakegpu.virtual_nodes.command import add_virtual_nodes_parser, run_virtual_nodes
+from tests.apiserver.fake_apiserver import FakeApiServer
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+KWOK = {"kwok.x-k8s.io/node": "fake"}
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fakegpu")
+    add_virtual_nodes_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["virtual-nodes", *argv])
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    api = FakeApiServer("1.36").start()
+    try:
+        yield api
+    finally:
+        api.stop()
+        assert api.rejections == [], "the tool sent an object the API server rejected"
+        assert api.errors == []
+
+
+@pytest.fixture
+async def client(server: FakeApiServer) -> AsyncIterator[AsyncClient]:
+    c = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+def run(client: AsyncClient):
+    async def go(*argv: str) -> Run:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run_virtual_nodes(parse(*argv), client=client, out=out, err=err, retry_pause=0.01)
+        return Run(code, out.getvalue(), err.getvalue())
+
+    return go
+
+
+def writes(server: FakeApiServer) -> int:
+    return sum(server.count(verb) for verb in WRITES)
+
+
+def slices_of(server: FakeApiServer, node: str) -> list[dict[str, Any]]:
+    return [s for s in server.objects("resourceslices") if s["spec"]["nodeName"] == node]
+
+
+def kwok_node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"type": "kwok", **(labels or {})}, "annotations": dict(KWOK)},
+        "spec": {},
+        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "20"}},
+    }
+
+
+async def test_five_nodes_come_up_with_capacity_labels_taint_and_owned_slices(server, run):
+    result = await run("--count", "5", "--gpus", "4xa100-40gb")
+    assert result.code == 0, result.err
+    assert "5 created" in result.out and "ResourceSlices: 5 created" in result.out
+    assert "API calls: " in result.out
+    nodes = server.objects("nodes")
+    assert [n["metadata"]["name"] for n in nodes] == [f"fakegpu-virtual-000{i}" for i in range(5)]
+    for node in nodes:
+        meta = node["metadata"]
+        assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
+        assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+        assert meta["labels"]["kubernetes.io/hostname"] == meta["name"]
+        assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
+        assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+        assert node["status"]["capacity"]["pods"] == "110"
+        (owned,) = slices_of(server, meta["name"])
+        assert owned["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"], "controller": True}
+        ]
+        assert owned["spec"]["driver"] == "gpu.nvidia.com"
+        assert len(owned["spec"]["devices"]) == 4
+    # Device UUIDs are per node, as on real nodes.
+    uuids = {d["attributes"]["uuid"]["string"] for s in server.objects("resourceslices") for d in s["spec"]["devices"]}
+    assert len(uuids) == 20
+
+
+async def test_running_again_writes_nothing(server, run):
+    assert (await run("--count", "5")).code == 0
+    before = writes(server)
+    result = await run("--count", "5")
+    assert result.code == 0
+    assert writes(server) == before
+    assert "0 created, 0 adopted, 0 updated, 5 unchanged" in result.out
+
+
+async def test_a_changed_plan_updates_labels_capacity_and_slices_in_place(server, run):
+    assert (
+        await run("--count", "2", "--gpus", "2xa100-40gb", "--mig-layout", "all-1g.5gb", "--mig-strategy", "mixed")
+    ).code == 0
+    node = server.get_object("nodes", "fakegpu-virtual-0000")
+    assert node is not None and node["status"]["capacity"]["nvidia.com/mig-1g.5gb"] == "14"
+    names = sorted(s["metadata"]["name"] for s in server.objects("resourceslices"))
+    result = await run("--count", "2", "--gpus", "2xa100-40gb")
+    assert "2 updated" in result.out and "ResourceSlices: 0 created, 2 updated" in result.out
+    node = server.get_object("nodes", "fakegpu-virtual-0000")
+    assert node is not None
+    assert "nvidia.com/mig-1g.5gb" not in node["status"]["capacity"]
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "2"
+    assert not any(k.startswith("nvidia.com/mig-1g") for k in node["metadata"]["labels"])
+    assert sorted(s["metadata"]["name"] for s in server.objects("resourceslices")) == names
+    assert {s["spec"]["pool"]["generation"] for s in server.objects("resourceslices")} == {2}
+
+
+async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete(server, run):
+    server.create_direct(kwok_node("fakegpu-virtual-0001", {"team": "ml"}))
+    result = await run("--count", "2")
+    assert result.code == 0
+    assert "1 created, 1 adopted" in result.out
+    adopted = server.get_object("nodes", "fakegpu-virtual-0001")
+    assert adopted is not None
+    assert adopted["metadata"]["labels"]["team"] == "ml"
+    assert adopted["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    assert adopted["metadata"]["annotations"]["fakegpu.io/virtual-node-origin"] == "adopted"
+    assert adopted["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert len(slices_of(server, "fakegpu-virtual-0001")) == 1
+
+    result = await run("--delete")
+    assert result.code == 0
+    assert "deleted 1 node(s) and 2 ResourceSlice(s), handed back 1 adopted node(s)" in result.out
+    assert server.get_object("nodes", "fakegpu-virtual-0000") is None
+    kept = server.get_object("nodes", "fakegpu-virtual-0001")
+    assert kept is not None
+    assert kept["metadata"]["labels"] == {
+        "type": "kwok",
+        "team": "ml",
+        "kubernetes.io/hostname": "fakegpu-virtual-0001",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node-role.kubernetes.io/agent": "",
+    }
+    assert "nvidia.com/gpu" not in kept["status"]["capacity"] and kept["status"]["capacity"]["cpu"] == "32"
+    assert server.objects("resourceslices") == []
+
+
+async def test_a_real_node_with_a_planned_name_is_refused_and_left_alone(server, run):
+    server.add_node("fakegpu-virtual-0001", labels={"node-role.kubernetes.io/worker": ""})
+    before = server.get_object("nodes", "fakegpu-virtual-0001")
+    result = await run("--count", "3")
+    assert result.code == 1
+    assert "2 created, 0 adopted, 0 updated, 0 unchanged, 1 refused" in result.out
+    assert "fakegpu: error: fakegpu-virtual-0001: a Node named fakegpu-virtual-0001 exists and is not a KWOK node" in (
+        result.err
+    )
+    assert server.get_object("nodes", "fakegpu-virtual-0001") == before
+    assert slices_of(server, "fakegpu-virtual-0001") == []
+    assert [n["metadata"]["name"] for n in server.objects("nodes")] == [f"fakegpu-virtual-000{i}" for i in range(3)]
+
+
+async def test_two_pools_are_heterogeneous(server, run, tmp_path):
+    h100 = tmp_path / "h100.yaml"
+    h100.write_text(yaml.safe_dump({"gpus": [{"model": "h100-80gb", "count": 8}]}))
+    t4 = tmp_path / "t4.yaml"
+    t4.write_text(yaml.safe_dump({"driverVersion": "550.90.07", "gpus": [{"model": "t4", "count": 2}]}))
+    result = await run("--pool", f"{h100}=2", "--pool", f"{t4}=3")
+    assert result.code == 0, result.err
+    assert "pool h100: 2 node(s)" in result.out and "pool t4: 3 node(s)" in result.out
+    nodes = {n["metadata"]["name"]: n for n in server.objects("nodes")}
+    assert sorted(nodes) == [
+        "fakegpu-virtual-h100-0000",
+        "fakegpu-virtual-h100-0001",
+        "fakegpu-virtual-t4-0000",
+        "fakegpu-virtual-t4-0001",
+        "fakegpu-virtual-t4-0002",
+    ]
+    big, small = nodes["fakegpu-virtual-h100-0001"], nodes["fakegpu-virtual-t4-0002"]
+    assert (big["status"]["capacity"]["nvidia.com/gpu"], small["status"]["capacity"]["nvidia.com/gpu"]) == ("8", "2")
+    assert big["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert small["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert small["metadata"]["labels"]["fakegpu.io/virtual-node-pool"] == "t4"
+    (big_slice,) = slices_of(server, "fakegpu-virtual-h100-0001")
+    (small_slice,) = slices_of(server, "fakegpu-virtual-t4-0002")
+    assert len(big_slice["spec"]["devices"]) == 8 and len(small_slice["spec"]["devices"]) == 2
+    assert small_slice["spec"]["devices"][0]["attributes"]["driverVersion"] == {"version": "550.90.7"}
+
+
+async def test_delete_removes_what_it_created_and_nothing_else(server, run):
+    server.add_node("real-worker")
+    server.create_direct(kwok_node("someone-elses-kwok-node"))
+    server.create_direct(kwok_node("fakegpu-virtual-9999"))  # has the prefix but not our label
+    assert (await run("--count", "4")).code == 0
+    assert (await run("--count", "2", "--name-prefix", "other-")).code == 0
+    assert len(server.objects("resourceslices")) == 6
+    result = await run("--delete")
+    assert result.code == 0
+    assert "deleted 4 node(s) and 4 ResourceSlice(s), handed back 0 adopted node(s)" in result.out
+    remaining = [n["metadata"]["name"] for n in server.objects("nodes")]
+    assert remaining == ["fakegpu-virtual-9999", "other-0000", "other-0001", "real-worker", "someone-elses-kwok-node"]
+    assert {s["spec"]["nodeName"] for s in server.objects("resourceslices")} == {"other-0000", "other-0001"}
+    again = await run("--delete")
+    assert "deleted 0 node(s) and 0 ResourceSlice(s)" in again.out
+
+
+async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
+    """1.35: several slices per node with random names, compared in any order."""
+    server = FakeApiServer("1.35").start()
+    try:
+        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
+        out = io.StringIO()
+        assert await run_virtual_nodes(parse(*args), client=client, out=out, err=out) == 0
+        assert "Kubernetes 1.35: ResourceSlices as resource.k8s.io/v1 with the 1.35 layout" in out.getvalue()
+        assert len(server.objects("resourceslices")) == 6  # 1 counter slice + 2 device slices per node
+        # 1.35 has DRAPartitionableDevices off by default: the server drops the counters, and we say so.
+        assert "warning: the API server dropped fields of the ResourceSlices" in out.getvalue()
+        before = writes(server)
+        assert await run_virtual_nodes(parse(*args), client=client, out=out, err=out) == 0
+        assert writes(server) == before
+        await client.close()
+    finally:
+        server.stop()
+    assert server.rejections == []
+
+
+async def test_an_older_server_gets_v1beta1_slices(run):
+    server = FakeApiServer("1.32").start()
+    try:
+        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        out = io.StringIO()
+        assert await run_virtual_nodes(parse("--count", "1"), client=client, out=out, err=out) == 0
+        assert "ResourceSlices as resource.k8s.io/v1beta1" in out.getvalue()
+        (obj,) = server.objects("resourceslices")
+        assert obj["apiVersion"] == "resource.k8s.io/v1beta1" and "basic" in obj["spec"]["devices"][0]
+        await client.close()
+    finally:
+        server.stop()
+    assert server.rejections == []
+
+
+async def test_a_server_without_dra_gets_nodes_only(run):
+    server = FakeApiServer("1.36", resource_api_versions=[]).start()
+    try:
+        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        out = io.StringIO()
+        assert await run_virtual_nodes(parse("--count", "2"), client=client, out=out, err=out) == 0
+        assert "serves no resource.k8s.io ResourceSlices; publishing capacity and labels only" in out.getvalue()
+        assert len(server.objects("nodes")) == 2
+        await client.close()
+    finally:
+        server.stop()
+
+
+async def test_a_transient_api_failure_is_retried(server, run):
+    server.fail_next("create", "nodes", 503)
+    result = await run("--count", "3")
+    assert result.code == 0, result.err
+    assert server.count("create", "nodes") == 4
+    assert len(server.objects("nodes")) == 3
+
+
+async def test_a_lasting_api_failure_is_one_clear_line_per_node(server, run):
+    server.fail_next("create", "nodes", 500, times=100, message="etcdserver: request timed out")
+    result = await run("--count", "2")
+    assert result.code == 1
+    assert "0 created" in result.out and "2 failed" in result.out
+    assert (
+        "fakegpu: error: fakegpu-virtual-0000: creating node fakegpu-virtual-0000: 500 InternalError: "
+        "etcdserver: request timed out" in result.err
+    )
+    assert "Traceback" not in result.err + result.out
+
+
+async def test_a_failing_list_stops_the_run_with_one_line(server, run):
+    server.fail_next("list", "nodes", 403, message='nodes is forbidden: User "x" cannot list resource "nodes"')
+    result = await run("--count", "2")
+    assert result.code == 1
+    assert result.err.strip().splitlines()[-1] == (
+        'fakegpu: error: listing nodes: 403 Forbidden: nodes is forbidden: User "x" cannot list resource "nodes"'
+    )
+    assert server.objects("nodes") == []
+
+
+async def test_an_unreachable_server_is_one_clear_line():
+    server = FakeApiServer("1.36").start()
+    config = server.lightkube_config()
+    url = server.url
+    server.stop()
+    client = AsyncClient(config=config, trust_env=False)
+    out, err = io.StringIO(), io.StringIO()
+    code = await run_virtual_nodes(
+        parse("--count", "1", "--server-version", "1.36"), client=client, out=out, err=err, retry_pause=0.01
+    )
+    await client.close()
+    assert code == 1
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith(
+        f"fakegpu: error: listing resource.k8s.io/v1 ResourceSlices: cannot reach the API server at {url}"
+    )

@@ -1,0 +1,180 @@
+"""``fakegpu virtual-nodes --watch`` against the in-process API server: what someone breaks is repaired,
+what someone deletes stays deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, NodeStatus
+from lightkube.types import CascadeType, PatchType
+
+from fakegpu.virtual_nodes.command import run_virtual_nodes
+from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.integration.test_virtual_nodes import WRITES, parse, slices_of
+
+NODES = [f"fakegpu-virtual-000{i}" for i in range(3)]
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Watching:
+    server: FakeApiServer
+    client: AsyncClient
+    out: io.StringIO
+
+    def writes(self) -> int:
+        return sum(self.server.count(v) for v in WRITES)
+
+    async def settled(self) -> None:
+        """Wait until nothing has been written for a while (the watcher is idle)."""
+        while True:
+            before = self.writes()
+            await asyncio.sleep(0.3)
+            if self.writes() == before:
+                return
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    api = FakeApiServer("1.36").start()
+    try:
+        yield api
+    finally:
+        api.stop()
+        assert api.rejections == []
+        assert api.errors == []
+
+
+@pytest.fixture
+async def watching(server: FakeApiServer) -> AsyncIterator[Watching]:
+    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    stop = asyncio.Event()
+    out = io.StringIO()
+    args = parse("--count", "3", "--gpus", "2xh100-80gb", "--watch", "--resync-interval", "30")
+    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
+    await wait_for(lambda: server.open_watches >= 2 or task.done())
+    assert not task.done(), out.getvalue()
+    try:
+        yield Watching(server, client, out)
+    finally:
+        stop.set()
+        code = await asyncio.wait_for(task, 5)  # the controller stops before the server does
+        await client.close()
+    assert code == 0, out.getvalue()
+    assert "watch stopped:" in out.getvalue()
+
+
+async def test_a_deleted_node_is_not_recreated_and_its_slices_go(watching):
+    server, client = watching.server, watching.client
+    # Orphan the slices, as a cluster whose garbage collector is slow would: the watcher deletes them.
+    await client.delete(Node, NODES[1], cascade=CascadeType.ORPHAN)
+    assert len(slices_of(server, NODES[1])) == 1
+    await wait_for(lambda: slices_of(server, NODES[1]) == [])
+    await watching.settled()
+    assert server.get_object("nodes", NODES[1]) is None
+    assert [n["metadata"]["name"] for n in server.objects("nodes")] == [NODES[0], NODES[2]]
+    assert f"watch: node {NODES[1]} was deleted by someone; not re-creating it (1 ResourceSlice(s) deleted)" in (
+        watching.out.getvalue()
+    )
+
+
+async def test_a_deleted_slice_of_a_live_node_is_recreated(watching):
+    server = watching.server
+    (old,) = slices_of(server, NODES[2])
+    server.delete_direct("resourceslices", old["metadata"]["name"])
+    await wait_for(lambda: len(slices_of(server, NODES[2])) == 1)
+    (new,) = slices_of(server, NODES[2])
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    assert new["spec"]["devices"] == old["spec"]["devices"]
+    assert new["metadata"]["ownerReferences"] == old["metadata"]["ownerReferences"]
+    await watching.settled()
+    assert len(server.objects("resourceslices")) == 3
+
+
+async def test_labels_capacity_and_the_ownership_label_are_put_back(watching):
+    server, client = watching.server, watching.client
+    await client.patch(
+        Node,
+        NODES[0],
+        {"metadata": {"labels": {"nvidia.com/gpu.count": "1", "fakegpu.io/virtual-node": None, "team": "ml"}}},
+        patch_type=PatchType.MERGE,
+    )
+    await client.patch(
+        NodeStatus, NODES[0], {"status": {"allocatable": {"nvidia.com/gpu": "0"}}}, patch_type=PatchType.MERGE
+    )
+
+    def repaired() -> bool:
+        node = server.get_object("nodes", NODES[0])
+        assert node is not None, "a node that lost its label was taken for deleted"
+        labels = node["metadata"]["labels"]
+        return bool(
+            labels.get("nvidia.com/gpu.count") == "2"
+            and labels.get("fakegpu.io/virtual-node") == "true"
+            and node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+        )
+
+    await wait_for(repaired)
+    await watching.settled()
+    node = server.get_object("nodes", NODES[0])
+    assert node is not None and node["metadata"]["labels"]["team"] == "ml"  # not ours: kept
+
+
+async def test_a_quiet_cluster_gets_no_writes(watching):
+    """Our own writes come back as watch events; they must not cause more writes."""
+    await watching.settled()
+    before = watching.writes()
+    await asyncio.sleep(0.5)
+    assert watching.writes() == before
+
+
+async def test_an_expired_watch_lists_again_and_still_repairs(watching):
+    server = watching.server
+    await watching.settled()
+    lists = server.count("list", "resourceslices")
+    server.add_node("unrelated")  # moves the resourceVersion past what the watches saw
+    server.compact()
+    server.close_watches()  # they come back from their last resourceVersion: 410 Expired
+    (old,) = slices_of(server, NODES[0])
+    server.delete_direct("resourceslices", old["metadata"]["name"])
+    await wait_for(lambda: server.count("list", "resourceslices") > lists)
+    await wait_for(lambda: len(slices_of(server, NODES[0])) == 1)
+    await wait_for(lambda: server.open_watches >= 2)
+    assert server.get_object("nodes", "unrelated") is not None
+
+
+async def test_watching_slices_a_server_trimmed_needs_no_repairs():
+    """1.35 drops the MIG counters (gate off): a watch started over slices an earlier run wrote reads
+    nothing per node and writes nothing."""
+    server = FakeApiServer("1.35").start()
+    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    out = io.StringIO()
+    try:
+        argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic")
+        assert await run_virtual_nodes(parse(*argv), client=client, out=out, err=out) == 0
+        before = sum(server.count(v) for v in WRITES)
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_virtual_nodes(parse(*argv, "--watch"), client=client, stop=stop, out=out, err=out)
+        )
+        await wait_for(lambda: server.open_watches >= 2)
+        await asyncio.sleep(0.5)
+        stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        assert sum(server.count(v) for v in WRITES) == before
+        assert server.count("get", "nodes") == 0, "the watcher re-read nodes whose slices were fine"
+    finally:
+        await client.close()
+        server.stop()
+    assert server.rejections == []

@@ -1,0 +1,193 @@
+"""The Node of a virtual node, and the patches that bring an existing Node in line (and only those)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from fakegpu.virtual_nodes.node_manifest import (
+    KWOK_TAINT,
+    MANAGED_ANNOTATION,
+    NodeShape,
+    desired_node,
+    is_kwok,
+    is_ours,
+    new_node,
+    node_changes,
+    release_changes,
+    same_quantity,
+)
+from fakegpu.virtual_nodes.pools import VirtualNode
+from sharing.errors import SpecError
+from sharing.expansion import build_inventory
+from sharing.inputs import InventoryInputs, load_config, load_node
+from sharing.labels import gfd_labels
+
+
+def virtual(name: str = "vn-0000", gpus: str = "8xh100-80gb", **kw) -> VirtualNode:
+    inputs = InventoryInputs(node_name=name, gpus=(gpus,), **kw)
+    node, config = load_node(inputs), load_config(inputs)
+    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config))
+
+
+def stored(obj: dict[str, Any]) -> dict[str, Any]:
+    """What an API server returns for a created object (server metadata added)."""
+    out = copy.deepcopy(obj)
+    out["metadata"].update(uid="u-1", resourceVersion="7", creationTimestamp="2026-01-01T00:00:00Z")
+    return out
+
+
+def test_new_node_is_a_kwok_node_with_gpu_capacity_and_labels():
+    desired = desired_node(virtual(), NodeShape())
+    node = new_node(desired)
+    meta = node["metadata"]
+    assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert meta["annotations"]["node.alpha.kubernetes.io/ttl"] == "0"
+    assert meta["annotations"]["fakegpu.io/virtual-node-origin"] == "created"
+    assert meta["labels"]["type"] == "kwok"
+    assert meta["labels"]["kubernetes.io/hostname"] == "vn-0000"
+    assert meta["labels"]["node-role.kubernetes.io/agent"] == ""
+    assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
+    assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
+    assert node["status"]["capacity"] == {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    assert node["status"]["allocatable"] == node["status"]["capacity"]
+    assert is_kwok(node) and is_ours(node)
+
+
+def test_capacity_follows_the_inventory_with_sharing_and_health(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    spec = tmp_path / "node.yaml"
+    spec.write_text("gpus:\n- model: a100-40gb\n  count: 1\n- model: a100-40gb\n  count: 1\n  xid: 79\n")
+    inputs = InventoryInputs(node_name="vn-0000", node_spec=str(spec), config_file=str(config))
+    node, cfg = load_node(inputs), load_config(inputs)
+    desired = desired_node(VirtualNode("vn-0000", "p", build_inventory(node, cfg), gfd_labels(node, cfg)), NodeShape())
+    assert desired.capacity["nvidia.com/gpu"] == "8"  # 2 GPUs x 4 replicas
+    assert desired.allocatable["nvidia.com/gpu"] == "4"  # the GPU that fell off the bus is not allocatable
+
+
+def test_mig_resources_are_listed_per_profile():
+    desired = desired_node(
+        virtual(gpus="2xa100-40gb", mig_layout="all-1g.5gb", cli_flags={"mig_strategy": "mixed"}), NodeShape()
+    )
+    assert desired.capacity["nvidia.com/mig-1g.5gb"] == "14"
+    assert "nvidia.com/mig-1g.5gb.count" in desired.labels
+
+
+def test_the_node_as_created_needs_no_patch():
+    desired = desired_node(virtual(), NodeShape())
+    assert node_changes(stored(new_node(desired)), desired).empty
+
+
+def test_quantities_compare_by_value_not_by_text():
+    desired = desired_node(virtual(), NodeShape(memory="256Gi"))
+    node = stored(new_node(desired))
+    node["status"]["capacity"]["memory"] = "262144Mi"  # the same amount, written differently
+    node["status"]["allocatable"]["nvidia.com/gpu"] = 8  # an int on the wire
+    assert node_changes(node, desired).empty
+    assert same_quantity("1k", "1000") and not same_quantity("1k", "1001") and not same_quantity(None, "1")
+
+
+def test_changed_labels_and_capacity_are_patched_and_nothing_else():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "7"
+    node["metadata"]["labels"]["someone.else/label"] = "kept"
+    node["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "15"  # the TTL controller's business
+    node["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "6"
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    changes = node_changes(node, desired)
+    assert changes.node == {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}}
+    assert changes.status == {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def test_a_missing_taint_is_added_next_to_the_others_with_a_resource_version():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    other = {"key": "example.com/maintenance", "effect": "NoExecute"}
+    node["spec"]["taints"] = [other, {"key": "kwok.x-k8s.io/node", "value": "other", "effect": "NoSchedule"}]
+    changes = node_changes(node, desired)
+    assert changes.node == {"metadata": {"resourceVersion": "7"}, "spec": {"taints": [other, KWOK_TAINT]}}
+
+
+def test_adopting_a_kwok_node_marks_it_adopted_and_keeps_its_own_labels():
+    desired = desired_node(virtual(), NodeShape())
+    kwok_node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "vn-0000",
+            "uid": "u-9",
+            "resourceVersion": "3",
+            "labels": {"type": "kwok", "team": "ml"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {"taints": [KWOK_TAINT]},
+    }
+    assert is_kwok(kwok_node) and not is_ours(kwok_node)
+    changes = node_changes(kwok_node, desired)
+    assert changes.node is not None and changes.status is not None
+    labels = changes.node["metadata"]["labels"]
+    assert "team" not in labels and labels["fakegpu.io/virtual-node"] == "true"
+    assert changes.node["metadata"]["annotations"]["fakegpu.io/virtual-node-origin"] == "adopted"
+    assert "spec" not in changes.node  # the taint was there
+    assert changes.status["status"]["capacity"]["nvidia.com/gpu"] == "8"
+
+
+def test_labels_and_resources_of_an_earlier_plan_are_removed():
+    before = desired_node(
+        virtual(gpus="2xa100-40gb", mig_layout="all-1g.5gb", cli_flags={"mig_strategy": "mixed"}), NodeShape()
+    )
+    after = desired_node(virtual(gpus="2xa100-40gb"), NodeShape())
+    node = stored(new_node(before))
+    node["metadata"]["labels"]["someone.else/label"] = "kept"
+    changes = node_changes(node, after)
+    assert changes.node is not None and changes.status is not None
+    removed = {k for k, v in changes.node["metadata"]["labels"].items() if v is None}
+    assert "nvidia.com/mig-1g.5gb.count" in removed and "someone.else/label" not in removed
+    assert changes.status["status"]["capacity"]["nvidia.com/mig-1g.5gb"] is None
+    assert json.loads(changes.node["metadata"]["annotations"][MANAGED_ANNOTATION])["resources"] == [
+        "cpu",
+        "memory",
+        "nvidia.com/gpu",
+        "pods",
+    ]
+
+
+def test_an_unreadable_record_counts_as_none():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    node["metadata"]["annotations"][MANAGED_ANNOTATION] = "{not json"
+    changes = node_changes(node, desired)
+    assert changes.node == {"metadata": {"annotations": {MANAGED_ANNOTATION: desired.managed}}}
+    assert changes.status is None
+
+
+def test_release_takes_back_gpu_labels_and_resources_only():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    node["metadata"]["labels"]["team"] = "ml"
+    changes = release_changes(node)
+    assert changes.node is not None and changes.status is not None
+    labels = changes.node["metadata"]["labels"]
+    assert labels["fakegpu.io/virtual-node"] is None and labels["nvidia.com/gpu.product"] is None
+    assert "kubernetes.io/hostname" not in labels and "type" not in labels and "team" not in labels
+    assert set(changes.node["metadata"]["annotations"]) == {
+        "fakegpu.io/virtual-node-managed",
+        "fakegpu.io/virtual-node-origin",
+    }
+    assert changes.status == {"status": {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}}
+
+
+@pytest.mark.parametrize(("field", "value"), [("cpu", "lots"), ("memory", "0"), ("pods", "-5"), ("memory", "12XB")])
+def test_bad_node_shape_names_the_flag(field, value):
+    with pytest.raises(SpecError) as info:
+        NodeShape(**{field: value})
+    assert info.value.source == f"--node-{field}"
