@@ -51,3 +51,9 @@ def test_faces_do_not_import_each_other(package, forbidden):
 def test_kubeapi_serves_both_faces_without_depending_on_them(forbidden):
     """kubeapi/ is the API-server plumbing both faces share, so it may lean on sharing/ only."""
     assert forbidden not in imported_roots("kubeapi")
+
+
+@pytest.mark.parametrize("forbidden", ["fakeplugin", "dra", "fakegpu"])
+def test_telemetry_serves_both_faces_without_depending_on_them(forbidden):
+    """telemetry/ (metrics, DCGM exporter, logs) is used by both daemons, so it sits below both."""
+    assert forbidden not in imported_roots("telemetry")
