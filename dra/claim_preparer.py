@@ -20,6 +20,7 @@ from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
 from dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, write_spec
 from dra.claim_devices import ClaimError, ClaimPreparation, PreparedResult, claim_preparation, published_devices
+from dra.metrics import DraMetrics
 from dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from sharing.live_inventory import LiveInventory
 
@@ -64,7 +65,9 @@ class ClaimPreparer:
         mig_mode: Literal["static", "dynamic"],
         cdi_root: Path,
         checkpoint: PreparedClaims,
+        metrics: DraMetrics | None = None,
     ) -> None:
+        self.metrics = metrics if metrics is not None else DraMetrics()
         self.reader = reader
         self.live = live
         self.driver = driver
@@ -78,6 +81,11 @@ class ClaimPreparer:
     @property
     def pool(self) -> str:
         return self.live.inventory.node.name
+
+    @property
+    def _nvidia_smi_dir(self) -> str | None:
+        """``--inject-nvidia-smi``: carried in the inventory's config, so a reload keeps it."""
+        return self.live.inventory.config.nvidia_smi_dir
 
     def recover(self) -> list[str]:
         """At start: roll back claims a crash left between PrepareStarted and PrepareCompleted (their
@@ -123,7 +131,8 @@ class ClaimPreparer:
                 return stored.devices
             self.checkpoint.start(ref, prep)
             if prep.results:
-                write_spec(self.cdi_root, cdi_spec(prep.cdi_vendor, ref.uid, prep.results), ref.uid)
+                spec = cdi_spec(prep.cdi_vendor, ref.uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
+                write_spec(self.cdi_root, spec, ref.uid)
             self.checkpoint.complete(ref.uid)
             self.prepares += 1
         log.info(
@@ -139,7 +148,8 @@ class ClaimPreparer:
         """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains but the spec is gone, and the
         runtime would fail with 'unresolvable CDI devices'. Write it again from the checkpoint."""
         if prep.results and not (self.cdi_root / spec_file_name(prep.cdi_vendor, uid)).exists():
-            write_spec(self.cdi_root, cdi_spec(prep.cdi_vendor, uid, prep.results), uid)
+            spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
+            write_spec(self.cdi_root, spec, uid)
             log.warning("re-created the missing CDI spec of prepared claim %s", uid)
 
     async def unprepare(self, ref: ClaimRef) -> None:

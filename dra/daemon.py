@@ -24,6 +24,7 @@ from dra.admin_ops import dra_ops
 from dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
 from dra.health_service import HealthService
 from dra.kubelet_plugin import DraKubeletPlugin
+from dra.metrics import DraMetrics
 from dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from dra.prepared_claims import PreparedClaims
 from dra.published_health import device_health
@@ -40,6 +41,7 @@ from sharing.errors import SpecError
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.http_endpoint import ListenAddress, MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,10 @@ class DraDriver:
         self.paths = paths
         self.settings = settings
         self.client = client_factory()
+        self.metrics = DraMetrics(
+            device_health=lambda: (ok for _, _, ok, _ in device_health(live, settings.driver, settings.mig_mode)),
+            prepared_claims=lambda: sum(1 for c in self.preparer.checkpoint.claims() if c.completed),
+        )
         options = SliceOptions(
             driver=settings.driver,
             mig_mode=settings.mig_mode,
@@ -83,6 +89,7 @@ class DraDriver:
             auto_api_version=settings.api_version is None,
             auto_server_version=settings.server_minor is None,
             resync_interval=settings.resync_interval,
+            metrics=self.metrics,
         )
         self.reader = LightkubeClaimReader(self.client, options.api_version)
         self.preparer = ClaimPreparer(
@@ -92,6 +99,7 @@ class DraDriver:
             mig_mode=settings.mig_mode,
             cdi_root=settings.cdi_root,
             checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
+            metrics=self.metrics,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
@@ -140,28 +148,35 @@ async def run_dra_daemon(
     settings: DraSettings,
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
+    metrics_address: ListenAddress | None = None,
 ) -> int:
-    """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``."""
+    """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
+    with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``."""
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
     driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
     admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
+    metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def reload() -> None:
         try:
             live.replace(load_inventory(inputs))
+            driver.metrics.reloaded(ok=True)
             log.info("inventory reloaded")
         except SpecError as exc:
+            driver.metrics.reloaded(ok=False)
             log.error("reload rejected, still serving the previous inventory: %s", exc)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:
+        if metrics_server is not None:
+            await metrics_server.start()
         if admin is not None:
             await admin.start()
         await driver.start()
@@ -172,4 +187,6 @@ async def run_dra_daemon(
         await driver.stop()
         if admin is not None:
             await admin.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
     return 0

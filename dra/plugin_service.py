@@ -21,6 +21,7 @@ from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
 from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kubeletapi.injected_faults import apply_fault
+from telemetry.rpc_metrics import observed_unary
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,16 @@ async def prepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> di
 
     async def one(ref: ClaimRef) -> Outcome:
         try:
-            return await preparer.prepare(ref), ""
+            results = await preparer.prepare(ref)
+            preparer.metrics.prepared(ok=True)
+            return results, ""
         except (ClaimError, CheckpointCorrupted, ValueError, OSError) as exc:
             message = str(exc)
         except Exception as exc:  # an API server hiccup or anything unforeseen: still one answer per claim
             log.exception("preparing claim %s/%s (%s) failed unexpectedly", ref.namespace, ref.name, ref.uid)
             message = f"preparing claim {ref.namespace}/{ref.name} failed: {type(exc).__name__}: {exc}"
         log.error("preparing claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, message)
+        preparer.metrics.prepared(ok=False)
         return (), message
 
     outcomes = await asyncio.gather(*(one(ref) for ref in claims))
@@ -52,7 +56,9 @@ async def unprepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> 
         try:
             await preparer.unprepare(ref)
             out[ref.uid] = ""
+            preparer.metrics.unprepared(ok=True)
         except Exception as exc:
+            preparer.metrics.unprepared(ok=False)
             log.error("unpreparing claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc)
             out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name} failed: {exc}"
     return out
@@ -65,7 +71,9 @@ def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef
 class DraPluginV1(v1_grpc.DRAPluginServicer):
     def __init__(self, preparer: ClaimPreparer) -> None:
         self.preparer = preparer
+        self.rpc_observer = preparer.metrics.rpc.observer(preparer.driver)
 
+    @observed_unary
     async def NodePrepareResources(
         self,
         request: v1.NodePrepareResourcesRequest,
@@ -84,6 +92,7 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
                     device.share_id = r.share_id
         return response
 
+    @observed_unary
     async def NodeUnprepareResources(
         self,
         request: v1.NodeUnprepareResourcesRequest,
@@ -99,7 +108,9 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
 class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
     def __init__(self, preparer: ClaimPreparer) -> None:
         self.preparer = preparer
+        self.rpc_observer = preparer.metrics.rpc.observer(preparer.driver)
 
+    @observed_unary
     async def NodePrepareResources(
         self,
         request: v1beta1.NodePrepareResourcesRequest,
@@ -116,6 +127,7 @@ class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
                 )
         return response
 
+    @observed_unary
     async def NodeUnprepareResources(
         self,
         request: v1beta1.NodeUnprepareResourcesRequest,

@@ -23,6 +23,7 @@ from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.resources.core_v1 import Node
 
+from dra.metrics import DraMetrics
 from dra.resource_slices import SUPPORTED_API_VERSIONS, SliceOptions, build_slice_specs, slice_objects
 from kubeletapi.background_tasks import cancel_and_wait
 from sharing.live_inventory import LiveInventory
@@ -92,10 +93,12 @@ class SlicePublisher:
         auto_api_version: bool = True,
         auto_server_version: bool = True,
         resync_interval: float = 30.0,
+        metrics: DraMetrics | None = None,
     ) -> None:
         self.client = client
         self.live = live
         self.options = options
+        self.metrics = metrics
         self.auto_api_version = auto_api_version
         self.auto_server_version = auto_server_version
         self.resync_interval = resync_interval
@@ -169,6 +172,17 @@ class SlicePublisher:
 
     async def publish(self) -> bool:
         """Make the API server hold exactly the desired slices; returns True when something changed."""
+        try:
+            changed = await self._publish_with_retries()
+        except Exception:
+            if self.metrics is not None:
+                self.metrics.published("failure")
+            raise
+        if self.metrics is not None:
+            self.metrics.published("success" if changed else "unchanged")
+        return changed
+
+    async def _publish_with_retries(self) -> bool:
         switched = False
         for _ in range(MAX_CONFLICT_RETRIES):
             try:

@@ -37,6 +37,8 @@ from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node
 from sharing.labels import gfd_labels
+from telemetry.http_endpoint import add_metrics_address_option, metrics_address
+from telemetry.log_format import LOG_FORMATS, configure_logging
 
 EXIT_USAGE = 2
 
@@ -44,6 +46,9 @@ EXIT_USAGE = 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-format", default="text", choices=LOG_FORMATS, help="text, or JSON with one object per line"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="run the kubelet emulator and the device plugins together and show the node")
@@ -84,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
     )
     add_node_options(plugin)
+    add_metrics_address_option(plugin)
 
     kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
     kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
@@ -137,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
         "conventionally /var/run/fakegpu/dra.sock)",
     )
+    add_metrics_address_option(dra)
 
     add_virtual_nodes_parser(sub)
 
@@ -214,6 +221,7 @@ def _run(args: argparse.Namespace) -> int:
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,
+                metrics_address=metrics_address(args),
                 node=node_settings(args),
             )
         )
@@ -227,7 +235,11 @@ def _run(args: argparse.Namespace) -> int:
             api_version=args.resource_api_version,
         )
         paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
-        return run_bounded(run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket))
+        return run_bounded(
+            run_dra_daemon(
+                inputs, paths, settings, admin_socket=args.admin_socket, metrics_address=metrics_address(args)
+            )
+        )
     node = load_node(inputs)
     if args.command == "slices":
         sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
@@ -245,9 +257,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging(args.log_level, args.log_format)
     if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses", "ctl"):
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     try:

@@ -7,6 +7,7 @@ DaemonSet written for NVIDIA's chart maps onto ``fakegpu plugin`` one to one.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,14 @@ from pathlib import Path
 from fakeplugin.daemon import NodeSettings
 from fakeplugin.node_sync import ConfigSelection
 from sharing.errors import SpecError
-from sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, parse_fallback_strategies
+from sharing.named_configs import (
+    DEFAULT_CONFIG_LABEL,
+    DEFAULT_FALLBACKS,
+    available_configs,
+    parse_fallback_strategies,
+)
+
+log = logging.getLogger(__name__)
 
 
 def add_node_options(parser: argparse.ArgumentParser) -> None:
@@ -61,24 +69,35 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
 
 def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeSettings:
     env = os.environ if env is None else env
-    directory = args.config_dir or (Path(env["CONFIG_FILE_SRCDIR"]) if env.get("CONFIG_FILE_SRCDIR") else None)
+    directory, source = args.config_dir, "--config-dir"
+    if directory is None and env.get("CONFIG_FILE_SRCDIR"):
+        directory, source = Path(env["CONFIG_FILE_SRCDIR"]), "CONFIG_FILE_SRCDIR"
     selection = None
     if directory is not None:
         if args.config_file:
-            raise SpecError("--config-dir", "cannot be combined with --config-file; the node label picks the file")
+            raise SpecError(source, "cannot be combined with --config-file; the node label picks the file")
         if not directory.is_dir():
-            raise SpecError("--config-dir", f"{directory} is not a directory")
+            raise SpecError(source, f"{directory} is not a directory")
+        if env.get("CONFIG_FILE"):
+            log.warning(
+                "CONFIG_FILE=%s is ignored: %s=%s selects the config by node label",
+                env["CONFIG_FILE"],
+                source,
+                directory,
+            )
         label = args.config_label or env.get("NODE_LABEL") or DEFAULT_CONFIG_LABEL
         fallbacks_text = args.fallback_strategies
         source = "--fallback-strategies"
         if fallbacks_text is None and env.get("FALLBACK_STRATEGIES") is not None:
             fallbacks_text, source = env["FALLBACK_STRATEGIES"], "FALLBACK_STRATEGIES"
         fallbacks = DEFAULT_FALLBACKS if fallbacks_text is None else parse_fallback_strategies(fallbacks_text, source)
+        default_config = args.default_config or env.get("DEFAULT_CONFIG", "")
+        names = available_configs(directory)
+        if default_config and default_config not in names:
+            flag = "--default-config" if args.default_config else "DEFAULT_CONFIG"
+            raise SpecError(flag, f"specified config {default_config} does not exist (available: {', '.join(names)})")
         selection = ConfigSelection(
-            directory=directory,
-            label=label,
-            default_config=args.default_config or env.get("DEFAULT_CONFIG", ""),
-            fallbacks=fallbacks,
+            directory=directory, label=label, default_config=default_config, fallbacks=fallbacks
         )
     else:
         for flag in ("config_label", "default_config", "fallback_strategies"):

@@ -17,10 +17,12 @@ Ops and their fields:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
+from fakeplugin.node_sync import PluginNodeSync
 from fakeplugin.plugin_manager import PluginManager
 from kubeletapi.admin_socket import (
     AdminError,
@@ -67,6 +69,7 @@ def device_plugin_ops(
     manager: PluginManager,
     calls: CallRecord | None = None,
     current: CurrentInputs | None = None,
+    node_sync: PluginNodeSync | None = None,
 ) -> dict[str, Op]:
     def running() -> bool:
         return manager.running
@@ -120,6 +123,7 @@ def device_plugin_ops(
                 "reload_errors": list(stats.reload_errors),
                 "last_error": stats.last_error,
             },
+            **({"node_object": dataclasses.asdict(node_sync.stats)} if node_sync is not None else {}),
         }
 
     async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:

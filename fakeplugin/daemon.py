@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from fakeplugin.admin_ops import RecentCalls, device_plugin_ops
+from fakeplugin.metrics import DevicePluginMetrics
 from fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from kubeapi.client import client_factory
@@ -22,6 +23,7 @@ from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.health import XidPolicy
 from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.http_endpoint import ListenAddress, MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -55,62 +57,74 @@ async def run_plugin_daemon(
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
+    metrics_address: ListenAddress | None = None,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
     With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
     With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
+    With ``metrics_address``, serve Prometheus metrics at ``http://ADDRESS/metrics`` (none by default).
     """
     node = node or NodeSettings()
     # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
     base_watch = [Path(p) for p in (inputs.node_spec, inputs.mig_config) if p]
-    make_client = client_factory(node.kubeconfig)
-    selected, label_value = "", ""
-    if node.selection is not None:
-        probe = make_client()
-        try:
-            inputs, selected, label_value = await initial_selection(probe, inputs.node_name, node.selection, inputs)
-        finally:
-            await probe.close()
-        log.info("selected %s for node %s", selected, inputs.node_name)
-    inventory = load_inventory(inputs)
-    for warning in inventory.warnings:
-        log.warning("%s", warning)
-    if "random-device-ids" in bug_modes:
-        inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
-        inventory = load_inventory(inputs)
-    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
-    current = CurrentInputs(inputs)
-    calls = RecentCalls()
-    manager = PluginManager(
-        live,
-        paths,
-        registration=registration,
-        pre_start_required=pre_start_required,
-        reload_inventory=current.load,
-        watch_files=watched_files(inputs),
-        on_call=calls.record,
-    )
-    sync = None
-    if node.wanted:
-        sync = PluginNodeSync(
-            make_client,
-            inputs.node_name,
-            manager,
-            current,
-            label_node=node.label_node,
-            selection=node.selection,
-            base_watch_files=base_watch,
-            resync_interval=node.resync_interval,
-        )
-        sync.set_initial(selected, label_value)
-    admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current)) if admin_socket else None
+    make_client = client_factory(node.kubeconfig) if node.wanted else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(manager.reload()))
+    manager: PluginManager | None = None
+    sync: PluginNodeSync | None = None
+    admin: AdminServer | None = None
+    metrics_server: MetricsServer | None = None
     try:
+        selected, label_value = "", ""
+        if node.selection is not None and make_client is not None:
+            # As NVIDIA's config-manager init container: nothing is served until the label has been read.
+            chosen = await initial_selection(make_client, inputs.node_name, node.selection, inputs, stop)
+            if chosen is None:
+                return 0
+            inputs, selected, label_value = chosen
+            log.info("selected %s for node %s", selected, inputs.node_name)
+        inventory = load_inventory(inputs)
+        for warning in inventory.warnings:
+            log.warning("%s", warning)
+        if "random-device-ids" in bug_modes:
+            inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
+            inventory = load_inventory(inputs)
+        live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+        current = CurrentInputs(inputs)
+        calls = RecentCalls()
+        metrics = DevicePluginMetrics(live)
+        manager = PluginManager(
+            live,
+            paths,
+            registration=registration,
+            pre_start_required=pre_start_required,
+            reload_inventory=current.load,
+            watch_files=watched_files(inputs),
+            on_call=calls.record,
+            metrics=metrics,
+        )
+        if make_client is not None:
+            sync = PluginNodeSync(
+                make_client,
+                inputs.node_name,
+                manager,
+                current,
+                label_node=node.label_node,
+                selection=node.selection,
+                base_watch_files=base_watch,
+                resync_interval=node.resync_interval,
+            )
+            sync.set_initial(selected, label_value)
+        if admin_socket:
+            admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current, sync))
+        reload_manager = manager
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(reload_manager.reload()))
+        if metrics_address is not None:
+            metrics_server = MetricsServer(metrics_address, metrics.registry)
+            await metrics_server.start()
         if admin is not None:
             await admin.start()
         await manager.start()
@@ -123,7 +137,10 @@ async def run_plugin_daemon(
             loop.remove_signal_handler(sig)
         if sync is not None:
             await sync.stop()
-        await manager.stop()
+        if manager is not None:
+            await manager.stop()
         if admin is not None:
             await admin.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
     return 0

@@ -15,6 +15,7 @@ import grpc
 
 from fakeplugin.allocate_response import container_allocate_response, validate_request
 from fakeplugin.allocation_error import AllocationError
+from fakeplugin.metrics import DevicePluginMetrics
 from fakeplugin.preferred_allocation import preferred_allocation
 from kubeletapi.change_stream import state_changes
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
@@ -22,6 +23,7 @@ from kubeletapi.injected_faults import apply_fault
 from sharing.bug_modes import OFF_THE_BUS_XID
 from sharing.inventory import Resource
 from sharing.live_inventory import LiveInventory
+from telemetry.rpc_metrics import current_rpc, observed_stream, observed_unary
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         *,
         pre_start_required: bool = False,
         on_call: Callable[[str, Sequence[str]], None] | None = None,
+        metrics: DevicePluginMetrics | None = None,
     ) -> None:
         self.live = live
         self.resource_name = resource_name
@@ -74,6 +77,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self._last: Resource | None = None
         self.streams = 0
         self.sends = 0
+        self.metrics = metrics if metrics is not None else DevicePluginMetrics(live)
+        self.metrics.serving(resource_name)
+        self.rpc_observer = self.metrics.rpc.observer(resource_name)
 
     def stop_streams(self) -> None:
         """End every ListAndWatch stream cleanly, as NVIDIA's plugin does when it stops."""
@@ -98,10 +104,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         return Resource(self.resource_name, self.resource_name, (), "none", 1, False)
 
     def _record(self, method: str, ids: Sequence[str]) -> None:
-        log.debug("%s %s %s", self.resource_name, method, ",".join(ids))
+        call = current_rpc()  # the IDs go into the RPC's one debug line (telemetry.rpc_metrics)
+        if call is not None:
+            call.devices.extend(ids)
         if self._on_call is not None:
             self._on_call(method, ids)
 
+    @observed_unary
     async def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[api_pb2.Empty, api_pb2.DevicePluginOptions]
     ) -> api_pb2.DevicePluginOptions:
@@ -109,6 +118,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         await apply_fault(self.live.faults, "GetDevicePluginOptions", self.resource_name, context)
         return self.options
 
+    @observed_stream
     async def ListAndWatch(
         self,
         request: api_pb2.Empty,
@@ -117,6 +127,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self._record("ListAndWatch", ())
         await apply_fault(self.live.faults, "ListAndWatch", self.resource_name, context)
         self.streams += 1
+        streams = self.metrics.list_and_watch_streams.labels(resource=self.resource_name)
+        sends = self.metrics.list_and_watch_sends.labels(resource=self.resource_name)
+        streams.inc()
         last = None
         try:
             async for _ in state_changes(self.live, self._stopping):
@@ -124,10 +137,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 if current != last:
                     last = current
                     self.sends += 1
+                    sends.inc()
                     yield current
         finally:
             self.streams -= 1
+            streams.dec()
 
+    @observed_unary
     async def GetPreferredAllocation(
         self,
         request: api_pb2.PreferredAllocationRequest,
@@ -159,6 +175,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
+    @observed_unary
     async def Allocate(
         self,
         request: api_pb2.AllocateRequest,
@@ -178,6 +195,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return api_pb2.AllocateResponse(container_responses=responses)
 
+    @observed_unary
     async def PreStartContainer(
         self,
         request: api_pb2.PreStartContainerRequest,

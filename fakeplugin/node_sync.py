@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
@@ -25,8 +25,9 @@ from fakeplugin.plugin_manager import PluginManager
 from kubeapi.node_watch import NodeWatch
 from kubeletapi.background_tasks import cancel_and_wait
 from sharing.errors import SpecError
-from sharing.inputs import CurrentInputs, InventoryInputs, load_labels
+from sharing.inputs import CurrentInputs, InventoryInputs
 from sharing.label_ownership import label_patch
+from sharing.labels import gfd_labels
 from sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, FallbackStrategy, choose_config
 
 log = logging.getLogger(__name__)
@@ -59,21 +60,55 @@ class NodeSyncStats:
 
 
 async def initial_selection(
-    client: AsyncClient, node_name: str, selection: ConfigSelection, inputs: InventoryInputs, timeout: float = 10.0
-) -> tuple[InventoryInputs, str, str]:
+    make_client: Callable[[], AsyncClient],
+    node_name: str,
+    selection: ConfigSelection,
+    inputs: InventoryInputs,
+    stop: asyncio.Event,
+    retry_interval: float = 1.0,
+    max_retry_interval: float = 10.0,
+) -> tuple[InventoryInputs, str, str] | None:
     """Before the first inventory, as NVIDIA's config-manager init container does: read the label once.
 
-    An unreachable API server is not fatal (the default choice applies and the watch corrects it later);
-    a label naming no config is, since there is no previous config to keep serving.
+    Like it, nothing is served until the label is known, so the kubelet never sees a config the node's
+    label does not ask for; an API server that is away is waited for (None if stopped meanwhile). A Node
+    that does not exist has no label. A label naming no config is fatal here: there is nothing to keep.
     """
+    pause = retry_interval
     label_value = ""
-    try:
-        node = await asyncio.wait_for(client.get(Node, node_name), timeout)
-        label_value = ((node.metadata and node.metadata.labels) or {}).get(selection.label, "")
-    except Exception as exc:
-        log.warning(
-            "could not read node %s for its %s label (%s); using the default config", node_name, selection.label, exc
-        )
+    while True:
+        client = make_client()
+        try:
+            node = await asyncio.wait_for(client.get(Node, node_name), 10.0)
+            label_value = ((node.metadata and node.metadata.labels) or {}).get(selection.label, "")
+            break
+        except ApiError as exc:
+            if exc.status.code == 404:
+                log.warning("node %s does not exist; it has no %s label", node_name, selection.label)
+                break
+            log.warning(
+                "reading node %s for its %s label failed (%s); retrying",
+                node_name,
+                selection.label,
+                exc.status.message or exc,
+            )
+        except Exception as exc:
+            log.warning(
+                "reading node %s for its %s label failed (%s: %s); retrying in %.0f s",
+                node_name,
+                selection.label,
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 2.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
+        if stop.is_set():
+            return None
+        pause = min(pause * 2, max_retry_interval)
     chosen, selected = selection.inputs_for(inputs, label_value)
     return chosen, selected, label_value
 
@@ -107,7 +142,8 @@ class PluginNodeSync:
         self.node: Node | None = None
         self._seen_node = False
         self._dirty = asyncio.Event()
-        self._selection_key: tuple[str, tuple[str, ...]] | None = None
+        self._selection_key: tuple[str, tuple[tuple[str, int, int], ...]] | None = None
+        self._node_events = 0
         self._client: AsyncClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -137,6 +173,7 @@ class PluginNodeSync:
             self._client = None
 
     def _on_node(self, node: Node | None) -> None:
+        self._node_events += 1
         self.node = node
         self._seen_node = True
         self._dirty.set()
@@ -164,14 +201,22 @@ class PluginNodeSync:
         if self.label_node and self.node is not None:
             await self._label()
 
-    def _listing(self) -> tuple[str, ...]:
-        """The config directory's entries: a config added to the ConfigMap may make a failed choice work."""
+    def _listing(self) -> tuple[tuple[str, int, int], ...]:
+        """The configs and their file stamps: a config added to, or fixed in, the ConfigMap makes a failed
+        choice worth retrying. Stamps follow symlinks, so a ConfigMap update (a ``..data`` swap) shows."""
         if self.selection is None:
             return ()
+        out = []
         try:
-            return tuple(sorted(p.name for p in self.selection.directory.iterdir()))
+            for entry in sorted(self.selection.directory.iterdir()):
+                if entry.name.startswith(".."):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat()
+                    out.append((entry.name, st.st_mtime_ns, st.st_ino))
         except OSError:
             return ()
+        return tuple(out)
 
     async def _select(self) -> None:
         assert self.selection is not None
@@ -180,8 +225,9 @@ class PluginNodeSync:
         key = (value, self._listing())
         if key == self._selection_key:
             return
+        if self._selection_key is None or self._selection_key[0] != value:
+            log.info("label change detected: %s=%s", self.selection.label, value)
         self._selection_key = key
-        log.info("label change detected: %s=%s", self.selection.label, value)
         try:
             candidate, selected = self.selection.inputs_for(self.current.inputs, value)
         except SpecError as exc:
@@ -195,7 +241,13 @@ class PluginNodeSync:
             return
         previous, self.current.inputs = self.current.inputs, candidate
         self._watch_config_of(candidate)
-        if not await self.manager.reload():
+        try:
+            applied = await self.manager.reload()
+        except BaseException:
+            self.current.inputs = previous
+            self._watch_config_of(previous)
+            raise
+        if not applied:
             self.current.inputs = previous
             self._watch_config_of(previous)
             self.stats.selection_errors.append(self.manager.stats.reload_errors[-1])
@@ -212,14 +264,17 @@ class PluginNodeSync:
     async def _label(self) -> None:
         assert self.node is not None and self._client is not None
         meta = self.node.metadata
-        try:
-            wanted = load_labels(self.current.inputs)
-        except SpecError as exc:  # the serving inventory built from these inputs, so this is rare
-            log.error("cannot compute the node labels: %s", exc)
-            return
+        # From the inventory being served, not from the files: a config the reload rejected must not
+        # show up in the labels while the kubelet still gets the previous one.
+        serving = self.manager.live.inventory
+        wanted = gfd_labels(serving.node, serving.config)
         patch = label_patch(meta.labels if meta else None, meta.annotations if meta else None, wanted)
         if patch is None:
             return
-        self.node = await self._client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        events = self._node_events
+        patched = await self._client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        if self._node_events == events:
+            # Only if the watch brought nothing newer meanwhile (it may carry a new config label).
+            self.node = patched
         self.stats.label_patches += 1
         log.info("node %s labels updated (%d GFD labels)", self.node_name, len(wanted))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
+from fakeplugin.metrics import DevicePluginMetrics
 from fakeplugin.resource_server import ResourceServer
 from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.kubelet_paths import KubeletPaths
@@ -55,8 +56,10 @@ class PluginManager:
         retry_interval: float = 30.0,
         poll_interval: float = 0.05,
         on_call: Callable[[str, str, Sequence[str]], None] | None = None,
+        metrics: DevicePluginMetrics | None = None,
     ) -> None:
         self.live = live
+        self.metrics = metrics if metrics is not None else DevicePluginMetrics(live)
         self.paths = paths
         self.registration = registration
         self.pre_start_required = pre_start_required
@@ -109,7 +112,12 @@ class PluginManager:
                 self.on_call(name, method, ids)
 
         return ResourceServer(
-            self.live, name, self._socket_path(name), pre_start_required=self.pre_start_required, on_call=record
+            self.live,
+            name,
+            self._socket_path(name),
+            pre_start_required=self.pre_start_required,
+            on_call=record,
+            metrics=self.metrics,
         )
 
     async def _start_one(self, name: str) -> None:
@@ -149,6 +157,7 @@ class PluginManager:
             )
         except RegistrationError as exc:
             self.stats.registration_failures += 1
+            self.metrics.registration_failed(name)
             self.stats.last_error = str(exc)
             self._next_retry[name] = time.monotonic() + self.retry_interval
             log.error("%s; retrying in %.0fs", exc, self.retry_interval)
@@ -156,6 +165,7 @@ class PluginManager:
         self.registered[name] = True
         self._next_retry.pop(name, None)
         self.stats.registrations += 1
+        self.metrics.registered(name)
         self.stats.last_registered[name] = time.monotonic()
         log.info("registered %s with the kubelet", name)
 
@@ -191,6 +201,7 @@ class PluginManager:
             inventory = self.reload_inventory()
         except SpecError as exc:
             self.stats.reload_errors.append(str(exc))
+            self.metrics.reloaded(ok=False)
             log.error("config reload rejected, still serving the previous inventory: %s", exc)
             return False
         async with self._lock:
@@ -202,6 +213,7 @@ class PluginManager:
                     await self._stop_one(name)
             self.live.replace(inventory)
             self.stats.reloads += 1
+            self.metrics.reloaded(ok=True)
             await self._reconcile()
         for w in inventory.warnings:
             log.warning("%s", w)
@@ -249,6 +261,7 @@ class PluginManager:
                         await server.stop()
                         await server.start()
                         self.stats.registrations += 1
+                        self.metrics.registered(name)
                         self.stats.last_registered[name] = time.monotonic()
                     else:
                         await self._stop_one(name)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fakeplugin.device_plugin_service import DevicePluginService
+from fakeplugin.metrics import DevicePluginMetrics
 from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc
 from kubeletapi.socket_server import SocketServer
 from sharing.live_inventory import LiveInventory
@@ -23,12 +24,14 @@ class ResourceServer:
         *,
         pre_start_required: bool = False,
         on_call: Callable[[str, Sequence[str]], None] | None = None,
+        metrics: DevicePluginMetrics | None = None,
     ) -> None:
         self.resource_name = resource_name
         self.socket_path = socket_path
         self._live = live
         self._pre_start_required = pre_start_required
         self._on_call = on_call
+        self._metrics = metrics
         self.service = self._new_service()
         self._socket = SocketServer(
             socket_path, lambda server: api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, server)
@@ -36,7 +39,11 @@ class ResourceServer:
 
     def _new_service(self) -> DevicePluginService:
         return DevicePluginService(
-            self._live, self.resource_name, pre_start_required=self._pre_start_required, on_call=self._on_call
+            self._live,
+            self.resource_name,
+            pre_start_required=self._pre_start_required,
+            on_call=self._on_call,
+            metrics=self._metrics,
         )
 
     @property

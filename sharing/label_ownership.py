@@ -21,14 +21,19 @@ def owned_keys(annotations: Mapping[str, str] | None) -> set[str]:
 def label_patch(
     labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None, wanted: Mapping[str, str]
 ) -> dict[str, Any] | None:
-    """A JSON merge patch for ``metadata`` (labels set or nulled, the ownership annotation), None if in sync."""
+    """A JSON merge patch for ``metadata`` (labels set or nulled, the ownership annotation), None if in sync.
+
+    A wanted label some other writer already set to the same value is left unclaimed, so fakegpu never
+    deletes it later. Owned keys no longer wanted are nulled even if this view of the node lacks them
+    (it may be stale; nulling a missing key is a no-op).
+    """
     labels = labels or {}
     owned = owned_keys(annotations)
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if labels.get(k) != v}
     for key in sorted(owned - set(wanted)):
-        if key in labels:
-            changes[key] = None
-    record = ",".join(sorted(wanted))
+        changes[key] = None
+    claimed = (owned & set(wanted)) | {k for k, v in changes.items() if v is not None}
+    record = ",".join(sorted(claimed))
     annotation_changes: dict[str, str | None] = {}
     if (annotations or {}).get(OWNED_LABELS_ANNOTATION) != (record or None):
         annotation_changes[OWNED_LABELS_ANNOTATION] = record or None

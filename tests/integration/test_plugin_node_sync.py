@@ -84,11 +84,11 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
     """``kubelet = await daemon(settings)``: the kubelet emulator plus ``run_plugin_daemon`` for NODE."""
     stops: list[tuple[asyncio.Event, asyncio.Task[int], KubeletEmulator]] = []
 
-    async def start(node: NodeSettings, gpus: str = "2xa100-40gb") -> KubeletEmulator:
+    async def start(node: NodeSettings, gpus: str = "2xa100-40gb", mig_layout: str | None = None) -> KubeletEmulator:
         kubelet = KubeletEmulator(root / "kubelet")
         await kubelet.start()
         stop = asyncio.Event()
-        inputs = InventoryInputs(node_name=NODE, gpus=(gpus,))
+        inputs = InventoryInputs(node_name=NODE, gpus=(gpus,), mig_layout=mig_layout)
         task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
         stops.append((stop, task, kubelet))
         await kubelet.wait_for(lambda: any(kubelet.allocatable().values()) or task.done(), 10.0, "devices")
@@ -176,35 +176,79 @@ async def test_the_label_is_read_before_the_first_registration(daemon, apiserver
     assert kubelet.allocatable() == {GPU: 8}
 
 
-async def test_a_label_naming_no_config_keeps_the_current_one(daemon, apiserver, root):
+async def test_a_label_naming_no_config_keeps_the_current_one(daemon, apiserver, root, caplog):
     configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
     kubelet = await daemon(settings(apiserver, root, selection=ConfigSelection(configs)))
     set_label(apiserver, LABEL, "no-such-config")
-    await asyncio.sleep(0.5)
+    await eventually(lambda: "specified config no-such-config does not exist" in caplog.text, "selection error")
+    assert "still serving config default" in caplog.text
     assert kubelet.allocatable() == {GPU: 2}
     # Adding the config to the ConfigMap afterwards makes the same label work, as a fixed ConfigMap should.
     (configs / "no-such-config").write_text(yaml.safe_dump(TIME_SLICING_4))
     await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "config appeared")
 
 
-async def test_a_bad_selected_config_keeps_the_running_inventory(daemon, apiserver, root):
+async def test_a_bad_selected_config_keeps_the_running_inventory(daemon, apiserver, root, caplog):
     bad = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": "many"}]}}}
     configs = write_configs(root / "configs", {"default": {"version": "v1"}, "broken": bad})
     kubelet = await daemon(settings(apiserver, root, label_node=True, selection=ConfigSelection(configs)))
     await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels")
     set_label(apiserver, LABEL, "broken")
-    await asyncio.sleep(0.5)
+    await eventually(lambda: "config reload rejected" in caplog.text, "reload rejected")
+    assert str(configs / "broken") in caplog.text
     assert kubelet.allocatable() == {GPU: 2}
     assert node_labels(apiserver)["nvidia.com/gpu.replicas"] == "1"
+    # Fixing the file the label names makes the same label work, without touching the label.
+    (configs / "broken").write_text(yaml.safe_dump(TIME_SLICING_4))
+    await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "fixed config applied")
 
 
-async def test_an_unreachable_api_server_does_not_stop_the_plugin(daemon, apiserver, root):
+async def test_nothing_is_served_until_the_label_could_be_read(daemon, apiserver, root):
+    """As NVIDIA's config-manager init container: an API server that is away is waited for, so the kubelet
+    never sees the default config on a node whose label asks for another."""
     configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
+    set_label(apiserver, LABEL, "time-slicing-4")
+    apiserver.fail_next("get", "nodes", 503, times=2)
+    kubelet = await daemon(settings(apiserver, root, selection=ConfigSelection(configs)))
+    assert apiserver.count("get", "nodes") >= 3
+    assert kubelet.allocatable() == {GPU: 8}
+
+
+async def test_labels_follow_the_served_inventory_not_a_rejected_file(daemon, apiserver, root, caplog):
+    # MPS with MIG devices is refused by the inventory, while labels alone could be computed from it.
+    mps_on_mig = {
+        "version": "v1",
+        "flags": {"migStrategy": "single", "mpsRoot": "/run/nvidia/mps"},
+        "sharing": {"mps": {"resources": [{"name": GPU, "replicas": 2}]}},
+    }
+    configs = write_configs(root / "configs", {"default": {"version": "v1", "flags": {"migStrategy": "single"}}})
     node = settings(apiserver, root, label_node=True, selection=ConfigSelection(configs))
-    apiserver.stop()
-    kubelet = await daemon(node)
+    kubelet = await daemon(node, gpus="2xa100-40gb", mig_layout="all-1g.5gb")
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.count") == "14", "MIG single labels")
+    (configs / "default").write_text(yaml.safe_dump(mps_on_mig))
+    await eventually(lambda: "config reload rejected" in caplog.text, "reload rejected")
+    await asyncio.sleep(0.4)  # two resync intervals: time for a wrong label patch to land
+    assert node_labels(apiserver).get("nvidia.com/gpu.sharing-strategy") == "none"
+    assert kubelet.allocatable() == {GPU: 14}
+
+
+async def test_a_configmap_update_of_the_selected_key_reloads(daemon, apiserver, root):
+    """A mounted ConfigMap changes by swapping its ``..data`` symlink, not by writing the key's file."""
+    configs = root / "configs"
+    configs.mkdir()
+    first = configs / "..2026_11_29_12_00_00.1"
+    first.mkdir()
+    (first / "default").write_text(yaml.safe_dump({"version": "v1"}))
+    (configs / "..data").symlink_to(first.name)
+    (configs / "default").symlink_to("..data/default")
+    kubelet = await daemon(settings(apiserver, root, selection=ConfigSelection(configs)))
     assert kubelet.allocatable() == {GPU: 2}
-    apiserver.start()
+    second = configs / "..2026_11_29_12_05_00.2"
+    second.mkdir()
+    (second / "default").write_text(yaml.safe_dump(TIME_SLICING_4))
+    (configs / "..data_tmp").symlink_to(second.name)
+    (configs / "..data_tmp").rename(configs / "..data")
+    await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "updated ConfigMap applied")
 
 
 def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root):
@@ -233,3 +277,14 @@ def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root
     assert out.returncode == 2
     assert "--fallback-strategies: unknown fallback strategy: whatever" in out.stderr
     assert "Traceback" not in out.stderr
+    out = run("--config-dir", str(configs), "--default-config", "gone")
+    assert (out.returncode, out.stderr.strip()) == (
+        2,
+        "fakegpu: error: --default-config: specified config gone does not exist (available: default)",
+    )
+    out = run("--label-node", "--kubeconfig", str(root / "missing-kubeconfig"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"fakegpu: error: {root / 'missing-kubeconfig'}: ")
+    (root / "bad-kubeconfig").write_text("clusters: [\n")
+    out = run("--label-node", "--kubeconfig", str(root / "bad-kubeconfig"))
+    assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr

@@ -44,9 +44,18 @@ def test_labels_that_stop_applying_are_removed_but_foreign_ones_stay():
     }
 
 
-def test_a_label_someone_else_deleted_is_not_deleted_again():
+def test_owned_labels_no_longer_wanted_are_nulled_even_if_this_view_lacks_them():
+    # The view may be stale; nulling a missing key is a no-op for a merge patch, forgetting it is a leak.
     patch = label_patch({}, {OWNED_LABELS_ANNOTATION: "a,b"}, {"a": "1"})
-    assert patch == {"metadata": {"labels": {"a": "1"}, "annotations": {OWNED_LABELS_ANNOTATION: "a"}}}
+    assert patch == {"metadata": {"labels": {"a": "1", "b": None}, "annotations": {OWNED_LABELS_ANNOTATION: "a"}}}
+
+
+def test_a_label_another_writer_set_to_the_same_value_is_never_claimed():
+    # Real GFD or an admin set mig.strategy already: fakegpu agrees with it but must not delete it later.
+    patch = label_patch({"nvidia.com/mig.strategy": "mixed"}, None, {"nvidia.com/mig.strategy": "mixed", "x": "1"})
+    assert patch == {"metadata": {"labels": {"x": "1"}, "annotations": {OWNED_LABELS_ANNOTATION: "x"}}}
+    later = label_patch({"nvidia.com/mig.strategy": "mixed", "x": "1"}, {OWNED_LABELS_ANNOTATION: "x"}, {"x": "1"})
+    assert later is None
 
 
 def test_owning_nothing_drops_the_annotation():

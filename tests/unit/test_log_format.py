@@ -1,0 +1,129 @@
+"""``--log-format json``: one valid JSON object per line with the fields log pipelines filter on."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from telemetry.log_format import CHATTY_LIBRARIES, JsonFormatter, configure_logging, make_formatter, rfc3339
+
+RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def record(message: str, *args: object, level: int = logging.INFO, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("fakeplugin.test", level, __file__, 10, message, args, None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_core_fields():
+    line = JsonFormatter().format(record("served %s on %d sockets", "nvidia.com/gpu", 2, level=logging.WARNING))
+    doc = json.loads(line)
+    assert list(doc) == ["time", "level", "logger", "message"]
+    assert doc["level"] == "warning"
+    assert doc["logger"] == "fakeplugin.test"
+    assert doc["message"] == "served nvidia.com/gpu on 2 sockets"
+    assert RFC3339_UTC.fullmatch(doc["time"]), doc["time"]
+
+
+def test_rfc3339_is_utc_with_milliseconds():
+    assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
+    assert rfc3339(1700000000.1234) == "2023-11-14T22:13:20.123Z"
+
+
+def test_extra_fields_become_fields_and_cannot_hide_core_ones():
+    rec = record("rpc", method="Allocate", code="OK", duration_seconds=0.25, devices=["a", "b"])
+    rec.__dict__["time"] = "not the time"
+    doc = json.loads(JsonFormatter().format(rec))
+    assert doc["method"] == "Allocate" and doc["code"] == "OK" and doc["duration_seconds"] == 0.25
+    assert doc["devices"] == ["a", "b"]
+    assert RFC3339_UTC.fullmatch(doc["time"]) and doc["extra_time"] == "not the time"
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "opaque"
+
+
+def test_values_json_cannot_hold_are_written_as_text():
+    doc = json.loads(JsonFormatter().format(record("x", thing=Opaque(), path=Path("/tmp/x"))))
+    assert (doc["thing"], doc["path"]) == ("opaque", "/tmp/x")
+
+
+def test_exception_is_one_field_and_the_object_one_line():
+    try:
+        1 / 0  # noqa: B018
+    except ZeroDivisionError:
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed\nbadly", (), sys.exc_info())
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    doc = json.loads(line)
+    assert doc["message"] == "failed\nbadly"
+    assert doc["exception"].startswith("Traceback (most recent call last):")
+    assert doc["exception"].rstrip().endswith("ZeroDivisionError: division by zero")
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="--log-format: unknown format 'xml'; expected one of: text, json"):
+        make_formatter("xml")  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def bare_root() -> Iterator[logging.Logger]:
+    """The root logger as in a fresh process: pytest's capture handlers are put aside meanwhile."""
+    root = logging.getLogger()
+    chatty = [logging.getLogger(name) for name in CHATTY_LIBRARIES]
+    saved = root.handlers[:], root.level, [c.level for c in chatty]
+    root.handlers = []
+    try:
+        yield root
+    finally:
+        root.handlers, root.level = saved[0], saved[1]
+        for logger, level in zip(chatty, saved[2], strict=True):
+            logger.setLevel(level)
+
+
+def test_configure_logging_json_lines():
+    out = io.StringIO()
+    with bare_root():
+        configure_logging("debug", "json", stream=out)
+        logging.getLogger("dra.rpc").debug("one %s", "rpc", extra={"method": "NodePrepareResources"})
+        logging.getLogger("grpc._cython.cygrpc").debug("event loop chatter")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    doc = json.loads(lines[0])
+    assert (doc["level"], doc["logger"], doc["message"], doc["method"]) == (
+        "debug",
+        "dra.rpc",
+        "one rpc",
+        "NodePrepareResources",
+    )
+
+
+def test_configure_logging_again_replaces_its_handler():
+    first, second = io.StringIO(), io.StringIO()
+    with bare_root() as root:
+        configure_logging("info", "json", stream=first)
+        configure_logging("info", "text", stream=second)
+        assert len(root.handlers) == 1
+        logging.getLogger("fakeplugin.x").info("hello")
+    assert first.getvalue() == ""
+    assert re.fullmatch(r"\S+ \S+ INFO fakeplugin\.x: hello\n", second.getvalue())
+
+
+def test_configure_logging_leaves_foreign_handlers_alone():
+    foreign = logging.NullHandler()
+    with bare_root() as root:
+        root.addHandler(foreign)
+        root.setLevel(logging.ERROR)
+        configure_logging("debug", "json", stream=io.StringIO())
+        assert root.handlers == [foreign]
+        assert root.level == logging.ERROR
