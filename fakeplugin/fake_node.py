@@ -121,8 +121,18 @@ class FakeNode:
         return self.kubelet.allocatable()
 
     # -- actions -------------------------------------------------------------------------------
-    async def run_pod(self, uid: str, containers: Mapping[str, Mapping[str, int]]) -> PodResult:
-        return await self.kubelet.run_pod(uid, containers)
+    async def run_pod(
+        self,
+        uid: str,
+        containers: Mapping[str, Mapping[str, int]],
+        *,
+        name: str | None = None,
+        namespace: str = "default",
+        annotations: Mapping[str, str] | None = None,
+    ) -> PodResult:
+        """Admit a pod on the emulated kubelet; name (default: the UID), namespace and annotations are
+        what the pod resources API and the DCGM exporter report."""
+        return await self.kubelet.run_pod(uid, containers, name=name, namespace=namespace, annotations=annotations)
 
     def delete_pod(self, uid: str) -> None:
         self.kubelet.delete_pod(uid)

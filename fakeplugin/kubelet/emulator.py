@@ -4,6 +4,11 @@ Start and restart behave like a kubelet's device manager: every socket in ``devi
 removed (the checkpoint file is kept), allocations are restored from the checkpoint, registered
 resources come back with capacity 0 until their plugin registers again, and ``kubelet.sock`` is
 created anew. Pods are admitted the way the kubelet admits them, with its status texts.
+
+Like a kubelet it also serves the pod resources API on ``pod-resources/kubelet.sock``, answered from the
+allocations it made, so a monitoring agent (dcgm-exporter, fakegpu's own exporter) can tell which pod
+holds which device. Pods have a name, a namespace and annotations for that; tests that only pass a UID
+get the UID as name in namespace ``default``.
 """
 
 from __future__ import annotations
@@ -24,10 +29,18 @@ from fakeplugin.kubelet.clock import EmulatorClock
 from fakeplugin.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, AdmissionError, DeviceManager
 from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
 from fakeplugin.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
+from fakeplugin.kubelet.pod_resources_service import (
+    POD_RESOURCES_DIR,
+    POD_RESOURCES_SOCKET,
+    ActivePod,
+    PodResourcesService,
+)
 from fakeplugin.kubelet.registration_service import KubeletRegistrationService, validate_registration
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
+from kubeletapi.podresources.v1 import api_pb2_grpc as podresources_grpc
+from kubeletapi.socket_server import SocketServer
 from kubeletapi.unix_socket import check_socket_path
 
 log = logging.getLogger(__name__)
@@ -40,6 +53,12 @@ class PodResult:
     reason: str = ""
     message: str = ""
     responses: dict[str, dict[str, api_pb2.ContainerAllocateResponse]] = field(default_factory=dict)
+    name: str = ""
+    """metadata.name; the UID when the caller gave none."""
+    namespace: str = "default"
+    annotations: dict[str, str] = field(default_factory=dict)
+    containers: tuple[str, ...] = ()
+    """Every container of the pod spec, in order, also those that request no devices."""
 
     @property
     def admitted(self) -> bool:
@@ -71,11 +90,21 @@ class KubeletEmulator:
         self._server: grpc.aio.Server | None = None
         self.starts = 0
         self.pods: dict[str, PodResult] = {}
+        self.pod_resources = PodResourcesService(self.active_pods, self.manager)
+        self._pod_resources_server = SocketServer(
+            self.pod_resources_socket,
+            lambda server: podresources_grpc.add_PodResourcesListerServicer_to_server(self.pod_resources, server),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return self._server is not None
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        """``<root>/pod-resources/kubelet.sock``, where dcgm-exporter finds the pod resources API."""
+        return self.paths.root / POD_RESOURCES_DIR / POD_RESOURCES_SOCKET
 
     async def start(self) -> None:
         dp_dir = self.paths.device_plugins
@@ -88,6 +117,7 @@ class KubeletEmulator:
         server.add_insecure_port(f"unix://{self.paths.kubelet_socket}")
         await server.start()
         self._server = server
+        await self._pod_resources_server.start()
         if self.watch_plugins_registry:
             await self.watcher.start()
         self.starts += 1
@@ -106,6 +136,7 @@ class KubeletEmulator:
         """SIGTERM: plugins see their ListAndWatch streams end; kubelet.sock goes away."""
         await self.watcher.stop()
         await self.manager.close_all()
+        await self._pod_resources_server.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0.2)
@@ -168,12 +199,28 @@ class KubeletEmulator:
         return time.monotonic() - start
 
     # -- pods --------------------------------------------------------------------------------
-    async def run_pod(self, uid: str, containers: Mapping[str, Mapping[str, int]]) -> PodResult:
+    async def run_pod(
+        self,
+        uid: str,
+        containers: Mapping[str, Mapping[str, int]],
+        *,
+        name: str | None = None,
+        namespace: str = "default",
+        annotations: Mapping[str, str] | None = None,
+    ) -> PodResult:
         """Admit a pod: the node's allocatable check, then per container and resource the device
-        manager's allocation, then PreStartContainer as each container starts."""
+        manager's allocation, then PreStartContainer as each container starts. ``name`` defaults to the
+        UID; name, namespace and annotations are what the pod resources API and the DCGM exporter see."""
         if uid in self.pods and self.pods[uid].admitted:
             return self.pods[uid]
-        result = PodResult(uid, "Pending")
+        result = PodResult(
+            uid,
+            "Pending",
+            name=uid if name is None else name,
+            namespace=namespace,
+            annotations=dict(annotations or {}),
+            containers=tuple(containers),
+        )
         allocatable = self.allocatable()
         wanted: dict[str, int] = {}
         for requests in containers.values():
@@ -216,3 +263,20 @@ class KubeletEmulator:
     def delete_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.manager.release_pod(uid)
+
+    def active_pods(self) -> list[ActivePod]:
+        """Pods the kubelet runs (admitted, or admitted with a container that failed to start), in
+        admission order: what the pod resources API lists. Rejected pods never ran."""
+        return [
+            ActivePod(uid, pod.name or uid, pod.namespace, pod.containers)
+            for uid, pod in self.pods.items()
+            if pod.phase != "Failed"
+        ]
+
+    def pod_annotations(self, namespace: str, name: str) -> dict[str, str]:
+        """Annotations of the active pod ``namespace/name`` ({} when there is none): what a cluster
+        daemon reads from the API server, offered here so the DCGM exporter can run against the emulator."""
+        for pod in self.pods.values():
+            if (pod.namespace, pod.name) == (namespace, name) and pod.phase != "Failed":
+                return dict(pod.annotations)
+        return {}
