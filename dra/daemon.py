@@ -31,6 +31,7 @@ from dra.published_health import device_health
 from dra.resource_slices import SliceOptions
 from dra.slice_publisher import SlicePublisher
 from kubeapi.client import client_factory
+from kubeapi.pod_annotations import PodAnnotations
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.background_tasks import cancel_and_wait
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
@@ -41,6 +42,7 @@ from sharing.errors import SpecError
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.dcgm.endpoint import DcgmEndpoint
 from telemetry.http_endpoint import ListenAddress, MetricsServer
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,16 @@ class DraDriver:
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraPluginV1beta1(self.preparer), server)
         health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
 
+    def prepared_device_uuid(self, driver: str, pool: str, device: str) -> str | None:
+        """The GPU or MIG UUID behind a device this driver prepared (for the DCGM exporter's attribution)."""
+        if driver != self.settings.driver:
+            return None
+        for claim in self.preparer.checkpoint.claims():
+            for result in claim.devices:
+                if (result.pool, result.device) == (pool, device):
+                    return result.uuid
+        return None
+
     async def start(self) -> None:
         self.settings.cdi_root.mkdir(parents=True, exist_ok=True)
         self.paths.dra_plugin_dir(self.settings.driver).mkdir(parents=True, exist_ok=True)
@@ -149,9 +161,12 @@ async def run_dra_daemon(
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
     metrics_address: ListenAddress | None = None,
+    dcgm_address: ListenAddress | None = None,
+    dcgm_virtual_gpus: bool = False,
 ) -> int:
     """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
-    with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``."""
+    with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``; with ``dcgm_address``, the
+    fake dcgm-exporter, attributing claims through the kubelet's PodResources ``dynamic_resources``."""
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
@@ -159,6 +174,18 @@ async def run_dra_daemon(
     driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
     admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
     metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
+    dcgm = (
+        DcgmEndpoint(
+            live,
+            paths.root,
+            dcgm_address,
+            virtual_gpus=dcgm_virtual_gpus,
+            dra_device_uuid=driver.prepared_device_uuid,
+            annotations=PodAnnotations(client_factory(settings.kubeconfig)),
+        )
+        if dcgm_address
+        else None
+    )
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -177,6 +204,8 @@ async def run_dra_daemon(
     try:
         if metrics_server is not None:
             await metrics_server.start()
+        if dcgm is not None:
+            await dcgm.start()
         if admin is not None:
             await admin.start()
         await driver.start()
@@ -189,4 +218,6 @@ async def run_dra_daemon(
             await admin.stop()
         if metrics_server is not None:
             await metrics_server.stop()
+        if dcgm is not None:
+            await dcgm.stop()
     return 0

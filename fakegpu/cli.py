@@ -37,6 +37,7 @@ from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node
 from sharing.labels import gfd_labels
+from telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
 from telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from telemetry.log_format import LOG_FORMATS, configure_logging
 
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_node_options(plugin)
     add_metrics_address_option(plugin)
+    add_dcgm_options(plugin)
 
     kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
     kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
@@ -144,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         "conventionally /var/run/fakegpu/dra.sock)",
     )
     add_metrics_address_option(dra)
+    add_dcgm_options(dra)
 
     add_virtual_nodes_parser(sub)
 
@@ -222,6 +225,8 @@ def _run(args: argparse.Namespace) -> int:
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,
                 metrics_address=metrics_address(args),
+                dcgm_address=dcgm_address(args),
+                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
                 node=node_settings(args),
             )
         )
@@ -237,7 +242,13 @@ def _run(args: argparse.Namespace) -> int:
         paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
         return run_bounded(
             run_dra_daemon(
-                inputs, paths, settings, admin_socket=args.admin_socket, metrics_address=metrics_address(args)
+                inputs,
+                paths,
+                settings,
+                admin_socket=args.admin_socket,
+                metrics_address=metrics_address(args),
+                dcgm_address=dcgm_address(args),
+                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
             )
         )
     node = load_node(inputs)

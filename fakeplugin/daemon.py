@@ -11,18 +11,24 @@ import dataclasses
 import logging
 import signal
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+
+from lightkube import AsyncClient
 
 from fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakeplugin.metrics import DevicePluginMetrics
 from fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from kubeapi.client import client_factory
+from kubeapi.pod_annotations import PodAnnotations
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.kubelet_paths import KubeletPaths
+from sharing.errors import SpecError
 from sharing.health import XidPolicy
 from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.dcgm.endpoint import DcgmEndpoint
 from telemetry.http_endpoint import ListenAddress, MetricsServer
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,17 @@ def watched_files(inputs: InventoryInputs) -> list[Path]:
     return [Path(p) for p in (config, inputs.node_spec, inputs.mig_config) if p]
 
 
+def pod_annotations(kubeconfig: str | None, make_client: Callable[[], AsyncClient] | None) -> PodAnnotations | None:
+    """Where the DCGM exporter reads pods' fakegpu.io/gpu-utilization annotations: the API server, if any."""
+    if make_client is None:
+        try:
+            make_client = client_factory(kubeconfig)
+        except SpecError as exc:
+            log.info("no API server (%s): the DCGM exporter does not read pod annotations", exc)
+            return None
+    return PodAnnotations(make_client)
+
+
 async def run_plugin_daemon(
     inputs: InventoryInputs,
     paths: KubeletPaths,
@@ -58,12 +75,15 @@ async def run_plugin_daemon(
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
     metrics_address: ListenAddress | None = None,
+    dcgm_address: ListenAddress | None = None,
+    dcgm_virtual_gpus: bool = False,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
     With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
     With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
     With ``metrics_address``, serve Prometheus metrics at ``http://ADDRESS/metrics`` (none by default).
+    With ``dcgm_address``, serve the fake dcgm-exporter there, attributed through the kubelet's PodResources.
     """
     node = node or NodeSettings()
     # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
@@ -77,6 +97,7 @@ async def run_plugin_daemon(
     sync: PluginNodeSync | None = None
     admin: AdminServer | None = None
     metrics_server: MetricsServer | None = None
+    dcgm: DcgmEndpoint | None = None
     try:
         selected, label_value = "", ""
         if node.selection is not None and make_client is not None:
@@ -125,6 +146,15 @@ async def run_plugin_daemon(
         if metrics_address is not None:
             metrics_server = MetricsServer(metrics_address, metrics.registry)
             await metrics_server.start()
+        if dcgm_address is not None:
+            dcgm = DcgmEndpoint(
+                live,
+                paths.root,
+                dcgm_address,
+                virtual_gpus=dcgm_virtual_gpus,
+                annotations=pod_annotations(node.kubeconfig, make_client),
+            )
+            await dcgm.start()
         if admin is not None:
             await admin.start()
         await manager.start()
@@ -143,4 +173,6 @@ async def run_plugin_daemon(
             await admin.stop()
         if metrics_server is not None:
             await metrics_server.stop()
+        if dcgm is not None:
+            await dcgm.stop()
     return 0

@@ -3,7 +3,7 @@
 ``FakeApiServer`` serves plain HTTP/1.1 on ``127.0.0.1`` (ephemeral port only) from a background thread
 (``http.server.ThreadingHTTPServer``), so a test's own asyncio loop can drive ``lightkube.AsyncClient``
 against it. It serves ``/version``, legacy discovery (``/api``, ``/api/v1``, ``/apis``,
-``/apis/resource.k8s.io[/<v>]``), core/v1 ``nodes`` and resource.k8s.io ``resourceslices``,
+``/apis/resource.k8s.io[/<v>]``), core/v1 ``nodes`` and ``pods`` and resource.k8s.io ``resourceslices``,
 ``deviceclasses`` and ``resourceclaims`` (+ ``status`` subresources of nodes and claims) with the verbs
 create, get, list, update, patch (merge, JSON patch, simplified server-side apply), delete,
 deletecollection and watch.
@@ -136,7 +136,8 @@ RESOURCE_SLICES = ResourceType(
 )
 DEVICE_CLASSES = ResourceType(RESOURCE_GROUP, "deviceclasses", "DeviceClass", namespaced=False)
 RESOURCE_CLAIMS = ResourceType(RESOURCE_GROUP, "resourceclaims", "ResourceClaim", namespaced=True, has_status=True)
-_TYPES = {t.plural: t for t in (NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)}
+PODS = ResourceType("", "pods", "Pod", namespaced=True, has_status=True, field_labels=("spec.nodeName",))
+_TYPES = {t.plural: t for t in (NODES, PODS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)}
 
 
 class RequestRecord(NamedTuple):
@@ -547,7 +548,7 @@ class FakeApiServer:
         #: tracebacks of unexpected server-side exceptions (answered 500); tests may assert it stays empty
         self.errors: list[str] = []
 
-        self._served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): {"nodes": NODES}}
+        self._served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): {"nodes": NODES, "pods": PODS}}
         for version in self.resource_api_versions:
             self._served[(RESOURCE_GROUP, version)] = {
                 t.plural: t for t in (DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES)

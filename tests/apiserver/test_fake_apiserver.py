@@ -578,7 +578,7 @@ async def test_version_and_discovery(minor: int) -> None:
             assert (version["major"], version["minor"], version["gitVersion"]) == ("1", str(minor), f"v1.{minor}.0")
             assert (await http.get("/api")).json()["versions"] == ["v1"]
             core = (await http.get("/api/v1")).json()
-            assert {r["name"] for r in core["resources"]} == {"nodes", "nodes/status"}
+            assert {r["name"] for r in core["resources"]} == {"nodes", "nodes/status", "pods", "pods/status"}
             groups = (await http.get("/apis")).json()["groups"]
             assert [g["name"] for g in groups] == ["resource.k8s.io"]
             group = (await http.get("/apis/resource.k8s.io")).json()

@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import io
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,12 +31,15 @@ from fakegpu.virtual_nodes.command import run_virtual_nodes
 from fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakeplugin.kubelet.emulator import KubeletEmulator
 from fakeplugin.node_sync import ConfigSelection
+from kubeapi.pod_annotations import PodAnnotations
 from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer, RequestRecord
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
+from tests.integration.test_metrics import http_get
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "node-a"
@@ -243,9 +247,17 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
         resync_interval=0.2,
     )
     inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
-    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=settings))
+    apiserver.create_direct(_pod("train"))
+    dcgm = ListenAddress("127.0.0.1", _free_port())
+    task = asyncio.create_task(
+        run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=settings, dcgm_address=dcgm)
+    )
     try:
         await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 2, 10.0, "devices")
+        # The fake dcgm-exporter reads the annotations of the pods holding GPUs.
+        assert (await kubelet.run_pod("uid-train", {"c": {"nvidia.com/gpu": 1}}, name="train")).admitted
+        status, _, body = await http_get(f"http://{dcgm.host}:{dcgm.port}/metrics")
+        assert status == 200 and 'pod="train"' in body
         node = apiserver.get_object("nodes", NODE)
         assert node is not None
         node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "ts"
@@ -290,6 +302,12 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         live.replace(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xh100-80gb",))))
         await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
         assert await driver.publisher.delete_all() > 0
+        # With --dcgm-address, each scrape looks up the annotations of the pods holding prepared devices.
+        annotations = PodAnnotations(lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False))
+        apiserver.create_direct(_pod("user"))
+        await annotations.prefetch({("default", "user")})
+        assert annotations("default", "user") == {"fakegpu.io/gpu-utilization": "50"}
+        await annotations.close()
     finally:
         await driver.stop()
 
@@ -327,6 +345,21 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
         await client.close()
 
 
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": {"fakegpu.io/gpu-utilization": "50"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _allocated_claim(name: str, device: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -356,7 +389,7 @@ class Component:
 
 COMPONENTS = {
     "device-plugin": (Component("device-plugin", ("fakeplugin", "kubeapi")), exercise_device_plugin),
-    "dra": (Component("dra", ("dra", "kubeapi/client.py")), exercise_dra),
+    "dra": (Component("dra", ("dra", "kubeapi/client.py", "kubeapi/pod_annotations.py")), exercise_dra),
     "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "kubeapi/client.py")), exercise_virtual_nodes),
 }
 
