@@ -11,9 +11,11 @@ written as **JSON** (``.json``), not NVIDIA's ``.yaml``: CDI loads both, JSON is
 third-party serializer and is byte-for-byte deterministic (the test driver in the golden readings writes
 ``.json`` too).
 
-A fake GPU has no device nodes, so specs carry environment edits only; the lowest ``cdiVersion`` that
-admits the fields used is declared (``0.3.0``, or ``0.5.0`` once a device name starts with a digit,
-as most claim UIDs do).
+A fake GPU has no device nodes, so devices carry environment edits only; with ``--inject-nvidia-smi``
+the spec adds spec-wide edits (applied whenever one of its devices is) that bind-mount the fake
+nvidia-smi and devices.json read-only, as NVIDIA's toolkit specs mount driver files: no mount ``type``,
+so the lowest ``cdiVersion`` that admits the fields used stays ``0.3.0``, or ``0.5.0`` once a device name
+starts with a digit, as most claim UIDs do.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kubeletapi.atomic_files import atomic_write
+from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, DEVICES_FILE_ENV, injected_mounts
 
 CLAIM_CLASS: Final = "claim"
 DEFAULT_DRIVER: Final = "gpu.nvidia.com"
@@ -47,6 +50,9 @@ KNOWN_VERSIONS: Final = (
     "1.1.0",
 )
 MAX_CLASS_LENGTH: Final = 63
+MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
+"""The options nvidia-ctk gives the driver files it mounts; ``bind`` makes a runtime bind-mount without a
+``type`` field (which would need cdiVersion 0.4.0)."""
 
 _SPEC_FIELDS: Final = frozenset({"cdiVersion", "kind", "annotations", "devices", "containerEdits"})
 _DEVICE_FIELDS: Final = frozenset({"name", "annotations", "containerEdits"})
@@ -117,10 +123,27 @@ def spec_file_name(vendor: str, claim_uid: str, cdi_class: str = CLAIM_CLASS) ->
 # --- building and validating ----------------------------------------------------------------------------
 
 
+def nvidia_smi_edits(directory: str) -> dict[str, Any]:
+    """Spec-wide edits for ``--inject-nvidia-smi``: the script and devices.json from ``directory``."""
+    return {
+        "env": [f"{DEVICES_FILE_ENV}={CONTAINER_DEVICES_PATH}"],
+        "mounts": [
+            {"hostPath": m.host_path, "containerPath": m.container_path, "options": list(MOUNT_OPTIONS)}
+            for m in injected_mounts(directory)
+        ],
+    }
+
+
 def cdi_spec(
-    vendor: str, claim_uid: str, prepared: Iterable[CdiDevice], cdi_class: str = CLAIM_CLASS
+    vendor: str,
+    claim_uid: str,
+    prepared: Iterable[CdiDevice],
+    cdi_class: str = CLAIM_CLASS,
+    *,
+    nvidia_smi_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The claim's spec: one env-only device per prepared device, at the lowest cdiVersion that fits."""
+    """The claim's spec: one env-only device per prepared device (plus the fake nvidia-smi's mounts when
+    ``nvidia_smi_dir`` is set), at the lowest cdiVersion that fits."""
     devices: list[dict[str, Any]] = [
         {
             "name": claim_device_name(claim_uid, d.device, d.share_id),
@@ -129,6 +152,8 @@ def cdi_spec(
         for d in prepared
     ]
     spec: dict[str, Any] = {"cdiVersion": EARLIEST_VERSION, "kind": f"{vendor}/{cdi_class}", "devices": devices}
+    if nvidia_smi_dir:
+        spec["containerEdits"] = nvidia_smi_edits(nvidia_smi_dir)
     spec["cdiVersion"] = minimum_version(spec)
     validate_spec(spec)
     return spec

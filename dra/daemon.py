@@ -44,6 +44,7 @@ from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from telemetry.dcgm.endpoint import DcgmEndpoint
 from telemetry.http_endpoint import ListenAddress, MetricsServer
+from telemetry.nvidia_smi_files import NvidiaSmiFiles
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ async def run_dra_daemon(
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
+    smi_unsubscribe = NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live) if inputs.nvidia_smi_dir else None
     driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
     admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
     metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
@@ -220,4 +223,6 @@ async def run_dra_daemon(
             await metrics_server.stop()
         if dcgm is not None:
             await dcgm.stop()
+        if smi_unsubscribe is not None:
+            smi_unsubscribe()
     return 0

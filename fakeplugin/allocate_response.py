@@ -16,6 +16,7 @@ from kubeletapi.deviceplugin.v1beta1 import api_pb2
 from sharing.identifiers import strip_replica
 from sharing.inventory import Device, Inventory, Resource
 from sharing.node import MigInstance
+from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, DEVICES_FILE_ENV, injected_mounts
 from sharing.plugin_config import CDI_STRATEGIES
 
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
@@ -151,12 +152,36 @@ def _update_for_mps(
         response.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(min(percentages))
 
 
+def _add_nvidia_smi(response: api_pb2.ContainerAllocateResponse, directory: str) -> None:
+    """fakegpu extension (``--inject-nvidia-smi``): the fake nvidia-smi at /usr/bin/nvidia-smi and
+    devices.json beside it, read-only, after NVIDIA's own mounts. Whatever the device list strategy,
+    the script reads NVIDIA_VISIBLE_DEVICES as the runtime would."""
+    for mount in injected_mounts(directory):
+        response.mounts.append(
+            api_pb2.Mount(container_path=mount.container_path, host_path=mount.host_path, read_only=True)
+        )
+    response.envs[DEVICES_FILE_ENV] = CONTAINER_DEVICES_PATH
+
+
 def container_allocate_response(
     inventory: Inventory,
     resource: Resource,
     ids: Sequence[str],
     *,
     annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+) -> api_pb2.ContainerAllocateResponse:
+    """NVIDIA's response (``_nvidia_response``) plus, when configured, the fake nvidia-smi's mounts."""
+    response = _nvidia_response(inventory, resource, ids, annotation_id)
+    if inventory.config.nvidia_smi_dir:
+        _add_nvidia_smi(response, inventory.config.nvidia_smi_dir)
+    return response
+
+
+def _nvidia_response(
+    inventory: Inventory,
+    resource: Resource,
+    ids: Sequence[str],
+    annotation_id: Callable[[], str],
 ) -> api_pb2.ContainerAllocateResponse:
     """NVIDIA's getAllocateResponse for one container's request, in NVIDIA's order.
 

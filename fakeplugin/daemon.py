@@ -30,6 +30,7 @@ from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from telemetry.dcgm.endpoint import DcgmEndpoint
 from telemetry.http_endpoint import ListenAddress, MetricsServer
+from telemetry.nvidia_smi_files import NvidiaSmiFiles
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ async def run_plugin_daemon(
     admin: AdminServer | None = None
     metrics_server: MetricsServer | None = None
     dcgm: DcgmEndpoint | None = None
+    smi_unsubscribe: Callable[[], None] | None = None
     try:
         selected, label_value = "", ""
         if node.selection is not None and make_client is not None:
@@ -114,6 +116,9 @@ async def run_plugin_daemon(
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
             inventory = load_inventory(inputs)
         live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+        if inputs.nvidia_smi_dir:
+            # Before any Allocate can mount them; rewritten on every inventory change.
+            smi_unsubscribe = NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live)
         current = CurrentInputs(inputs)
         calls = RecentCalls()
         metrics = DevicePluginMetrics(live)
@@ -175,4 +180,6 @@ async def run_plugin_daemon(
             await metrics_server.stop()
         if dcgm is not None:
             await dcgm.stop()
+        if smi_unsubscribe is not None:
+            smi_unsubscribe()
     return 0

@@ -37,6 +37,9 @@ class InventoryInputs:
     honor_sharing_rename_devices: bool = False
     id_salt: str = ""
     """Mixed into device identities; empty for stable IDs (only the random-device-ids bug mode sets it)."""
+    nvidia_smi_dir: str | None = None
+    """fakegpu extension (``--inject-nvidia-smi``): host directory of the fake nvidia-smi and devices.json
+    that Allocate and CDI specs mount into containers; None leaves containers as NVIDIA's plugin does."""
 
 
 def load_spec(inputs: InventoryInputs) -> tuple[NodeSpec, str]:
@@ -79,7 +82,7 @@ def load_config(inputs: InventoryInputs) -> PluginConfig:
     warnings: list[str] = []
     if config_path:
         file, warnings = load_nvidia_config(config_path)
-    return resolve_plugin_config(
+    config = resolve_plugin_config(
         file,
         file_source=config_path or "config file",
         cli=inputs.cli_flags,
@@ -88,6 +91,8 @@ def load_config(inputs: InventoryInputs) -> PluginConfig:
         honor_custom_resources=inputs.honor_custom_resources,
         honor_sharing_rename_devices=inputs.honor_sharing_rename_devices,
     )
+    # Not an NVIDIA setting, so it never comes from NVIDIA's file or flags: carried over as given.
+    return replace(config, nvidia_smi_dir=inputs.nvidia_smi_dir) if inputs.nvidia_smi_dir else config
 
 
 def load_inventory(inputs: InventoryInputs) -> Inventory:

@@ -86,6 +86,9 @@ class PluginConfig:
     imex_channel_ids: tuple[int, ...] = ()
     imex_required: bool = False
     warnings: tuple[str, ...] = ()
+    nvidia_smi_dir: str | None = None
+    """fakegpu extension, not NVIDIA's: where the fake nvidia-smi files live on the host when containers get
+    them mounted (``sharing.inputs.InventoryInputs.nvidia_smi_dir``); None = no injection."""
 
 
 def normalize_resource_name(name: str, source: str, where: str) -> str:

@@ -1,0 +1,37 @@
+"""Where the fake nvidia-smi lives on the host and where containers see it (``--inject-nvidia-smi``).
+
+Both faces mount the same two files: the device plugin through Allocate's mounts, the DRA driver through
+CDI ``containerEdits.mounts``. The script goes to ``/usr/bin/nvidia-smi`` (on every image's PATH; never
+installed on the host under that name) and ``devices.json`` to ``/run/fakegpu/devices.json``, named by
+``FAKEGPU_DEVICES_FILE`` for tools that prefer JSON.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Final
+
+SCRIPT_FILE: Final = "nvidia-smi"
+DEVICES_FILE: Final = "devices.json"
+CONTAINER_SCRIPT_PATH: Final = "/usr/bin/nvidia-smi"
+CONTAINER_DEVICES_PATH: Final = "/run/fakegpu/devices.json"
+DEVICES_FILE_ENV: Final = "FAKEGPU_DEVICES_FILE"
+DEFAULT_PLUGIN_DIR: Final = "/var/run/fakegpu/nvidia-smi/device-plugin"
+DEFAULT_DRA_DIR: Final = "/var/run/fakegpu/nvidia-smi/dra"
+"""One directory per face under the hostPath both DaemonSets mount, so the two daemons on one node never
+overwrite each other's files."""
+
+
+@dataclass(frozen=True)
+class InjectedMount:
+    host_path: str
+    container_path: str
+
+
+def injected_mounts(directory: str) -> tuple[InjectedMount, InjectedMount]:
+    """The script and devices.json, read-only, from ``directory`` on the host."""
+    return (
+        InjectedMount(posixpath.join(directory, SCRIPT_FILE), CONTAINER_SCRIPT_PATH),
+        InjectedMount(posixpath.join(directory, DEVICES_FILE), CONTAINER_DEVICES_PATH),
+    )

@@ -1,0 +1,60 @@
+"""Nodes and runners shared by the fake nvidia-smi tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sharing.catalog import CATALOG
+from sharing.mig_parted import choose_generated
+from sharing.node import Node, build_node
+from sharing.node_spec import parse_gpus_shorthand, parse_node_spec
+from sharing.nvidia_smi.command import Result, run
+from sharing.nvidia_smi.devices import SmiNode, from_node
+
+NODE = "node-a"
+TS = "Wed Feb  4 10:17:25 2026"
+
+
+def node(gpus: str = "8xh100-80gb", layout: str | None = None) -> Node:
+    spec = parse_gpus_shorthand([gpus])
+    choices = None
+    if layout:
+        choices = choose_generated(layout, [CATALOG[g.model] for g in spec.gpus for _ in range(g.count)])
+    return build_node(spec, NODE, source="test", mig_choices=choices)
+
+
+def spec_node(*gpus: dict[str, Any]) -> Node:
+    return build_node(parse_node_spec({"gpus": list(gpus)}, "test"), NODE, source="test")
+
+
+def smi_node(gpus: str = "8xh100-80gb", layout: str | None = None) -> SmiNode:
+    return from_node(node(gpus, layout))
+
+
+MIXED = (
+    {
+        "model": "h100-80gb",
+        "migEnabled": True,
+        "migDevices": [
+            {"profile": "3g.40gb", "start": 0},
+            {"profile": "2g.20gb", "start": 4},
+            {"profile": "1g.10gb", "start": 6},
+        ],
+    },
+    {"model": "h100-80gb"},
+)
+"""GPU 0: one 3g.40gb, one 2g.20gb and one 1g.10gb; GPU 1: a whole GPU."""
+
+
+def mixed() -> SmiNode:
+    return from_node(spec_node(*MIXED))
+
+
+def smi(node: SmiNode, *argv: str, visible: str | None = None) -> Result:
+    return run(list(argv), node, visible, TS)
+
+
+def out(node: SmiNode, *argv: str, visible: str | None = None) -> str:
+    result = smi(node, *argv, visible=visible)
+    assert result.status == 0, result
+    return result.stdout

@@ -1,0 +1,138 @@
+"""The device description (from the node, to and from devices.json) and NVIDIA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sharing.nvidia_smi.devices import (
+    VOLUME_MOUNTS_ROOT,
+    SmiNode,
+    expand_volume_mounts,
+    filter_ids,
+    from_json,
+    select,
+    smi_bus_id,
+    to_json,
+)
+from tests.unit.nvidia_smi.helpers import mixed, smi_node
+
+
+def shown(node: SmiNode, visible: str | None) -> list[tuple[int, list[int]]]:
+    """(node GPU index, [node MIG indices]) per visible GPU, in the container's order."""
+    return [(v.gpu.index, [m.index for m in v.migs]) for v in select(node, visible).gpus]
+
+
+def test_catalog_numbers_and_nvidia_smi_forms():
+    node = smi_node("2xh100-80gb", "all-1g.10gb")
+    gpu = node.gpus[1]
+    assert (gpu.name, gpu.memory_mib, gpu.compute_cap, gpu.architecture, gpu.brand) == (
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        "9.0",
+        "Hopper",
+        "NVIDIA",
+    )
+    assert gpu.bus_id == "00000000:28:00.0"
+    assert gpu.mig_enabled and len(gpu.migs) == 7
+    mig = gpu.migs[0]
+    assert (mig.profile, mig.gi_id, mig.ci_id, mig.memory_mib, mig.bar1_mib) == ("1g.10gb", 7, 0, 9984, 16383)
+    assert (node.driver_version, node.cuda_version) == ("570.172.08", "12.8")
+    assert smi_node("1xt4").gpus[0].brand == "Tesla"
+
+
+def test_bus_id_has_an_eight_digit_domain_and_upper_case_hex():
+    assert smi_bus_id("0000:b6:00.0") == "00000000:B6:00.0"
+    assert smi_bus_id("0001:0f:00.0") == "00000001:0F:00.0"
+
+
+def test_json_round_trip_is_lossless_and_plain_json():
+    node = mixed()
+    doc = json.loads(json.dumps(to_json(node)))
+    assert doc["gpus"][0]["migDevices"][1]["profile"] == "2g.20gb"
+    assert from_json(doc) == node
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(version=2), "expected kind"),
+        (lambda d: d["gpus"][0].pop("uuid"), "gpus[0]: missing field 'uuid'"),
+        (lambda d: d["gpus"][0].update(memoryMiB="80GB"), "gpus[0].memoryMiB: expected int"),
+        (lambda d: d["gpus"][0]["migDevices"][0].update(giId=True), "migDevices[0].giId: expected int"),
+        (lambda d: d.update(gpus={}), "gpus: expected a list"),
+    ],
+)
+def test_bad_devices_json_names_the_field(change, message):
+    doc = to_json(mixed())
+    change(doc)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        from_json(doc, "devices.json")
+
+
+@pytest.mark.parametrize("visible", [None, "all", " all "])
+def test_unset_or_all_shows_every_device(visible):
+    node = mixed()
+    assert shown(node, visible) == [(0, [0, 1, 2]), (1, [])]
+
+
+@pytest.mark.parametrize("visible", ["none", "void", "", "  "])
+def test_none_void_and_empty_show_nothing(visible):
+    assert shown(mixed(), visible) == []
+
+
+def test_indices_uuids_and_order_of_the_list_do_not_matter():
+    node = smi_node("8xh100-80gb")
+    assert shown(node, "5,1") == [(1, []), (5, [])]
+    assert shown(node, f"{node.gpus[6].uuid}, 2") == [(2, []), (6, [])]
+    views = select(node, "5,1").gpus
+    assert [v.index for v in views] == [0, 1]
+
+
+def test_replica_ids_name_their_gpu_once():
+    node = smi_node("8xh100-80gb")
+    u = node.gpus[3].uuid
+    assert shown(node, f"{u}::0,{u}::1,{u}::7") == [(3, [])]
+
+
+def test_mig_uuids_and_index_pairs_select_single_mig_devices():
+    node = mixed()
+    migs = node.gpus[0].migs
+    assert shown(node, migs[2].uuid) == [(0, [2])]
+    assert shown(node, "0:1,0:2") == [(0, [1, 2])]
+    assert shown(node, f"{migs[0].uuid}::2,1") == [(0, [0]), (1, [])]
+    # A whole MIG-enabled GPU brings all its MIG devices.
+    assert shown(node, f"0,{migs[0].uuid}") == [(0, [0, 1, 2])]
+
+
+@pytest.mark.parametrize("visible", ["GPU-00000000-0000-0000-0000-000000000000", "9", "0:7", "MIG-nope", ",", "1:0"])
+def test_ids_of_no_device_are_ignored(visible):
+    assert shown(mixed(), visible) == []
+
+
+def test_unknown_ids_next_to_known_ones_are_dropped():
+    assert shown(mixed(), "GPU-unknown,1") == [(1, [])]
+
+
+def test_volume_mounts_directory_lists_the_device_ids():
+    files = {VOLUME_MOUNTS_ROOT: ["GPU-b", "GPU-a", ".hidden", "imex"]}
+    assert expand_volume_mounts(VOLUME_MOUNTS_ROOT, files.__getitem__) == "GPU-a,GPU-b,imex"
+    assert expand_volume_mounts("GPU-a", files.__getitem__) == "GPU-a"
+    assert expand_volume_mounts(None, files.__getitem__) is None
+
+    def missing(path: str) -> list[str]:
+        raise FileNotFoundError(path)
+
+    assert expand_volume_mounts(VOLUME_MOUNTS_ROOT, missing) == ""
+
+
+def test_id_filter_by_index_uuid_and_bus_id():
+    node = smi_node("4xh100-80gb")
+    view = select(node, "1,2,3")
+    assert [v.gpu.index for v in filter_ids(view, "0")] == [1]
+    assert [v.gpu.index for v in filter_ids(view, node.gpus[3].uuid.lower())] == [3]
+    assert [v.gpu.index for v in filter_ids(view, "00000000:38:00.0")] == [2]
+    assert [v.gpu.index for v in filter_ids(view, "0000:38:00.0, 0")] == [1, 2]
+    assert filter_ids(view, "3") == ()
+    assert filter_ids(view, "") == ()

@@ -1,0 +1,215 @@
+"""The injected script, run by real shells and awks, prints exactly what the Python renderer prints.
+
+Every combination found on this machine runs: dash and busybox sh, with mawk, gawk, the one true awk and
+busybox awk. PATH holds only ``awk`` and ``date``, so the script can use nothing a busybox container
+lacks. Combinations that are not installed are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sharing.nvidia_smi.command import run
+from sharing.nvidia_smi.devices import SmiNode, expand_volume_mounts
+from sharing.nvidia_smi.shell_script import TIME_OVERRIDE_ENV, data_records, render_script
+from tests.unit.nvidia_smi.helpers import TS, mixed, smi_node
+
+
+def _found(*names: str) -> str | None:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+BUSYBOX = _found("busybox")
+BASH = _found("bash")
+SHELLS = (
+    {"dash": [_found("dash") or "/bin/sh"]}
+    | ({"busybox-sh": [BUSYBOX, "sh"]} if BUSYBOX else {})
+    | ({"bash": [BASH, "--posix"]} if BASH else {})
+)
+AWKS = {
+    name: path
+    for name, path in (
+        ("mawk", _found("mawk")),
+        ("gawk", _found("gawk")),
+        ("nawk", _found("original-awk")),
+        ("busybox-awk", BUSYBOX),
+    )
+    if path
+}
+AWKS = AWKS or {"awk": _found("awk") or "awk"}
+COMBOS = [(s, a) for s in SHELLS for a in AWKS]
+
+
+@pytest.fixture(scope="module")
+def nodes() -> dict[str, SmiNode]:
+    return {
+        "h100x8": smi_node("8xh100-80gb"),
+        "a100x2": smi_node("2xa100-40gb"),
+        "t4": smi_node("1xt4"),
+        "h100-1g": smi_node("2xh100-80gb", "all-1g.10gb"),
+        "mixed": mixed(),
+    }
+
+
+@pytest.fixture(scope="module")
+def scripts(nodes, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("smi")
+    out = {}
+    for name, node in nodes.items():
+        path = root / name
+        path.write_text(render_script(node, volume_mounts_root=str(root / "devs")))
+        path.chmod(0o755)
+        out[name] = path
+    return out
+
+
+def bin_dir(tmp: Path, awk: str) -> Path:
+    """A PATH with only awk and date: what the script may rely on in the smallest image."""
+    d = tmp / "bin"
+    d.mkdir(exist_ok=True)
+    for name, target in (("awk", awk), ("date", BUSYBOX if awk == BUSYBOX else _found("date"))):
+        link = d / name
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        assert target
+        link.symlink_to(target)
+    return d
+
+
+def run_script(shell: list[str], script: Path, argv: list[str], env: dict[str, str]) -> tuple[str, int]:
+    done = subprocess.run(
+        [*shell, str(script), *argv], env=env, capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.stderr == "", done.stderr
+    return done.stdout, done.returncode
+
+
+def visible_cases(node: SmiNode) -> list[str | None]:
+    g = node.gpus
+    last = g[-1]
+    cases: list[str | None] = [None, "all", "none", "void", "", " 0 ", f"{last.uuid}::3", "9,GPU-nope", "0,0"]
+    if len(g) > 1:
+        cases += [f"{g[1].uuid},{g[0].uuid}", "1"]
+    migs = [m for gpu in g for m in gpu.migs]
+    if migs:
+        cases += [migs[-1].uuid, f"{migs[0].uuid}::1,{migs[-1].uuid}", "0:1,0:2", f"0:0, {last.uuid}"]
+    return cases
+
+
+ARGVS: list[list[str]] = [
+    [],
+    ["-L"],
+    ["-q"],
+    ["--query-gpu=index,name,uuid,memory.total,memory.free,utilization.gpu,mig.mode.current,count", "--format=csv"],
+    ["--query-gpu", "gpu_name,power.draw,fan.speed", "--format", "csv,noheader,nounits"],
+    ["--query-gpu=name,foo", "--format=csv"],
+    ["--query-gpu=name,", "--format=csv"],
+    ["--query-gpu=name", "--format=csv,json"],
+    ["--query-gpu=name"],
+    ["-L", "--format=csv"],
+    ["-i", "1", "-L"],
+    ["--id=0,00000000:28:00.0", "-q"],
+    ["-i", "", "-L"],
+    ["-x"],
+    ["-L", "--id"],
+    ["--version"],
+    ["-h"],
+]
+
+
+def check_cases(shell: str, awk: str, node: SmiNode, script: Path, tmp: Path, cases) -> None:
+    path = str(bin_dir(tmp, AWKS[awk]))
+    for argv, visible in cases:
+        env = {"PATH": path, TIME_OVERRIDE_ENV: TS}
+        if visible is not None:
+            env["NVIDIA_VISIBLE_DEVICES"] = visible
+        expected = run(argv, node, visible, TS)
+        assert run_script(SHELLS[shell], script, argv, env) == (expected.stdout, expected.status), (argv, visible)
+
+
+PRIMARY = COMBOS[0]
+"""dash with the first awk found: every node, every argument list, every selection."""
+
+
+@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed"])
+def test_script_equals_the_python_renderer(name, nodes, scripts, tmp_path):
+    node = nodes[name]
+    cases = [(argv, v) for argv in ARGVS[:4] for v in visible_cases(node)] + [(argv, "0") for argv in ARGVS[4:]]
+    check_cases(*PRIMARY, node, scripts[name], tmp_path, cases)
+
+
+@pytest.mark.parametrize(("shell", "awk"), COMBOS[1:])
+def test_every_shell_and_awk_agree(shell, awk, nodes, scripts, tmp_path):
+    """The other combinations, on the node with MIG and whole GPUs: fewer selections, all modes."""
+    node = nodes["mixed"]
+    selections = visible_cases(node)[::2]
+    cases = [(argv, v) for argv in ARGVS[:4] for v in selections] + [(argv, None) for argv in ARGVS[4:]]
+    check_cases(shell, awk, node, scripts["mixed"], tmp_path, cases)
+
+
+@pytest.mark.parametrize(("shell", "awk"), COMBOS)
+def test_volume_mounts_directory_is_read_like_the_runtime_does(shell, awk, nodes, scripts, tmp_path):
+    node = nodes["mixed"]
+    devs = scripts["mixed"].parent / "devs"
+    shutil.rmtree(devs, ignore_errors=True)
+    (devs / "imex").mkdir(parents=True)
+    for device in (node.gpus[1].uuid, node.gpus[0].migs[2].uuid, ".hidden"):
+        (devs / device).touch()
+    env = {"PATH": str(bin_dir(tmp_path, AWKS[awk])), "NVIDIA_VISIBLE_DEVICES": str(devs)}
+    visible = expand_volume_mounts(str(devs), os.listdir, str(devs))
+    expected = run(["-L"], node, visible, TS)
+    assert run_script(SHELLS[shell], scripts["mixed"], ["-L"], env) == (expected.stdout, 0)
+    assert expected.stdout.count("\n") == 3
+    shutil.rmtree(devs)
+    assert run_script(SHELLS[shell], scripts["mixed"], ["-L"], env) == ("No devices were found\n", 6)
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_without_an_override_the_date_comes_from_date(shell, nodes, scripts, tmp_path):
+    env = {"PATH": str(bin_dir(tmp_path, next(iter(AWKS.values()))))}
+    text, status = run_script(SHELLS[shell], scripts["t4"], [], env)
+    first, _, rest = text.partition("\n")
+    assert status == 0
+    assert re.fullmatch(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ 1-3]\d \d\d:\d\d:\d\d \d{4}       ", first)
+    assert first + "\n" + rest == run([], nodes["t4"], None, first.rstrip(" ")).stdout
+
+
+def test_the_script_runs_by_its_shebang_from_path(nodes, scripts, tmp_path):
+    """As in a container: ``nvidia-smi`` found on PATH, so ``$0`` is the full path awk reads the data from."""
+    bindir = bin_dir(tmp_path, next(iter(AWKS.values())))
+    (bindir / "nvidia-smi").symlink_to(scripts["mixed"])
+    done = subprocess.run(
+        ["nvidia-smi", "-L"],
+        env={"PATH": str(bindir), "NVIDIA_VISIBLE_DEVICES": "1"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert (done.stdout, done.returncode) == (run(["-L"], nodes["mixed"], "1", TS).stdout, 0)
+
+
+def test_the_script_embeds_fragments_safely(nodes):
+    script = render_script(nodes["mixed"])
+    assert script.startswith("#!/bin/sh\n")
+    head, _, data = script.partition("\nexit\nFAKEGPU_NVIDIA_SMI_DATA\n")
+    assert head.endswith('"$0"') and data.count("\n") == len(data_records(nodes["mixed"]))
+    records = data_records(nodes["mixed"])
+    assert all(line.count("\t") >= 2 for line in records)
+    assert "python" not in script.lower()
+
+
+def test_a_name_that_cannot_be_embedded_is_refused(nodes):
+    with pytest.raises(ValueError, match="volume-mounts root"):
+        render_script(nodes["t4"], volume_mounts_root="/x'y")
