@@ -2,8 +2,13 @@
 
 Objects go in and come out as plain dicts (the wire JSON), because everything the controller does with
 them is comparing fields. Every request is counted by verb (``calls``), which is what the summary and the
-benchmark print. Overload answers (429) and server errors (5xx), and connection failures, are retried a
-few times with a growing pause, as client-go does; anything else fails the one object it was about.
+benchmark print. Overload answers (429, after the pause the server asks for in ``Retry-After``) and
+connections that could not be made are retried a few times with a growing pause, as client-go does. Server
+errors (5xx) and broken connections are retried too, except for a create with ``generateName``: the server
+may have carried it out before failing, and a second one would publish a second object. That failure is
+marked ``uncertain`` for the caller to look before it tries again. Anything else fails the one object it
+was about. Credentials the kubeconfig cannot produce (an exec plugin that is missing or fails, a token file
+that is gone) are ``KubeconfigError``: a bad input, not a server problem.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any, TypeVar
 
 import httpx2
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
+from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
@@ -24,14 +29,61 @@ from dra.slice_publisher import SLICE_KINDS
 JSON = dict[str, Any]
 T = TypeVar("T")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
+"""Transport failures before the request left: retrying them cannot repeat a write."""
+MAX_RETRY_AFTER = 10.0
+"""The longest pause a 429's ``Retry-After`` is followed for, in seconds."""
 
 
 class ApiCallError(Exception):
-    """An API request failed for good. ``code`` is the HTTP status (None when the server was not reached)."""
+    """An API request failed for good. ``code`` is the HTTP status (None when the server was not reached);
+    ``uncertain`` when the request may have been carried out all the same (a 5xx or a broken connection
+    after a non-idempotent create was sent)."""
 
-    def __init__(self, message: str, code: int | None) -> None:
+    def __init__(self, message: str, code: int | None, *, uncertain: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.uncertain = uncertain
+
+
+class KubeconfigError(Exception):
+    """The kubeconfig's credentials could not be produced when a request needed them."""
+
+
+def from_kubeconfig(exc: BaseException) -> bool:
+    """Whether ``exc`` came from lightkube's handling of the kubeconfig (its auth flows run exec plugins
+    and read token files at request time: a missing command, a failing one, or output that is not JSON)."""
+    if isinstance(exc, ConfigError):
+        return True
+    if not isinstance(exc, (OSError, ValueError, KeyError, TypeError)):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("lightkube.config"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def kubeconfig_problem(exc: BaseException) -> KubeconfigError:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return KubeconfigError(f"cannot get credentials for the API server: {detail}")
+
+
+def retry_after(exc: ApiError) -> float | None:
+    """The pause a 429 asks for (``Retry-After`` in seconds), capped at MAX_RETRY_AFTER; None without one."""
+    response = getattr(exc, "response", None)
+    text = response.headers.get("Retry-After") if response is not None else None
+    if text is None:
+        details = getattr(exc.status, "details", None)
+        text = getattr(details, "retryAfterSeconds", None)
+    try:
+        seconds = float(text) if text is not None else None
+    except ValueError:
+        return None
+    if seconds is None or not 0 <= seconds < float("inf"):
+        return None
+    return min(seconds, MAX_RETRY_AFTER)
 
 
 class Api:
@@ -47,8 +99,11 @@ class Api:
     def server(self) -> str:
         return str(self.client.config.cluster.server)
 
-    async def call(self, verb: str, what: str, request: Callable[[], Awaitable[T]]) -> T:
-        """Run one request (again on retryable failures); failures raise ApiCallError naming ``what``."""
+    async def call(self, verb: str, what: str, request: Callable[[], Awaitable[T]], *, idempotent: bool = True) -> T:
+        """Run one request (again on retryable failures); failures raise ApiCallError naming ``what``.
+
+        A request that is not ``idempotent`` (a create with ``generateName``) is repeated only when the
+        server cannot have acted on it: a 429, or a connection that was never made."""
         attempt = 0
         while True:
             self.calls[verb] += 1
@@ -56,19 +111,31 @@ class Api:
                 return await request()
             except ApiError as exc:
                 code = exc.status.code
-                if code in RETRYABLE and attempt < self.retries:
+                if code in RETRYABLE and attempt < self.retries and (idempotent or code == 429):
                     attempt += 1
-                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                    pause = retry_after(exc) if code == 429 else None
+                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1) if pause is None else pause)
                     continue
                 reason = exc.status.reason or "Error"
-                raise ApiCallError(f"{what}: {code} {reason}: {exc.status.message}", code) from None
+                uncertain = not idempotent and code is not None and code >= 500
+                message = f"{what}: {code} {reason}: {exc.status.message}"
+                raise ApiCallError(message, code, uncertain=uncertain) from None
             except httpx2.HTTPError as exc:
-                if attempt < self.retries:
+                sent = not isinstance(exc, NOT_SENT)
+                if attempt < self.retries and (idempotent or not sent):
                     attempt += 1
                     await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
                     continue
                 detail = str(exc) or type(exc).__name__
-                raise ApiCallError(f"{what}: cannot reach the API server at {self.server}: {detail}", None) from None
+                raise ApiCallError(
+                    f"{what}: cannot reach the API server at {self.server}: {detail}",
+                    None,
+                    uncertain=sent and not idempotent,
+                ) from None
+            except Exception as exc:
+                if from_kubeconfig(exc):
+                    raise kubeconfig_problem(exc) from None
+                raise
 
     # -- nodes -----------------------------------------------------------------------------------------
     async def get_node(self, name: str) -> JSON | None:
@@ -109,8 +176,12 @@ class Api:
     async def create_slice(self, api_version: str, obj: JSON) -> JSON:
         kind = SLICE_KINDS[api_version]
         node = obj["spec"].get("nodeName")
+        named = bool(obj["metadata"].get("name"))  # a named create is refused (409) if it happened already
         created = await self.call(
-            "create", f"creating a ResourceSlice of node {node}", lambda: self.client.create(kind.from_dict(obj))
+            "create",
+            f"creating a ResourceSlice of node {node}",
+            lambda: self.client.create(kind.from_dict(obj)),
+            idempotent=named,
         )
         return dict(created.to_dict())
 

@@ -11,11 +11,13 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import math
 import signal
 import sys
 from collections.abc import Iterator
 from typing import TextIO
 
+import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ConfigError
 
@@ -23,7 +25,7 @@ from dra.resource_slices import check_driver_name
 from fakegpu.bounded_run import run_bounded
 from fakegpu.inventory_options import add_inventory_options
 from fakegpu.slice_commands import add_slice_options, server_minor
-from fakegpu.virtual_nodes.api import Api, ApiCallError
+from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.discovery import DiscoveryError
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX
@@ -39,8 +41,10 @@ Create (or adopt) KWOK nodes with fake GPUs: device plugin resources in capacity
 Feature Discovery labels, and ResourceSlices owned by each Node, so a real kube-scheduler can be rehearsed
 on many GPU nodes. KWOK must run in the cluster to keep the nodes Ready. The nodes carry the taint
 kwok.x-k8s.io/node=fake:NoSchedule: rehearsal pods need a toleration for it. Re-running with the same
-arguments writes nothing; --delete removes what this tool created (nodes named --name-prefix*).
+arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
+label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
 """
+DEFAULT_RESYNC = 60.0
 
 
 def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,7 +76,10 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--node-memory", default="256Gi", metavar="Q", help="memory capacity of each node (default %(default)s)"
     )
     group.add_argument(
-        "--node-pods", default="110", metavar="N", help="pod capacity of each node (default %(default)s)"
+        "--node-pods",
+        default="110",
+        metavar="N",
+        help="pod capacity of each node, a whole number (default %(default)s)",
     )
     group.add_argument(
         "--kubeconfig",
@@ -98,22 +105,46 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
     mode.add_argument(
         "--delete",
         action="store_true",
-        help="delete the virtual nodes named --name-prefix* and their ResourceSlices, hand back adopted ones",
+        help="delete the virtual nodes created with --name-prefix and their ResourceSlices, hand back adopted "
+        "ones as they were",
     )
     group.add_argument(
         "--resync-interval",
         type=float,
-        default=60.0,
+        default=None,
         metavar="S",
-        help="with --watch, also re-list everything every S seconds (default %(default)s)",
+        help=f"with --watch, also re-list everything every S seconds (default {DEFAULT_RESYNC:g})",
     )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.concurrency < 1:
         raise SpecError("--concurrency", f"must be at least 1, found {args.concurrency}")
-    if args.resync_interval <= 0:
-        raise SpecError("--resync-interval", f"must be greater than zero, found {args.resync_interval}")
+    if args.resync_interval is not None:
+        if not args.watch:
+            raise SpecError("--resync-interval", "only applies with --watch")
+        if not (math.isfinite(args.resync_interval) and args.resync_interval > 0):
+            raise SpecError(
+                "--resync-interval", f"must be a number of seconds above zero, found {args.resync_interval}"
+            )
+    if args.delete:
+        if not args.name_prefix:
+            raise SpecError("--name-prefix", "--delete needs a prefix: an empty one would select every virtual node")
+        planned = [
+            flag
+            for flag, given in (
+                ("--count", args.count is not None),
+                ("--pool", bool(args.pool)),
+                ("--gpus", bool(args.gpus)),
+                ("--node-spec", bool(args.node_spec)),
+            )
+            if given
+        ]
+        if planned:
+            raise SpecError(
+                "--delete",
+                f"removes every virtual node of --name-prefix whatever its GPUs; drop {', '.join(planned)}",
+            )
     try:
         check_driver_name(args.driver_name)
     except ValueError as exc:
@@ -147,12 +178,25 @@ def _client(kubeconfig: str | None) -> AsyncClient:
     """The API client; a missing or malformed kubeconfig is a bad input, named by its flag."""
     try:
         return client_factory(kubeconfig)()
+    except SpecError:
+        raise
     except (ConfigError, OSError) as exc:
-        raise SpecError("--kubeconfig" if kubeconfig else "kubeconfig", str(exc)) from None
+        raise SpecError("--kubeconfig" if kubeconfig else "kubeconfig", " ".join(str(exc).split())) from None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(kubeconfig or "kubeconfig", f"not valid YAML: {first}") from None
     except (AttributeError, TypeError, ValueError, KeyError):
         raise SpecError(
             kubeconfig or "kubeconfig", "not a usable kubeconfig (expected clusters, users and a current context)"
         ) from None
+
+
+def _kubeconfig_name(kubeconfig: str | None, client: AsyncClient) -> str:
+    """How to name the kubeconfig whose credentials failed: the flag's file, or the file the client read."""
+    if kubeconfig:
+        return kubeconfig
+    fname = getattr(client.config, "fname", None)
+    return str(fname) if fname else "kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)"
 
 
 @contextlib.contextmanager
@@ -211,7 +255,8 @@ async def run_virtual_nodes(
             say(line)
         say(calls_line(api.calls))
         if args.watch:
-            watcher = Watcher(controller, resync_interval=args.resync_interval)
+            resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
+            watcher = Watcher(controller, resync_interval=resync)
             say("watching the virtual nodes; stop with Ctrl-C")
             own_stop = stop is None
             stop = stop or asyncio.Event()
@@ -224,6 +269,8 @@ async def run_virtual_nodes(
     except (ApiCallError, DiscoveryError) as exc:
         say(f"error: {exc}")
         return 1
+    except KubeconfigError as exc:
+        raise SpecError(_kubeconfig_name(args.kubeconfig, client), str(exc)) from None
     finally:
         if own_client:
             await client.close()

@@ -1,10 +1,14 @@
 """Bringing virtual nodes up (create or adopt), and taking them down (``--delete``).
 
-Bring-up reads the cluster once (every Node, and this driver's ResourceSlices), then works on each planned
-node with at most ``concurrency`` nodes in flight: create it, or adopt it when a KWOK node of that name
-exists, or refuse it when a real node does; then make its pool of slices match. Each step compares before
-writing, so a second run with the same arguments only reads. The same per-node step (``sync``) serves the
-watcher, which calls it with what a watch event or a resync showed.
+Bring-up reads the cluster once (every Node and every ResourceSlice), then works on each planned node with
+at most ``concurrency`` nodes in flight: create it, or adopt it when a KWOK node of that name exists, or
+refuse it when a real node does; then make its pool of slices match (the driver's slices of the node,
+whoever wrote them), and delete the slices this tool published for it under another ``--driver-name``.
+Each step compares before writing, so a second run with the same arguments only reads. The same per-node
+step (``sync``) serves the watcher, which calls it with what a watch event or a resync showed.
+
+A slice create whose outcome is unknown (a 5xx or a broken connection after it was sent) is not repeated
+blindly: the node's slices are listed again and the writes worked out anew, so no slice is published twice.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra.resource_slices import MigMode, SliceOptions
-from fakegpu.virtual_nodes.api import Api, ApiCallError
+from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.discovery import layout_minor, served_api_version, server_minor
-from fakegpu.virtual_nodes.names import DEFAULT_PREFIX
+from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import (
     OWNER_LABEL,
     OWNER_VALUE,
+    PREFIX_LABEL,
     DesiredNode,
     NodeShape,
     desired_node,
@@ -66,6 +71,18 @@ def _node_of(slice_obj: Mapping[str, Any]) -> str:
     return str((slice_obj.get("spec") or {}).get("nodeName") or "")
 
 
+def _driver_of(slice_obj: Mapping[str, Any]) -> str:
+    return str((slice_obj.get("spec") or {}).get("driver") or "")
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _labelled(obj: Mapping[str, Any]) -> bool:
+    return _labels(obj).get(OWNER_LABEL) == OWNER_VALUE
+
+
 class VirtualNodeController:
     def __init__(
         self,
@@ -94,6 +111,8 @@ class VirtualNodeController:
         self._wanted: dict[tuple[str, str], list[str]] = {}
         self._dropped_fields_reported = False
         self._slots = asyncio.Semaphore(settings.concurrency)
+        self._fatal: KubeconfigError | None = None
+        """Set when the credentials failed during bring-up: every other node would fail the same way."""
 
     # -- discovery -------------------------------------------------------------------------------------
     async def discover(self) -> None:
@@ -116,8 +135,15 @@ class VirtualNodeController:
         self.say(f"Kubernetes 1.{minor}: ResourceSlices as {api_version} with the 1.{layout} layout")
 
     def slice_fields(self, node_name: str) -> dict[str, str]:
+        """The field selector of a node's slices (every driver's: ``relevant`` picks this tool's)."""
+        return {"spec.nodeName": node_name}
+
+    def relevant(self, slices: Sequence[JSON]) -> list[JSON]:
+        """The slices a managed node's sync looks at: the driver's (whoever wrote them, they are replaced)
+        and the ones labelled as this tool's under another driver name (deleted)."""
         assert self.options is not None
-        return {"spec.nodeName": node_name, "spec.driver": self.options.driver}
+        driver = self.options.driver
+        return [s for s in slices if _driver_of(s) == driver or _labelled(s)]
 
     def managed(self, name: str) -> bool:
         """Planned, not refused as a real node, not deleted by someone."""
@@ -216,12 +242,18 @@ class VirtualNodeController:
         options = self.options
         assert options is not None
         version = options.api_version
-        current = list(slices)
+        current = self.relevant(slices)
+        wrote = False
         for attempt in range(MAX_CONFLICT_RETRIES):
+            # Slices this tool published under another --driver-name: ours by label, not of this plan.
+            foreign = [_name(s) for s in current if _driver_of(s) != options.driver]
+            current = [s for s in current if _driver_of(s) == options.driver]
             writes = slice_writes(node, options, current, uid, self._accepted.get(node.name))
+            writes.delete = [*foreign, *writes.delete]
             if writes.empty:
                 self._accepted[node.name] = signatures(current)
-                return attempt > 0
+                return wrote
+            wrote = True
             try:
                 stored = []
                 for obj in writes.replace:
@@ -234,9 +266,14 @@ class VirtualNodeController:
                     if await self.api.delete_slice(version, slice_name):
                         counts["deleted"] += 1
             except ApiCallError as exc:
-                if exc.code not in (404, 409) or attempt == MAX_CONFLICT_RETRIES - 1:
+                retry = exc.code in (404, 409) or exc.uncertain
+                if not retry or attempt == MAX_CONFLICT_RETRIES - 1:
                     raise
-                current, _ = await self.api.list_slices(version, fields=self.slice_fields(node.name))
+                if exc.uncertain:  # the server may be struggling: pause as the request retries do
+                    await asyncio.sleep(self.api.backoff * 2**attempt)
+                # Look before writing again: a create whose answer was lost may have happened.
+                listed, _ = await self.api.list_slices(version, fields=self.slice_fields(node.name))
+                current = self.relevant(listed)
                 continue
             kept = signatures(stored)
             self._accepted[node.name] = kept
@@ -270,15 +307,15 @@ class VirtualNodeController:
         existing = {_name(n): n for n in nodes}
         by_node: dict[str, list[JSON]] = collections.defaultdict(list)
         if self.options is not None:
-            slices, _ = await self.api.list_slices(
-                self.options.api_version, fields={"spec.driver": self.options.driver}
-            )
-            for obj in slices:
+            # Every slice, in one list like the nodes: the driver's and, under any driver, this tool's.
+            slices, _ = await self.api.list_slices(self.options.api_version)
+            for obj in self.relevant(slices):
                 by_node[_node_of(obj)].append(obj)
+        prefix = prefix_label_value(self.settings.name_prefix)
         report.leftovers = sorted(
             name
             for name, n in existing.items()
-            if is_ours(n) and name.startswith(self.settings.name_prefix) and name not in self.nodes
+            if is_ours(n) and _labels(n).get(PREFIX_LABEL) == prefix and name not in self.nodes
         )
         self.say(
             f"found {len(existing)} node(s) in the cluster, {sum(1 for n in self.nodes if n in existing)} of the "
@@ -291,6 +328,8 @@ class VirtualNodeController:
             )
         )
         report.seconds = time.perf_counter() - started
+        if self._fatal is not None:
+            raise self._fatal
         return report
 
     async def _bring_up_one(
@@ -299,8 +338,14 @@ class VirtualNodeController:
         async with self._slots:
             started = time.perf_counter()
             try:
+                if self._fatal is not None:
+                    raise self._fatal
                 outcome = await self.sync(node, existing, slices, may_create=True, counts=report.slices)
             except ApiCallError as exc:
+                outcome = Outcome.FAILED
+                report.problems[node.name] = str(exc)
+            except KubeconfigError as exc:
+                self._fatal = self._fatal or exc
                 outcome = Outcome.FAILED
                 report.problems[node.name] = str(exc)
             report.durations[node.name] = time.perf_counter() - started
@@ -313,19 +358,25 @@ class VirtualNodeController:
 
     # -- deletion --------------------------------------------------------------------------------------
     async def delete_all(self) -> DeleteReport:
-        """Delete every virtual node (with the name prefix) this tool created and its slices, and hand back
-        the ones it adopted. Only Nodes with both the ownership label and the KWOK annotation are touched."""
+        """Delete every virtual node this tool created with this name prefix (the prefix label, matched
+        exactly) and its slices, and hand back the ones it adopted. Only Nodes with the ownership label,
+        the prefix label and the KWOK annotation are touched."""
         report = DeleteReport()
         started = time.perf_counter()
         prefix = self.settings.name_prefix
-        labelled, _ = await self.api.list_nodes(labels=OWNED)
-        ours = [n for n in labelled if is_kwok(n) and _name(n).startswith(prefix)]
+        if not prefix:
+            raise ValueError("deleting needs a name prefix: an empty one would select every virtual node")
+        value = prefix_label_value(prefix)
+        labelled, _ = await self.api.list_nodes(labels={**OWNED, PREFIX_LABEL: value})
+        ours = [n for n in labelled if is_kwok(n)]
+        names = {_name(n) for n in ours}
         api_version = await served_api_version(self.api, self.settings.api_version)
         slices: list[JSON] = []
         if api_version is not None:
             found, _ = await self.api.list_slices(api_version, labels=OWNED)
-            slices = [s for s in found if _node_of(s).startswith(prefix)]
-        self.say(f"found {len(ours)} virtual node(s) and {len(slices)} ResourceSlice(s) named {prefix}*")
+            # Slices of the selected nodes, and slices with this prefix whose node is already gone.
+            slices = [s for s in found if _node_of(s) in names or _labels(s).get(PREFIX_LABEL) == value]
+        self.say(f"found {len(ours)} virtual node(s) and {len(slices)} ResourceSlice(s) of --name-prefix {prefix}")
 
         async def remove_slice(obj: JSON) -> None:
             assert api_version is not None
@@ -341,12 +392,8 @@ class VirtualNodeController:
             async with self._slots:
                 try:
                     if origin(obj) == "adopted":
-                        changes = release_changes(obj)
-                        if changes.node is not None:
-                            await self.api.patch_node(name, changes.node)
-                        if changes.status is not None:
-                            await self.api.patch_node(name, changes.status, status=True)
-                        report.nodes_released += 1
+                        if await self._release(name, obj):
+                            report.nodes_released += 1
                     elif await self.api.delete_node(name):
                         report.nodes_deleted += 1
                 except ApiCallError as exc:
@@ -356,3 +403,24 @@ class VirtualNodeController:
         await asyncio.gather(*(remove_node(n) for n in ours))
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _release(self, name: str, node: JSON) -> bool:
+        """Hand an adopted node back as it was; a conflict (the taint list changed meanwhile) reads it again.
+        False when it was deleted meanwhile. The status goes first: the metadata patch drops the record of
+        what to restore, so a failure in between leaves the node ours, to be handed back by the next run."""
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            changes = release_changes(node)
+            try:
+                if changes.status is not None:
+                    await self.api.patch_node(name, changes.status, status=True)
+                if changes.node is not None:
+                    await self.api.patch_node(name, changes.node)
+                return True
+            except ApiCallError as exc:
+                if exc.code != 409 or attempt == MAX_CONFLICT_RETRIES - 1:
+                    raise
+                again = await self.api.get_node(name)
+                if again is None:
+                    return False
+                node = again
+        raise AssertionError("unreachable")

@@ -16,7 +16,7 @@ from lightkube.config.client_adapter import ConnectionParams
 
 from dra.resource_slices import SUPPORTED_API_VERSIONS
 from dra.slice_publisher import API_PREFERENCE
-from fakegpu.virtual_nodes.api import Api
+from fakegpu.virtual_nodes.api import Api, from_kubeconfig, kubeconfig_problem
 
 _MINOR = re.compile(r"^(\d+)")
 NEWEST_LAYOUT = 37
@@ -29,14 +29,25 @@ class DiscoveryError(Exception):
 
 async def server_minor(api: Api) -> int:
     """The API server's minor version from ``/version`` (``"36"``, or ``"36+"`` on some distributions)."""
-    http = adapter_client(api.client.config, ConnectionParams(trust_env=api.trust_env, timeout=httpx2.Timeout(10.0)))
+    try:
+        http = adapter_client(
+            api.client.config, ConnectionParams(trust_env=api.trust_env, timeout=httpx2.Timeout(10.0))
+        )
+    except Exception as exc:
+        if from_kubeconfig(exc):
+            raise kubeconfig_problem(exc) from None
+        raise
     api.calls["get"] += 1
     try:
         response = await http.get("/version")
         response.raise_for_status()
         document = response.json()
-    except (httpx2.HTTPError, ValueError) as exc:
-        raise DiscoveryError(f"reading the API server's /version failed: {exc}") from None
+    except Exception as exc:
+        if from_kubeconfig(exc):  # an exec plugin runs on the first request
+            raise kubeconfig_problem(exc) from None
+        if isinstance(exc, (httpx2.HTTPError, ValueError)):
+            raise DiscoveryError(f"reading the API server's /version failed: {exc}") from None
+        raise
     finally:
         await http.aclose()
     major, minor = str(document.get("major", "")), str(document.get("minor", ""))

@@ -4,10 +4,14 @@ Indexes are zero-padded to four digits (``fakegpu-virtual-0000``) whatever the c
 larger ``--count`` keeps the existing names and ``kubectl get nodes`` lists them in order up to 9999.
 Names must be DNS-1123 labels of at most 63 characters: a Node name may be longer, but it is also the
 value of the ``kubernetes.io/hostname`` label, which may not.
+
+The prefix is also a label value on every node and slice (``prefix_label_value``), so ``--delete`` selects
+exactly the nodes of one prefix: ``fakegpu-virtual-`` must not take the nodes of ``fakegpu-virtual-team2-``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from sharing.errors import SpecError
@@ -17,6 +21,21 @@ INDEX_WIDTH = 4
 MAX_NAME_LENGTH = 63
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+MAX_LABEL_VALUE = 63
+
+
+def prefix_label_value(prefix: str) -> str:
+    """``prefix`` as a label value, one to one: the trailing dashes (which a label value may not end with)
+    become ``.<how many>``, since a name prefix has no dots (``fakegpu-virtual-`` -> ``fakegpu-virtual.1``).
+    A prefix that still is no label value (or too long for one; only ``--delete`` lets such a prefix
+    through) becomes a digest."""
+    stem = prefix.rstrip("-")
+    dashes = len(prefix) - len(stem)
+    value = f"{stem}.{dashes}" if dashes else stem
+    if "." in stem or len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.match(value):
+        value = "sha256-" + hashlib.sha256(prefix.encode()).hexdigest()[:40]
+    return value
 
 
 def node_name(prefix: str, index: int, pool: str | None = None) -> str:
@@ -33,11 +52,13 @@ def pool_name_from_stem(stem: str, source: str) -> str:
     return cleaned
 
 
-def check_node_name(name: str, flag: str = "--name-prefix") -> None:
-    """Refuse names the API server would refuse, naming the flag that produced them."""
+def check_node_name(name: str, flag: str = "--name-prefix", *, too_long: str | None = None) -> None:
+    """Refuse names the API server would refuse, naming the flag that produced them (``too_long``: the
+    input to blame for a name that is too long, when not ``flag``)."""
     if len(name) > MAX_NAME_LENGTH:
         raise SpecError(
-            flag, f"node name {name!r} is {len(name)} characters; at most {MAX_NAME_LENGTH} (a hostname label value)"
+            too_long or flag,
+            f"node name {name!r} is {len(name)} characters; at most {MAX_NAME_LENGTH} (a hostname label value)",
         )
     if not _DNS_LABEL.match(name):
         raise SpecError(

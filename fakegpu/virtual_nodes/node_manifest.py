@@ -7,15 +7,18 @@ taint, KWOK's convention, keeps ordinary pods away: rehearsal pods need the tole
 
 What the tool owns on a Node, and compares before writing (so a second run writes nothing):
 
-- labels: the usual node labels, ``fakegpu.io/virtual-node: "true"`` (how ``--delete`` finds its nodes),
+- labels: the usual node labels, ``fakegpu.io/virtual-node: "true"`` and
+  ``fakegpu.io/virtual-node-prefix`` (how ``--delete`` finds the nodes of one ``--name-prefix``),
   ``fakegpu.io/virtual-node-pool`` and GPU Feature Discovery's labels;
 - ``status.capacity`` / ``status.allocatable``: cpu, memory, pods and one entry per device plugin
   resource (every device / the healthy ones), compared as quantities, since the API server rewrites
   them in canonical form;
 - the KWOK taint and annotation;
 - the annotation ``fakegpu.io/virtual-node-managed``, listing the label keys and resources it set, so a
-  run with other GPUs removes the labels and resources the node no longer has, and ``--delete`` can hand an
-  adopted node back without them.
+  run with other GPUs removes the labels and resources the node no longer has;
+- on an adopted node, the annotation ``fakegpu.io/virtual-node-prior``: the value every label, capacity
+  and allocatable entry had before the tool first changed it (null when absent), and the KWOK taints before
+  the tool replaced them, so ``--delete`` hands the node back as it was.
 
 Anything else (KWOK's conditions and heartbeats, the TTL controller's ``node.alpha.kubernetes.io/ttl``,
 other taints) belongs to someone else and is left alone.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra.quantities import decimal_quantity, parse_quantity
+from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.pools import VirtualNode
 from sharing.errors import SpecError
 
@@ -38,9 +42,13 @@ TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
 OWNER_LABEL = "fakegpu.io/virtual-node"
 OWNER_VALUE = "true"
 POOL_LABEL = "fakegpu.io/virtual-node-pool"
+PREFIX_LABEL = "fakegpu.io/virtual-node-prefix"
+"""The ``--name-prefix`` as a label value (``names.prefix_label_value``): ``--delete`` selects on it."""
 ORIGIN_ANNOTATION = "fakegpu.io/virtual-node-origin"
 """``created`` (``--delete`` deletes the Node) or ``adopted`` (``--delete`` hands it back)."""
 MANAGED_ANNOTATION = "fakegpu.io/virtual-node-managed"
+PRIOR_ANNOTATION = "fakegpu.io/virtual-node-prior"
+"""On an adopted node: what the tool changed, as it was before; ``--delete`` restores it."""
 KWOK_TAINT = {"key": KWOK_ANNOTATION, "value": KWOK_VALUE, "effect": "NoSchedule"}
 BASE_LABELS = (
     "type",
@@ -49,7 +57,8 @@ BASE_LABELS = (
     "kubernetes.io/arch",
     "node-role.kubernetes.io/agent",
 )
-"""Labels every KWOK node has; an adopted node keeps them when it is handed back."""
+"""Labels every KWOK node has; an adopted node adopted before the prior record existed keeps them when it
+is handed back."""
 BASE_RESOURCES = ("cpu", "memory", "pods")
 
 JSON = dict[str, Any]
@@ -73,6 +82,8 @@ class NodeShape:
                 ) from None
             if amount <= 0:
                 raise SpecError(flag, f"must be greater than zero, found {value!r}")
+            if flag == "--node-pods" and amount.denominator != 1:
+                raise SpecError(flag, f"must be a whole number (the API server requires an integer), found {value!r}")
 
     def resources(self) -> dict[str, str]:
         return dict(zip(BASE_RESOURCES, (self.cpu, self.memory, self.pods), strict=True))
@@ -106,11 +117,55 @@ def _previous_record(annotations: Mapping[str, str]) -> tuple[set[str], set[str]
         return set(), set()
 
 
+@dataclass
+class Prior:
+    """What the tool changed on an adopted node, as it was before: label and resource values (None: absent)
+    and the KWOK taints (None: the taint list was not changed)."""
+
+    labels: dict[str, str | None] = field(default_factory=dict)
+    capacity: dict[str, str | None] = field(default_factory=dict)
+    allocatable: dict[str, str | None] = field(default_factory=dict)
+    taints: list[JSON] | None = None
+
+    def part(self, name: str) -> dict[str, str | None]:
+        return self.capacity if name == "capacity" else self.allocatable
+
+    def text(self) -> str:
+        record: JSON = {"labels": self.labels, "capacity": self.capacity, "allocatable": self.allocatable}
+        if self.taints is not None:
+            record["taints"] = self.taints
+        return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def _values(record: Any) -> dict[str, str | None]:
+    if not isinstance(record, dict):
+        return {}
+    return {str(k): (None if v is None else str(v)) for k, v in record.items()}
+
+
+def read_prior(annotations: Mapping[str, str]) -> Prior | None:
+    """The prior record; None when there is none (or it is unreadable)."""
+    try:
+        record = json.loads(annotations[PRIOR_ANNOTATION])
+    except (KeyError, ValueError, TypeError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    taints = record.get("taints")
+    return Prior(
+        labels=_values(record.get("labels")),
+        capacity=_values(record.get("capacity")),
+        allocatable=_values(record.get("allocatable")),
+        taints=[dict(t) for t in taints if isinstance(t, dict)] if isinstance(taints, list) else None,
+    )
+
+
 def desired_node(node: VirtualNode, shape: NodeShape) -> DesiredNode:
     base = dict(zip(BASE_LABELS, ("kwok", node.name, "linux", "amd64", ""), strict=True))
     labels = {
         **base,
         OWNER_LABEL: OWNER_VALUE,
+        PREFIX_LABEL: prefix_label_value(node.prefix),
         POOL_LABEL: node.pool,
         **node.gfd_labels,
     }
@@ -168,9 +223,26 @@ def same_quantity(have: Any, want: str) -> bool:
         return str(have) == want
 
 
-def _resource_patch(have: Mapping[str, Any], want: Mapping[str, str], stale: set[str]) -> JSON:
-    patch: JSON = {k: v for k, v in want.items() if not same_quantity(have.get(k), v)}
-    patch.update({k: None for k in sorted(stale) if k in have and k not in want})
+def _resource_patch(
+    have: Mapping[str, Any], want: Mapping[str, str], stale: set[str], prior: dict[str, str | None] | None
+) -> JSON:
+    """The status entries to write; ``prior`` (on an adopted node) gets the value of each entry before its
+    first change, and gives it back for an entry the plan no longer has."""
+    patch: JSON = {}
+    for key, value in want.items():
+        if not same_quantity(have.get(key), value):
+            patch[key] = value
+            if prior is not None and key not in prior:
+                prior[key] = None if have.get(key) is None else str(have[key])
+    for key in sorted(stale - set(want)):
+        if prior is not None and key in prior:
+            before = prior.pop(key)
+            if before is None and key in have:
+                patch[key] = None
+            elif before is not None and not same_quantity(have.get(key), before):
+                patch[key] = before
+        elif key in have:
+            patch[key] = None
     return patch
 
 
@@ -189,16 +261,54 @@ class NodeChanges:
 def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChanges:
     """What to patch so ``existing`` shows ``desired``; both patches None when it already does.
 
-    Labels and resources an earlier run set that ``desired`` no longer has are removed (merge patch null).
-    The taint list is replaced as a whole by a merge patch, so that patch carries the resourceVersion it
-    was computed from: a concurrent change then fails with a conflict instead of being lost."""
+    Labels and resources an earlier run set that ``desired`` no longer has are removed (merge patch null),
+    or on an adopted node given back the value they had before. The taint list is replaced as a whole by a
+    merge patch, so that patch carries the resourceVersion it was computed from: a concurrent change then
+    fails with a conflict instead of being lost. On a node not created by the tool, the prior record grows
+    by every key changed for the first time, in the metadata patch, which is sent before the status one."""
     meta = _meta(existing)
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     old_labels, old_resources = _previous_record(annotations)
+    # A node being adopted starts a record; one adopted before records existed keeps the old hand-back.
+    adopted = origin(existing)
+    prior = (read_prior(annotations) or Prior()) if adopted is None else read_prior(annotations)
+    if adopted == "created":
+        prior = None
 
-    label_patch: JSON = {k: v for k, v in desired.labels.items() if labels.get(k) != v}
-    label_patch.update({k: None for k in sorted(old_labels) if k in labels and k not in desired.labels})
+    label_patch: JSON = {}
+    for key, value in desired.labels.items():
+        if labels.get(key) != value:
+            label_patch[key] = value
+            if prior is not None and key not in prior.labels:
+                prior.labels[key] = labels.get(key)
+    for key in sorted(old_labels - set(desired.labels)):
+        if prior is not None and key in prior.labels:
+            before = prior.labels.pop(key)
+            if labels.get(key) != before:
+                label_patch[key] = before
+        elif key in labels:
+            label_patch[key] = None
+
+    patch: JSON = {}
+    metadata: JSON = {}
+    taints = list((existing.get("spec") or {}).get("taints") or [])
+    if not any(_is_kwok_taint(t) and t.get("value") == KWOK_VALUE for t in taints):
+        kept = [t for t in taints if not _is_kwok_taint(t)]
+        if prior is not None and prior.taints is None:
+            prior.taints = [dict(t) for t in taints if _is_kwok_taint(t)]
+        patch["spec"] = {"taints": [*kept, dict(KWOK_TAINT)]}
+        metadata["resourceVersion"] = meta.get("resourceVersion")
+
+    status = existing.get("status") or {}
+    status_patch: JSON = {}
+    for part, want in (("capacity", desired.capacity), ("allocatable", desired.allocatable)):
+        changes = _resource_patch(
+            status.get(part) or {}, want, old_resources, prior.part(part) if prior is not None else None
+        )
+        if changes:
+            status_patch[part] = changes
+
     annotation_patch: JSON = {}
     if annotations.get(MANAGED_ANNOTATION) != desired.managed:
         annotation_patch[MANAGED_ANNOTATION] = desired.managed
@@ -206,29 +316,15 @@ def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChang
         annotation_patch[KWOK_ANNOTATION] = KWOK_VALUE
     if ORIGIN_ANNOTATION not in annotations:
         annotation_patch[ORIGIN_ANNOTATION] = "adopted"
+    if prior is not None and annotations.get(PRIOR_ANNOTATION) != prior.text():
+        annotation_patch[PRIOR_ANNOTATION] = prior.text()
 
-    patch: JSON = {}
-    metadata: JSON = {}
     if label_patch:
         metadata["labels"] = label_patch
     if annotation_patch:
         metadata["annotations"] = annotation_patch
-    taints = list((existing.get("spec") or {}).get("taints") or [])
-    if not any(_is_kwok_taint(t) and t.get("value") == KWOK_VALUE for t in taints):
-        kept = [t for t in taints if not _is_kwok_taint(t)]
-        patch["spec"] = {"taints": [*kept, dict(KWOK_TAINT)]}
-        metadata["resourceVersion"] = meta.get("resourceVersion")
     if metadata:
         patch["metadata"] = metadata
-
-    status = existing.get("status") or {}
-    capacity = _resource_patch(status.get("capacity") or {}, desired.capacity, old_resources)
-    allocatable = _resource_patch(status.get("allocatable") or {}, desired.allocatable, old_resources)
-    status_patch: JSON = {}
-    if capacity:
-        status_patch["capacity"] = capacity
-    if allocatable:
-        status_patch["allocatable"] = allocatable
     return NodeChanges(patch or None, {"status": status_patch} if status_patch else None)
 
 
@@ -237,24 +333,53 @@ def _is_kwok_taint(taint: Mapping[str, Any]) -> bool:
 
 
 def release_changes(existing: Mapping[str, Any]) -> NodeChanges:
-    """``--delete`` on an adopted node: take back the GPU labels and resources and the tool's own label and
-    annotations; the Node keeps the basic KWOK labels, cpu/memory/pods, the KWOK annotation and the taint."""
+    """``--delete`` on an adopted node: put back what the prior record says every changed label, resource
+    and KWOK taint was, and drop the tool's own label and annotations. A node adopted before the record
+    existed loses the GPU labels and resources and keeps the rest (the basic KWOK labels, cpu/memory/pods,
+    the taint)."""
     meta = _meta(existing)
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     old_labels, old_resources = _previous_record(annotations)
-    gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL} - set(BASE_LABELS)
-    drop_labels = {k: None for k in sorted(gone_labels) if k in labels}
-    drop_annotations = {k: None for k in (MANAGED_ANNOTATION, ORIGIN_ANNOTATION) if k in annotations}
+    prior = read_prior(annotations)
+    status = existing.get("status") or {}
     metadata: JSON = {}
-    if drop_labels:
-        metadata["labels"] = drop_labels
+    patch: JSON = {}
+    status_patch: JSON = {}
+    if prior is None:
+        gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL, PREFIX_LABEL} - set(BASE_LABELS)
+        label_patch: JSON = {k: None for k in sorted(gone_labels) if k in labels}
+        for part in ("capacity", "allocatable"):
+            have = status.get(part) or {}
+            dropped = {k: None for k in sorted(old_resources - set(BASE_RESOURCES)) if k in have}
+            if dropped:
+                status_patch[part] = dropped
+    else:
+        # The ownership label goes whatever the record says: a handed-back node must not be taken for ours.
+        wanted: dict[str, str | None] = {**prior.labels, OWNER_LABEL: None}
+        label_patch = {k: v for k, v in sorted(wanted.items()) if labels.get(k) != v}
+        for part in ("capacity", "allocatable"):
+            have = status.get(part) or {}
+            restore: JSON = {}
+            for key, before in sorted(prior.part(part).items()):
+                if before is None:
+                    if key in have:
+                        restore[key] = None
+                elif not same_quantity(have.get(key), before):
+                    restore[key] = before
+            if restore:
+                status_patch[part] = restore
+        if prior.taints is not None:
+            taints = list((existing.get("spec") or {}).get("taints") or [])
+            restored = [t for t in taints if not _is_kwok_taint(t)] + prior.taints
+            if restored != taints:
+                patch["spec"] = {"taints": restored}
+                metadata["resourceVersion"] = meta.get("resourceVersion")
+    drop_annotations = {k: None for k in (MANAGED_ANNOTATION, ORIGIN_ANNOTATION, PRIOR_ANNOTATION) if k in annotations}
+    if label_patch:
+        metadata["labels"] = label_patch
     if drop_annotations:
         metadata["annotations"] = drop_annotations
-    status = existing.get("status") or {}
-    status_patch: JSON = {}
-    for part in ("capacity", "allocatable"):
-        dropped = {k: None for k in sorted(old_resources - set(BASE_RESOURCES)) if k in (status.get(part) or {})}
-        if dropped:
-            status_patch[part] = dropped
-    return NodeChanges({"metadata": metadata} if metadata else None, {"status": status_patch} if status_patch else None)
+    if metadata:
+        patch["metadata"] = metadata
+    return NodeChanges(patch or None, {"status": status_patch} if status_patch else None)

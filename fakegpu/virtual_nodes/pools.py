@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fakegpu.inventory_options import inventory_inputs
-from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem
+from fakegpu.virtual_nodes.names import MAX_NAME_LENGTH, check_node_name, node_name, pool_name_from_stem
 from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import InventoryInputs, load_config, load_node
@@ -36,6 +37,8 @@ class Pool:
     count: int
     in_names: bool
     """Whether node names carry the pool name (only with ``--pool``)."""
+    source: str = ""
+    """The ``--pool`` file the pool came from ("" for the single pool)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class VirtualNode:
     pool: str
     inventory: Inventory
     gfd_labels: Mapping[str, str]
+    prefix: str = ""
+    """The ``--name-prefix`` the node is named with (a label on the node and its slices)."""
 
 
 def parse_pool_value(value: str) -> tuple[str, int]:
@@ -53,10 +58,7 @@ def parse_pool_value(value: str) -> tuple[str, int]:
     path, sep, count_text = value.rpartition("=")
     if not sep or not path:
         raise SpecError("--pool", f"expected FILE=COUNT such as nodes/h100.yaml=100, found {value!r}")
-    try:
-        count = int(count_text)
-    except ValueError:
-        count = 0
+    count = int(count_text) if re.fullmatch(r"[0-9]+", count_text) else 0
     if count < 1 or count > MAX_NODES:
         raise SpecError("--pool", f"{value!r}: COUNT must be an integer from 1 to {MAX_NODES}, found {count_text!r}")
     return path, count
@@ -93,7 +95,7 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
         name = pool_name_from_stem(Path(path).stem, "--pool")
         if name in pools:
             raise SpecError("--pool", f"two pools are named {name!r} ({sources[name]} and {path}); rename one file")
-        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True)
+        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True, source=path)
         sources[name] = path
     total = sum(p.count for p in pools.values())
     if total > MAX_NODES:
@@ -102,12 +104,15 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
 
 
 def node_names(pools: list[Pool], prefix: str) -> list[tuple[str, Pool]]:
-    """Every node's name with its pool, in pool order then index order; names are checked here."""
+    """Every node's name with its pool, in pool order then index order; names are checked here. A name too
+    long only because of the pool name (the ``--pool`` file's stem) blames that file, not the prefix."""
     out = []
     for pool in pools:
+        prefix_fits = len(node_name(prefix, pool.count - 1)) <= MAX_NAME_LENGTH
+        too_long = f"--pool {pool.source or pool.name}" if pool.in_names and prefix_fits else None
         for index in range(pool.count):
             name = node_name(prefix, index, pool.name if pool.in_names else None)
-            check_node_name(name)
+            check_node_name(name, too_long=too_long)
             out.append((name, pool))
     return out
 
@@ -133,5 +138,5 @@ def build_virtual_nodes(pools: list[Pool], prefix: str) -> tuple[list[VirtualNod
         for warning in (*config.warnings, *inventory.warnings):
             if warning not in warnings:
                 warnings.append(warning)
-        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config)))
+        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config), prefix=prefix))
     return nodes, warnings

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE
+from fakegpu.virtual_nodes.names import prefix_label_value
+from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
 from fakegpu.virtual_nodes.pools import VirtualNode
 from sharing.live_inventory import LiveInventory
 
@@ -83,6 +84,12 @@ def written_for(existing: Sequence[Mapping[str, Any]], digest: str, count: int, 
     )
 
 
+def immutable_fields(obj: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What an update of a ResourceSlice may not change: driver, node name and pool name."""
+    spec = obj.get("spec") or {}
+    return spec.get("driver"), spec.get("nodeName"), (spec.get("pool") or {}).get("name")
+
+
 def signatures(objects: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted(stored_signature(o) for o in objects)
 
@@ -125,18 +132,22 @@ def slice_writes(
     specs = wanted_specs(node, options, generation=max(generations, default=0) + 1)
     objects = slice_objects(node.inventory.node, options, specs, node_uid=node_uid)
     for obj in objects:
-        obj["metadata"]["labels"] = {OWNER_LABEL: OWNER_VALUE}
+        obj["metadata"]["labels"] = {OWNER_LABEL: OWNER_VALUE, PREFIX_LABEL: prefix_label_value(node.prefix)}
         obj["metadata"]["annotations"] = {PLAN_ANNOTATION: digest}
     ordered = sorted(existing, key=lambda s: str((s.get("metadata") or {}).get("name")))
+    # All of a node's slices share driver, node and pool name; a slice with others can only be replaced.
+    fixed = immutable_fields(objects[0]) if objects else None
+    reusable = [s for s in ordered if immutable_fields(s) == fixed]
     writes = SliceWrites()
     for i, obj in enumerate(objects):
-        if i < len(ordered):
-            current = ordered[i]["metadata"]
+        if i < len(reusable):
+            current = reusable[i]["metadata"]
             obj["metadata"].pop("generateName", None)
             obj["metadata"]["name"] = current["name"]
             obj["metadata"]["resourceVersion"] = current.get("resourceVersion")
             writes.replace.append(obj)
         else:
             writes.create.append(obj)
-    writes.delete = [str(s["metadata"]["name"]) for s in ordered[len(objects) :]]
+    kept = {id(s) for s in reusable[: len(objects)]}
+    writes.delete = [str(s["metadata"]["name"]) for s in ordered if id(s) not in kept]
     return writes

@@ -13,6 +13,11 @@ read that one node and its slices and run the controller's per-node step on them
 
 A periodic resync (two lists) catches whatever a watch missed. A node that is momentarily absent from the
 label-selected watch (someone removed the label) is told apart from a deleted one by reading it.
+
+Nodes wait in a ``WorkQueue`` with client-go's guarantees: a node is queued at most once, and never handed to
+two workers at once; one queued again while being repaired is repaired again when that repair is done (two
+repairs of one node at once would both create its missing slices). A watch that fails is started again
+after a pause that doubles up to ``MAX_RETRY_PAUSE``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from lightkube.resources.core_v1 import Node
 
 from dra.slice_publisher import SLICE_KINDS
-from fakegpu.virtual_nodes.api import ApiCallError
+from fakegpu.virtual_nodes.api import ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
 from fakegpu.virtual_nodes.node_manifest import node_changes
 from fakegpu.virtual_nodes.report import Outcome
@@ -37,6 +42,45 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 RETRY_PAUSE = 1.0
+"""The first pause before a failed watch lists again; it doubles each time, up to MAX_RETRY_PAUSE."""
+MAX_RETRY_PAUSE = 30.0
+
+
+def retry_pause(failures: int) -> float:
+    """The pause after ``failures`` failures in a row (1 or more)."""
+    return min(RETRY_PAUSE * 2.0 ** min(failures - 1, 32), MAX_RETRY_PAUSE)
+
+
+class WorkQueue:
+    """Node names to repair, as client-go's workqueue keeps keys: a name waits at most once, and a name a
+    worker is on is not handed out again until ``done``; added meanwhile, it waits for that."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._dirty: set[str] = set()
+        """Names that need a repair that has not started."""
+        self._processing: set[str] = set()
+
+    def add(self, name: str) -> None:
+        if name in self._dirty:
+            return
+        self._dirty.add(name)
+        if name not in self._processing:
+            self._queue.put_nowait(name)
+
+    async def get(self) -> str:
+        name = await self._queue.get()
+        self._processing.add(name)
+        self._dirty.discard(name)
+        return name
+
+    def done(self, name: str) -> None:
+        self._processing.discard(name)
+        if name in self._dirty:
+            self._queue.put_nowait(name)
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
 
 
 class Watcher:
@@ -47,8 +91,7 @@ class Watcher:
         self.resync_interval = resync_interval
         self.stats: collections.Counter[str] = collections.Counter()
         """What the watch repaired: nodes re-applied, nodes gone, slices created/updated/deleted, errors."""
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self.queue = WorkQueue()
         self._labelled: set[str] = set()
         """Names of the Nodes with the ownership label, as the node list and watch last showed them."""
 
@@ -67,9 +110,8 @@ class Watcher:
             await cancel_and_wait(tasks)
 
     def _enqueue(self, name: str) -> None:
-        if name and name not in self._queued:
-            self._queued.add(name)
-            self._queue.put_nowait(name)
+        if name:
+            self.queue.add(name)
 
     # -- what to look at -------------------------------------------------------------------------------
     def _node_differs(self, obj: JSON) -> bool:
@@ -105,22 +147,24 @@ class Watcher:
             if name not in self._labelled:  # maybe a slice whose node is gone
                 self._enqueue(name)
             return
-        if event == "DELETED":
-            self._enqueue(name)
-            return
         uid = self.controller.uids.get(name)
         if uid is None:
             self._enqueue(name)
             return
         known = self.controller.wanted_signatures(self.controller.nodes[name], uid)
-        if stored_signature(obj) not in known and stored_signature(obj) not in self.controller.accepted(name):
+        planned = stored_signature(obj) in known or stored_signature(obj) in self.controller.accepted(name)
+        # A planned slice deleted is missing now; one not planned (a stale one, or another driver's that
+        # the repair itself deleted) leaves nothing to do when it goes.
+        if planned == (event == "DELETED"):
             self._enqueue(name)
 
     # -- loops -----------------------------------------------------------------------------------------
     async def _watch_nodes(self) -> None:
+        failures = 0
         while True:
             try:
                 nodes, version = await self.api.list_nodes(labels=OWNED)
+                failures = 0
                 self.check_nodes(nodes)
                 async for event, obj in self.api.watch(Node, labels=OWNED, resource_version=version):
                     name = str(obj["metadata"]["name"])
@@ -134,15 +178,19 @@ class Watcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API server may be away for a while: list and watch again
-                log.warning("node watch ended (%s); watching again", exc)
-                await asyncio.sleep(RETRY_PAUSE)
+                failures += 1
+                pause = retry_pause(failures)
+                log.warning("node watch ended (%s); watching again in %.0f s", exc, pause)
+                await asyncio.sleep(pause)
 
     async def _watch_slices(self) -> None:
         options = self.controller.options
         assert options is not None
+        failures = 0
         while True:
             try:
                 slices, version = await self.api.list_slices(options.api_version, labels=OWNED)
+                failures = 0
                 self.check_slices(slices)
                 kind = SLICE_KINDS[options.api_version]
                 async for event, obj in self.api.watch(kind, labels=OWNED, resource_version=version):
@@ -150,16 +198,20 @@ class Watcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("ResourceSlice watch ended (%s); watching again", exc)
-                await asyncio.sleep(RETRY_PAUSE)
+                failures += 1
+                pause = retry_pause(failures)
+                log.warning("ResourceSlice watch ended (%s); watching again in %.0f s", exc, pause)
+                await asyncio.sleep(pause)
 
     async def _resync_loop(self) -> None:
         while True:
             await asyncio.sleep(self.resync_interval)
             try:
                 await self.resync()
-            except ApiCallError as exc:
+            except (ApiCallError, KubeconfigError) as exc:
                 log.warning("resync failed (%s); trying again in %.0f s", exc, self.resync_interval)
+            except Exception:  # a bug must not end the resyncs silently
+                log.exception("resync failed; trying again in %.0f s", self.resync_interval)
 
     async def resync(self) -> None:
         """List both kinds and queue whatever is not as planned."""
@@ -171,16 +223,17 @@ class Watcher:
 
     async def _worker(self) -> None:
         while True:
-            name = await self._queue.get()
-            self._queued.discard(name)
+            name = await self.queue.get()
             try:
                 await self.repair(name)
-            except ApiCallError as exc:
+            except (ApiCallError, KubeconfigError) as exc:
                 self.stats["errors"] += 1
                 self.say(f"error: watch: {exc}")
             except Exception:  # a bug must not silently cost a worker
                 self.stats["errors"] += 1
                 log.exception("repairing node %s failed", name)
+            finally:
+                self.queue.done(name)
 
     # -- repairing -------------------------------------------------------------------------------------
     async def repair(self, name: str) -> None:

@@ -1418,6 +1418,8 @@ class FakeApiServer:
             errors += val.validate_device_class(obj)
         elif rtype is RESOURCE_CLAIMS:
             errors += val.validate_resource_claim(obj, version)
+        elif rtype is NODES:
+            errors += val.validate_node(obj)
         try:
             schema_cache.validate(obj, self._validate_version, strict=True)
         except kubernetes_validate.ValidationError as exc:

@@ -10,9 +10,11 @@ API server dropping fields of disabled feature gates. Each check returns ``Field
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -511,6 +513,83 @@ def validate_resource_slice(obj: Mapping[str, Any], api_version: str, minor: int
         errs += _counters(counters, f"spec.sharedCounters[{i}].counters", 32 if minor >= 35 else None)
     if minor < 35 and total_counters > 32:
         errs.append(_too_many("spec.sharedCounters", total_counters, 32))
+    return errs
+
+
+# ------------------------------------------------------------------------------------------------ Node
+
+#: k8s.io/kubernetes/pkg/apis/core/helper: resources whose quantities must be whole numbers
+INTEGER_RESOURCES = frozenset(
+    {
+        "pods",
+        "resourcequotas",
+        "services",
+        "replicationcontrollers",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "services.nodeports",
+        "services.loadbalancers",
+    }
+)
+_SUFFIX_VALUES = {
+    "": Fraction(1),
+    **{s: Fraction(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
+    **{f"{s}i": Fraction(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
+    "m": Fraction(1, 1000),
+    "u": Fraction(1, 1000**2),
+    "n": Fraction(1, 1000**3),
+}
+
+
+def quantity_value(value: Any) -> Fraction | None:
+    """The exact amount of a quantity (a string or a JSON number); None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(value)
+    text = str(value)
+    if not QUANTITY_RE.fullmatch(text):
+        return None
+    sign = -1 if text.startswith("-") else 1
+    match = QUANTITY_RE.fullmatch(text.lstrip("+-"))
+    assert match is not None
+    number, suffix = match.group(1), match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return sign * Fraction(number) * Fraction(10) ** int(suffix[1:])
+    return sign * Fraction(number) * _SUFFIX_VALUES[suffix]
+
+
+def is_integer_resource_name(name: str) -> bool:
+    """``helper.IsIntegerResourceName``: the integer core resources and every extended resource (a name
+    with a domain outside kubernetes.io, valid as a quota name ``requests.<name>``, such as nvidia.com/gpu)."""
+    if name in INTEGER_RESOURCES:
+        return True
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return not qualified_name(f"requests.{name}", "resource")
+
+
+def validate_node(obj: Mapping[str, Any]) -> list[FieldError]:
+    """``ValidateNodeResources``: every capacity and allocatable quantity is not negative, and a whole
+    number for the integer resources (``pods``, extended resources): ``pods: 1.5`` is refused."""
+    status: Mapping[str, Any] = obj.get("status") or {}
+    errs: list[FieldError] = []
+    for part in ("capacity", "allocatable"):
+        for name, value in (status.get(part) or {}).items():
+            path = f"status.{part}.{name}"
+            format_errors = quantity(value, path)
+            if format_errors:
+                errs += format_errors
+                continue
+            amount = quantity_value(value)
+            assert amount is not None
+            if amount < 0:
+                errs.append(_invalid(path, str(value), "must be greater than or equal to 0"))
+            if is_integer_resource_name(str(name)) and math.ceil(amount * 1000) % 1000 != 0:
+                errs.append(_invalid(path, str(value), "must be an integer"))
     return errs
 
 

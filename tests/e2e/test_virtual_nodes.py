@@ -17,6 +17,7 @@ from lightkube.resources.core_v1 import Node
 
 from dra.slice_publisher import SLICE_KINDS
 from fakegpu.virtual_nodes.command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.virtual_nodes.names import prefix_label_value
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -43,6 +44,8 @@ async def test_three_virtual_nodes_on_a_real_cluster():
             assert (node.status.allocatable or {})["nvidia.com/gpu"] == "2"
             assert (node.status.capacity or {})["nvidia.com/gpu"] == "2"
             assert any(t.key == "kwok.x-k8s.io/node" for t in node.spec.taints or [])
+            # --delete selects on this label, never on a name prefix.
+            assert (node.metadata.labels or {})["fakegpu.io/virtual-node-prefix"] == prefix_label_value(prefix)
         served = [v for v in SLICE_KINDS if f"ResourceSlices as {v} " in out.getvalue()]
         if served:  # a cluster without DRA gets nodes only
             kind = SLICE_KINDS[served[0]]

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
 from lightkube import AsyncClient
 
+from fakegpu.cli import main as cli_main
 from fakegpu.virtual_nodes.command import add_virtual_nodes_parser, run_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
 
@@ -133,8 +136,10 @@ async def test_a_changed_plan_updates_labels_capacity_and_slices_in_place(server
     assert {s["spec"]["pool"]["generation"] for s in server.objects("resourceslices")} == {2}
 
 
-async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete(server, run):
-    server.create_direct(kwok_node("fakegpu-virtual-0001", {"team": "ml"}))
+async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete_as_it_was(server, run):
+    server.create_direct(kwok_node("fakegpu-virtual-0001", {"team": "ml", "nvidia.com/gpu.product": "Custom-GPU"}))
+    before = server.get_object("nodes", "fakegpu-virtual-0001")
+    assert before is not None
     result = await run("--count", "2")
     assert result.code == 0
     assert "1 created, 1 adopted" in result.out
@@ -142,9 +147,14 @@ async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete(server
     assert adopted is not None
     assert adopted["metadata"]["labels"]["team"] == "ml"
     assert adopted["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    assert adopted["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert adopted["metadata"]["annotations"]["fakegpu.io/virtual-node-origin"] == "adopted"
     assert adopted["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert adopted["status"]["capacity"]["cpu"] == "32"
+    assert adopted["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert len(slices_of(server, "fakegpu-virtual-0001")) == 1
+    again = await run("--count", "2")
+    assert "0 created, 0 adopted, 0 updated, 2 unchanged" in again.out
 
     result = await run("--delete")
     assert result.code == 0
@@ -152,15 +162,12 @@ async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete(server
     assert server.get_object("nodes", "fakegpu-virtual-0000") is None
     kept = server.get_object("nodes", "fakegpu-virtual-0001")
     assert kept is not None
-    assert kept["metadata"]["labels"] == {
-        "type": "kwok",
-        "team": "ml",
-        "kubernetes.io/hostname": "fakegpu-virtual-0001",
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "node-role.kubernetes.io/agent": "",
-    }
-    assert "nvidia.com/gpu" not in kept["status"]["capacity"] and kept["status"]["capacity"]["cpu"] == "32"
+    # As it was: its own labels (the GPU product it said included), cpu 4, no allocatable, no taint.
+    assert kept["metadata"]["labels"] == before["metadata"]["labels"]
+    assert kept["metadata"]["annotations"] == before["metadata"]["annotations"]
+    assert kept["status"]["capacity"] == {"cpu": "4", "memory": "8Gi", "pods": "20"}
+    assert not kept["status"].get("allocatable")
+    assert not kept["spec"].get("taints")
     assert server.objects("resourceslices") == []
 
 
@@ -317,3 +324,157 @@ async def test_an_unreachable_server_is_one_clear_line():
     assert line.startswith(
         f"fakegpu: error: listing resource.k8s.io/v1 ResourceSlices: cannot reach the API server at {url}"
     )
+
+
+def lose_the_answer_of_the_next_slice_create(server: FakeApiServer, code: int = 504) -> None:
+    """The next slice create is carried out, but the client hears ``code`` (an apiserver timeout after etcd
+    wrote it, or a proxy that gave up): a blind retry would publish the slice twice."""
+    handle = server.handle_request
+    left = [1]
+
+    def lossy(method: str, raw_path: str, headers: Any, body: bytes) -> Any:
+        result = handle(method, raw_path, headers, body)
+        creates = method == "POST" and raw_path.split("?", maxsplit=1)[0].endswith("/resourceslices")
+        if left[0] and creates and getattr(result, "code", None) == 201:
+            left[0] -= 1
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": code}
+            status |= {"reason": "Timeout", "message": "the server was unable to return a response in time"}
+            return dataclasses.replace(cast(Any, result), code=code, body=status)
+        return result
+
+    server.handle_request = lossy  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("code", [500, 504])
+async def test_a_slice_create_whose_answer_was_lost_is_not_published_twice(server, run, code):
+    lose_the_answer_of_the_next_slice_create(server, code)
+    result = await run("--count", "1", "--gpus", "2xh100-80gb")
+    assert result.code == 0, result.err
+    assert len(slices_of(server, "fakegpu-virtual-0000")) == 1
+    assert server.count("create", "resourceslices") == 1
+
+
+async def test_a_slice_create_that_failed_is_tried_again_after_looking(server, run):
+    server.fail_next("create", "resourceslices", 500)
+    lists = server.count("list", "resourceslices")
+    result = await run("--count", "1")
+    assert result.code == 0, result.err
+    assert len(slices_of(server, "fakegpu-virtual-0000")) == 1
+    assert server.count("create", "resourceslices") == 2
+    # the discovery probe, bring-up's list, and the look before the second create
+    assert server.count("list", "resourceslices") - lists == 3
+
+
+async def test_a_new_driver_name_replaces_the_old_drivers_slices(server, run):
+    assert (await run("--count", "2", "--driver-name", "gpu.example.com")).code == 0
+    assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.example.com"}
+    result = await run("--count", "2")
+    assert result.code == 0, result.err
+    assert "ResourceSlices: 2 created, 0 updated, 2 deleted" in result.out
+    assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
+    assert len(server.objects("resourceslices")) == 2
+    before = writes(server)
+    assert "2 unchanged" in (await run("--count", "2")).out
+    assert writes(server) == before
+
+
+async def test_another_drivers_slices_not_published_by_us_are_left_alone(server, run):
+    assert (await run("--count", "1")).code == 0
+    node = server.get_object("nodes", "fakegpu-virtual-0000")
+    assert node is not None
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"generateName": "theirs-"},
+        "spec": {
+            "driver": "net.example.com",
+            "nodeName": "fakegpu-virtual-0000",
+            "pool": {"name": "fakegpu-virtual-0000", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "nic-0"}],
+        },
+    }
+    server.create_direct(theirs)
+    before = writes(server)
+    assert "1 unchanged" in (await run("--count", "1")).out
+    assert writes(server) == before
+    assert len(slices_of(server, "fakegpu-virtual-0000")) == 2
+
+
+async def test_a_slice_with_another_pool_name_is_replaced_not_updated(server, run):
+    """spec.pool.name is immutable: updating such a slice would fail (422) on every run."""
+    assert (await run("--count", "1")).code == 0
+    (old,) = slices_of(server, "fakegpu-virtual-0000")
+    server.delete_direct("resourceslices", old["metadata"]["name"])
+    legacy = {k: v for k, v in old.items() if k in ("apiVersion", "kind", "spec")}
+    legacy["metadata"] = {
+        "generateName": "legacy-",
+        "labels": old["metadata"]["labels"],
+        "ownerReferences": old["metadata"]["ownerReferences"],
+    }
+    legacy["spec"]["pool"]["name"] = "legacy-pool"
+    server.create_direct(legacy)
+    result = await run("--count", "1")
+    assert result.code == 0, result.err
+    (new,) = slices_of(server, "fakegpu-virtual-0000")
+    assert new["spec"]["pool"]["name"] == "fakegpu-virtual-0000"
+    assert not new["metadata"]["name"].startswith("legacy-")
+
+
+async def test_delete_takes_exactly_its_own_prefix(server, run):
+    assert (await run("--count", "2")).code == 0
+    assert (await run("--count", "2", "--name-prefix", "fakegpu-virtual-team2-")).code == 0
+    result = await run("--delete")
+    assert result.code == 0
+    assert "deleted 2 node(s) and 2 ResourceSlice(s)" in result.out
+    remaining = sorted(n["metadata"]["name"] for n in server.objects("nodes"))
+    assert remaining == ["fakegpu-virtual-team2-0000", "fakegpu-virtual-team2-0001"]
+    assert {s["spec"]["nodeName"] for s in server.objects("resourceslices")} == set(remaining)
+    result = await run("--delete", "--name-prefix", "fakegpu-virtual-team2-")
+    assert "deleted 2 node(s) and 2 ResourceSlice(s)" in result.out
+    assert server.objects("nodes") == [] and server.objects("resourceslices") == []
+
+
+def exec_kubeconfig(path: Path, server: str, command: str, *args: str) -> Path:
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": command, "args": list(args)}}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        ("/nonexistent/kubelogin",),
+        ("sh", "-c", "echo 'credentials expired;' >&2; echo 'run: login' >&2; exit 1"),
+        ("sh", "-c", "echo this is not json"),
+    ],
+    ids=["missing", "failing", "not-json"],
+)
+@pytest.mark.parametrize("mode", [(), ("--server-version", "1.36"), ("--delete",)], ids=["version", "list", "delete"])
+def test_credentials_the_kubeconfig_cannot_produce_exit_2_with_one_line(server, tmp_path, capsys, plugin, mode):
+    """The exec plugin runs at the first request (/version, a list, or --delete's list of nodes)."""
+    config = exec_kubeconfig(tmp_path / "exec.yaml", server.url, *plugin)
+    code = cli_main(["virtual-nodes", "--kubeconfig", str(config), *mode])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = err.splitlines()
+    assert line.startswith(f"fakegpu: error: {config}: "), line
+    assert server.counts == {}, "no API request went through"
+
+
+def test_a_kubeconfig_that_is_not_yaml_exits_2_with_one_line(tmp_path, capsys):
+    config = tmp_path / "kubeconfig"
+    config.write_text("clusters: [\n  - {name: a\n")
+    assert cli_main(["virtual-nodes", "--kubeconfig", str(config)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("fakegpu: error: ") and str(config) in line

@@ -4,9 +4,11 @@ what someone deletes stays deleted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from lightkube import AsyncClient
@@ -178,3 +180,80 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
         await client.close()
         server.stop()
     assert server.rejections == []
+
+
+def devices(slices: list[dict[str, Any]]) -> list[str]:
+    return sorted(d["name"] for s in slices for d in s["spec"].get("devices", []))
+
+
+@contextlib.asynccontextmanager
+async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.StringIO]:
+    """``fakegpu virtual-nodes <argv> --watch`` until the block ends; it must end cleanly."""
+    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    stop = asyncio.Event()
+    out = io.StringIO()
+    args = parse(*argv, "--watch")
+    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
+    try:
+        await wait_for(lambda: server.open_watches >= 2 or task.done())
+        assert not task.done(), out.getvalue()
+        yield out
+    finally:
+        stop.set()
+        code = await asyncio.wait_for(task, 5)
+        await client.close()
+    assert code == 0, out.getvalue()
+
+
+async def test_slices_deleted_one_after_another_are_recreated_once(server):
+    """Five DELETED events for one node while its repair runs: one more repair, never two at once (two
+    workers on one node both created its five slices)."""
+    argv = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--resync-interval", "30")
+    async with watch_run(server, *argv):
+        name = NODES[0]
+        planned = slices_of(server, name)
+        assert len(planned) == 5  # one counter slice and one device slice per GPU
+        for obj in planned:
+            server.delete_direct("resourceslices", obj["metadata"]["name"])
+            await asyncio.sleep(0.005)
+        await wait_for(lambda: len(slices_of(server, name)) >= 5)
+        await asyncio.sleep(0.5)
+        assert len(slices_of(server, name)) == 5
+        assert devices(slices_of(server, name)) == devices(planned)
+        assert len(slices_of(server, NODES[1])) == 5
+
+
+async def test_after_a_driver_change_only_the_new_drivers_slices_remain_and_the_watch_is_quiet(server):
+    out = io.StringIO()
+    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    try:
+        old = parse("--count", "2", "--driver-name", "gpu.example.com")
+        assert await run_virtual_nodes(old, client=client, out=out, err=out) == 0
+    finally:
+        await client.close()
+    async with watch_run(server, "--count", "2", "--resync-interval", "0.1"):
+        assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
+        assert len(server.objects("resourceslices")) == 2
+        reads = server.count("get", "nodes")
+        lists = server.count("list", "resourceslices")
+        await asyncio.sleep(0.6)  # several resyncs
+        assert server.count("list", "resourceslices") > lists, "the resyncs ran"
+        assert server.count("get", "nodes") == reads == 0, "the watcher keeps re-reading nodes"
+        assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
+
+
+async def test_a_slice_of_the_old_driver_showing_up_is_deleted_and_the_watch_goes_quiet(server):
+    """One published under the old --driver-name while watching (another controller still running)."""
+    async with watch_run(server, "--count", "1", "--resync-interval", "0.1"):
+        (ours,) = slices_of(server, NODES[0])
+        stale = {k: v for k, v in ours.items() if k in ("apiVersion", "kind", "spec")}
+        stale["metadata"] = {"generateName": "stale-", "labels": ours["metadata"]["labels"]}
+        stale["spec"]["driver"] = "gpu.example.com"
+        server.create_direct(stale)
+        await wait_for(lambda: len(slices_of(server, NODES[0])) == 1)
+        await asyncio.sleep(0.3)
+        reads = server.count("get", "nodes")
+        await asyncio.sleep(0.5)
+        assert server.count("get", "nodes") == reads, "the watcher keeps re-reading the node"
+        (left,) = slices_of(server, NODES[0])
+        assert left["metadata"]["name"] == ours["metadata"]["name"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fakegpu.virtual_nodes.command import run_virtual_nodes, settings_from_args
@@ -40,8 +42,18 @@ def test_watch_and_delete_exclude_each_other(parse, capsys):
     ("flags", "named"),
     [
         (["--concurrency", "0"], "--concurrency"),
-        (["--resync-interval", "0"], "--resync-interval"),
+        (["--watch", "--resync-interval", "0"], "--resync-interval"),
+        (["--watch", "--resync-interval", "-3"], "--resync-interval"),
+        (["--watch", "--resync-interval", "nan"], "--resync-interval"),
+        (["--watch", "--resync-interval", "inf"], "--resync-interval"),
+        (["--resync-interval", "5"], "--resync-interval"),  # without --watch it would do nothing
         (["--driver-name", "Not_A_DNS_Name"], "--driver-name"),
+        (["--node-pods", "1.5"], "--node-pods"),  # pods is an integer resource to the API server
+        (["--node-pods", "500m"], "--node-pods"),
+        (["--delete", "--name-prefix", ""], "--name-prefix"),  # would select every virtual node
+        (["--delete", "--count", "3"], "--delete"),
+        (["--delete", "--gpus", "1xt4"], "--delete"),
+        (["--delete", "--pool", "a.yaml=2"], "--delete"),
     ],
 )
 def test_bad_values_name_their_flag(parse, flags, named):
@@ -50,10 +62,32 @@ def test_bad_values_name_their_flag(parse, flags, named):
     assert info.value.source == named
 
 
-async def test_a_missing_or_broken_kubeconfig_names_the_flag_or_the_file(parse, tmp_path):
-    with pytest.raises(SpecError, match=r"^--kubeconfig: Configuration file .*missing\.yaml not found"):
-        await run_virtual_nodes(parse("--kubeconfig", str(tmp_path / "missing.yaml")))
+def test_good_watch_and_pod_values_pass(parse):
+    settings = settings_from_args(parse("--watch", "--resync-interval", "0.5", "--node-pods", "1k"))
+    assert settings.shape.pods == "1k"
+    assert settings_from_args(parse("--delete", "--name-prefix", "team2-")).name_prefix == "team2-"
+
+
+def one_line_naming(exc: SpecError, path: Path) -> bool:
+    text = str(exc)
+    return "\n" not in text and str(path) in text
+
+
+async def test_a_missing_or_broken_kubeconfig_is_one_line_naming_the_file(parse, tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SpecError) as info:
+        await run_virtual_nodes(parse("--kubeconfig", str(missing)))
+    assert one_line_naming(info.value, missing) and "not found" in str(info.value)
     broken = tmp_path / "broken.yaml"
     broken.write_text("just a string\n")
-    with pytest.raises(SpecError, match="not a usable kubeconfig"):
+    with pytest.raises(SpecError, match="not a usable kubeconfig") as info:
         await run_virtual_nodes(parse("--kubeconfig", str(broken)))
+    assert one_line_naming(info.value, broken)
+
+
+async def test_a_kubeconfig_that_is_not_yaml_is_one_line_naming_the_file(parse, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("clusters: [\n  - {name: a\nusers: ]\n")
+    with pytest.raises(SpecError, match="not valid YAML") as info:
+        await run_virtual_nodes(parse("--kubeconfig", str(bad)))
+    assert one_line_naming(info.value, bad)

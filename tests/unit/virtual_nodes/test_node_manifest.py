@@ -11,6 +11,8 @@ import pytest
 from fakegpu.virtual_nodes.node_manifest import (
     KWOK_TAINT,
     MANAGED_ANNOTATION,
+    PRIOR_ANNOTATION,
+    NodeChanges,
     NodeShape,
     desired_node,
     is_kwok,
@@ -30,7 +32,7 @@ from sharing.labels import gfd_labels
 def virtual(name: str = "vn-0000", gpus: str = "8xh100-80gb", **kw) -> VirtualNode:
     inputs = InventoryInputs(node_name=name, gpus=(gpus,), **kw)
     node, config = load_node(inputs), load_config(inputs)
-    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config))
+    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config), prefix="vn-")
 
 
 def stored(obj: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def test_new_node_is_a_kwok_node_with_gpu_capacity_and_labels():
     assert meta["labels"]["kubernetes.io/hostname"] == "vn-0000"
     assert meta["labels"]["node-role.kubernetes.io/agent"] == ""
     assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
+    assert meta["labels"]["fakegpu.io/virtual-node-prefix"] == "vn.1"
     assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert node["status"]["capacity"] == {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
@@ -186,8 +189,126 @@ def test_release_takes_back_gpu_labels_and_resources_only():
     assert changes.status == {"status": {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}}
 
 
-@pytest.mark.parametrize(("field", "value"), [("cpu", "lots"), ("memory", "0"), ("pods", "-5"), ("memory", "12XB")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cpu", "lots"), ("memory", "0"), ("pods", "-5"), ("memory", "12XB"), ("pods", "1.5"), ("pods", "100m")],
+)
 def test_bad_node_shape_names_the_flag(field, value):
     with pytest.raises(SpecError) as info:
         NodeShape(**{field: value})
     assert info.value.source == f"--node-{field}"
+
+
+def apply(node: dict[str, Any], changes: NodeChanges) -> dict[str, Any]:
+    """``node`` after the two merge patches, as the API server would store it."""
+
+    def merge(target: Any, patch: Any) -> Any:
+        if not isinstance(patch, dict):
+            return copy.deepcopy(patch)
+        out = dict(target) if isinstance(target, dict) else {}
+        for key, value in patch.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = merge(out.get(key), value)
+        return out
+
+    out = copy.deepcopy(node)
+    for patch in (changes.node, changes.status):
+        if patch is not None:
+            plain = copy.deepcopy(patch)
+            plain.get("metadata", {}).pop("resourceVersion", None)
+            out = merge(out, plain)
+    return dict(out)
+
+
+def someones_kwok_node() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "vn-0000",
+            "uid": "u-9",
+            "resourceVersion": "3",
+            "labels": {
+                "type": "kwok",
+                "team": "ml",
+                "nvidia.com/gpu.product": "Custom-GPU",
+                "kubernetes.io/os": "linux",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "other", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "20", "example.com/fpga": "1"}},
+    }
+
+
+def test_adopting_records_what_it_changes_and_release_puts_it_back():
+    original = someones_kwok_node()
+    desired = desired_node(virtual(), NodeShape())
+    adopted = apply(original, node_changes(original, desired))
+    assert node_changes(adopted, desired).empty, "adopting again writes nothing"
+    prior = json.loads(adopted["metadata"]["annotations"][PRIOR_ANNOTATION])
+    assert prior["labels"]["nvidia.com/gpu.product"] == "Custom-GPU"
+    assert prior["labels"]["fakegpu.io/virtual-node"] is None
+    assert "kubernetes.io/os" not in prior["labels"], "a label that already had the value was not changed"
+    assert prior["capacity"] == {"cpu": "4", "memory": "8Gi", "pods": "20", "nvidia.com/gpu": None}
+    assert prior["allocatable"] == {"cpu": None, "memory": None, "pods": None, "nvidia.com/gpu": None}
+    assert prior["taints"] == original["spec"]["taints"]
+    assert adopted["status"]["capacity"]["cpu"] == "32"
+    assert adopted["spec"]["taints"] == [KWOK_TAINT]
+
+    released = apply(adopted, release_changes(adopted))
+    assert released["metadata"]["labels"] == original["metadata"]["labels"]
+    assert released["metadata"]["annotations"] == original["metadata"]["annotations"]
+    assert released["status"]["capacity"] == original["status"]["capacity"]
+    assert released["status"].get("allocatable", {}) == {}
+    assert released["spec"] == original["spec"]
+
+
+def test_the_release_patch_of_a_changed_taint_list_carries_the_resource_version():
+    original = someones_kwok_node()
+    adopted = apply(original, node_changes(original, desired_node(virtual(), NodeShape())))
+    adopted["metadata"]["resourceVersion"] = "9"
+    changes = release_changes(adopted)
+    assert changes.node is not None and changes.node["metadata"]["resourceVersion"] == "9"
+
+
+def test_a_later_plan_records_its_new_keys_and_gives_back_the_ones_it_drops():
+    original = someones_kwok_node()
+    original["metadata"]["labels"]["nvidia.com/mig-1g.5gb.count"] = "theirs"
+    mig = desired_node(
+        virtual(gpus="2xa100-40gb", mig_layout="all-1g.5gb", cli_flags={"mig_strategy": "mixed"}), NodeShape()
+    )
+    plain = desired_node(virtual(gpus="2xa100-40gb"), NodeShape())
+    first = apply(original, node_changes(original, plain))
+    assert first["metadata"]["labels"]["nvidia.com/mig-1g.5gb.count"] == "theirs", "not the plan's: untouched"
+    second = apply(first, node_changes(first, mig))
+    assert second["metadata"]["labels"]["nvidia.com/mig-1g.5gb.count"] == "14"
+    assert second["status"]["capacity"]["nvidia.com/mig-1g.5gb"] == "14"
+    third = apply(second, node_changes(second, plain))
+    assert third["metadata"]["labels"]["nvidia.com/mig-1g.5gb.count"] == "theirs", "given back when dropped"
+    assert "nvidia.com/mig-1g.5gb" not in third["status"]["capacity"]
+    assert node_changes(third, plain).empty
+    released = apply(third, release_changes(third))
+    assert released["metadata"]["labels"] == original["metadata"]["labels"]
+    assert released["status"]["capacity"] == original["status"]["capacity"]
+
+
+def test_a_node_adopted_before_the_record_existed_is_handed_back_the_old_way():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    node["metadata"]["annotations"]["fakegpu.io/virtual-node-origin"] = "adopted"
+    assert node_changes(node, desired).empty, "no record is started for it"
+    changes = release_changes(node)
+    assert changes.node is not None and changes.status is not None
+    assert changes.node["metadata"]["labels"]["fakegpu.io/virtual-node-prefix"] is None
+    assert changes.status["status"]["capacity"] == {"nvidia.com/gpu": None}
+
+
+def test_a_created_node_keeps_no_record():
+    desired = desired_node(virtual(), NodeShape())
+    node = stored(new_node(desired))
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "1"
+    changes = node_changes(node, desired)
+    assert changes.node == {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem
+from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem, prefix_label_value
 from fakegpu.virtual_nodes.pools import build_virtual_nodes, parse_pool_value, pools_from_args
 from sharing.errors import SpecError
 
@@ -55,6 +55,10 @@ def test_pools_from_files_get_their_own_names_and_gpus(parse, tmp_path):
         ("nodes.yaml=0", "COUNT must be an integer"),
         ("nodes.yaml=-2", "COUNT must be an integer"),
         ("nodes.yaml=1.5", "COUNT must be an integer"),
+        ("nodes.yaml=+3", "COUNT must be an integer"),
+        ("nodes.yaml= 3", "COUNT must be an integer"),
+        ("nodes.yaml=1_0", "COUNT must be an integer"),
+        ("nodes.yaml=\u0663", "COUNT must be an integer"),  # ARABIC-INDIC DIGIT THREE: int() takes it
     ],
 )
 def test_bad_pool_values_name_the_flag(value, expected):
@@ -142,3 +146,32 @@ def test_bad_prefixes_are_refused(name, problem):
 def test_bad_prefix_is_caught_before_any_node_is_built(parse):
     with pytest.raises(SpecError, match="--name-prefix"):
         build_virtual_nodes(pools_from_args(parse("--count", "2"), env={}), "Bad_")
+
+
+def test_a_name_too_long_because_of_the_pool_file_blames_the_file(parse, tmp_path):
+    spec = write_spec(tmp_path / ("h100-" + "x" * 50 + ".yaml"), "h100-80gb", 1)
+    pools = pools_from_args(parse("--pool", f"{spec}=2"), env={})
+    with pytest.raises(SpecError) as info:
+        build_virtual_nodes(pools, "team-a-")
+    assert info.value.source == f"--pool {spec}"
+    assert "at most 63" in str(info.value)
+
+
+def test_a_prefix_too_long_by_itself_is_still_the_prefixs_fault(parse, tmp_path):
+    spec = write_spec(tmp_path / "t4.yaml", "t4", 1)
+    with pytest.raises(SpecError) as info:
+        build_virtual_nodes(pools_from_args(parse("--pool", f"{spec}=1"), env={}), "p" * 60 + "-")
+    assert info.value.source == "--name-prefix"
+
+
+def test_the_prefix_label_value_is_valid_and_tells_prefixes_apart():
+    prefixes = ["fakegpu-virtual-", "fakegpu-virtual-team2-", "fakegpu-virtual", "fakegpu-virtual--", "x", "0-", ""]
+    values = [prefix_label_value(p) for p in prefixes]
+    assert values[:3] == ["fakegpu-virtual.1", "fakegpu-virtual-team2.1", "fakegpu-virtual"]
+    assert len(set(values)) == len(values)
+    long_prefix = "a" * 59 + "-" * 4
+    odd = ["Has_Upper.dots-", long_prefix, "-starts-with-dash"]
+    for value in values + [prefix_label_value(p) for p in odd]:
+        assert len(value) <= 63
+        assert value == "" or (value[0].isalnum() and value[-1].isalnum())
+    assert prefix_label_value("a.b-") != prefix_label_value("a.b")

@@ -18,7 +18,7 @@ UID = "node-uid-1"
 def virtual(gpus: str = "2xh100-80gb", name: str = "vn-0000") -> VirtualNode:
     inputs = InventoryInputs(node_name=name, gpus=(gpus,))
     node, config = load_node(inputs), load_config(inputs)
-    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config))
+    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config), prefix="vn-")
 
 
 def server_copies(objects: list[dict[str, Any]], first_rv: int = 10) -> list[dict[str, Any]]:
@@ -40,7 +40,7 @@ def test_first_publish_creates_owned_labelled_slices():
     assert obj["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": "vn-0000", "uid": UID, "controller": True}
     ]
-    assert obj["metadata"]["labels"] == {"fakegpu.io/virtual-node": "true"}
+    assert obj["metadata"]["labels"] == {"fakegpu.io/virtual-node": "true", "fakegpu.io/virtual-node-prefix": "vn.1"}
     assert obj["spec"]["pool"] == {"name": "vn-0000", "generation": 1, "resourceSliceCount": 1}
     assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0", "gpu-1"]
 
@@ -125,3 +125,21 @@ def test_signature_ignores_generation_and_taint_times():
     later["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}]
     obj["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
     assert stored_signature(obj) == stored_signature(later)
+
+
+def test_a_slice_with_another_pool_name_is_deleted_and_created_not_updated():
+    """spec.pool.name (like driver and nodeName) is immutable: an update would be refused forever."""
+    node = virtual("2xa100-40gb")
+    options = SliceOptions(mig_mode="dynamic", server_minor=35)
+    stored = server_copies(slice_writes(node, options, [], UID).create)
+    stored[1]["spec"]["pool"]["name"] = "an-old-pool"  # published by something else, or an older version
+    del stored[1]["metadata"]["annotations"]
+    writes = slice_writes(node, options, stored, UID)
+    assert stored[1]["metadata"]["name"] in writes.delete
+    assert all(o["metadata"]["name"] != stored[1]["metadata"]["name"] for o in writes.replace)
+    assert [o["metadata"]["name"] for o in writes.replace] == [
+        stored[0]["metadata"]["name"],
+        stored[2]["metadata"]["name"],
+    ]
+    assert len(writes.create) == 1 and "generateName" in writes.create[0]["metadata"]
+    assert {o["spec"]["pool"]["name"] for o in writes.replace + writes.create} == {"vn-0000"}
