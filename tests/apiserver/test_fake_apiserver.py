@@ -707,5 +707,7 @@ async def test_stop_closes_everything_without_leaking_threads() -> None:
 def test_a_node_with_a_fractional_pods_count_is_invalid_as_on_a_real_server():
     with FakeApiServer("1.36") as server:
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "status": {"capacity": {"pods": "1.5"}}}
-        with pytest.raises(ValueError, match=re.escape('status.capacity.pods: Invalid value: "1.5": must be an integer')):
+        with pytest.raises(
+            ValueError, match=re.escape('status.capacity.pods: Invalid value: "1.5": must be an integer')
+        ):
             server.create_direct(node)
