@@ -1,0 +1,39 @@
+"""How hard the reliability suites push: a short profile for CI, a long one on demand (``--soak``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kubelet_restarts: int
+    plugin_restarts: int
+    dra_restarts: int
+    concurrent_allocates: int
+    concurrent_streams: int
+    concurrent_prepares: int
+    fuzz_examples: int
+
+
+SHORT = Profile(
+    name="short",
+    kubelet_restarts=100,
+    plugin_restarts=10,
+    dra_restarts=10,
+    concurrent_allocates=1000,
+    concurrent_streams=100,
+    concurrent_prepares=200,
+    fuzz_examples=60,
+)
+LONG = Profile(
+    name="long",
+    kubelet_restarts=100,
+    plugin_restarts=100,
+    dra_restarts=100,
+    concurrent_allocates=1000,
+    concurrent_streams=100,
+    concurrent_prepares=200,
+    fuzz_examples=600,
+)
