@@ -9,6 +9,9 @@
 - ``fakegpu_dra_resourceslice_publishes_total{result}``: publish passes, ``success`` (slices written),
   ``unchanged`` (nothing to write) or ``failure``;
 - ``fakegpu_dra_devices{health}``: published devices, ``Healthy`` and ``Unhealthy`` (both always present);
+- ``fakegpu_dra_registrations_total``: registrations the kubelet confirmed (``NotifyRegistrationStatus``
+  with ``plugin_registered: true``; again after a kubelet restart or a registration socket served anew);
+- ``fakegpu_dra_registration_failures_total``: registrations the kubelet refused (its error is logged);
 - ``fakegpu_config_reloads_total{result}``: inventory reloads (SIGHUP), ``success`` or ``failure``;
 - ``fakegpu_build_info{version}``: always 1.
 
@@ -86,6 +89,16 @@ class DraMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.registrations = Counter(
+            "fakegpu_dra_registrations_total",
+            "Registrations the kubelet confirmed through NotifyRegistrationStatus.",
+            registry=self.registry,
+        )
+        self.registration_failures = Counter(
+            "fakegpu_dra_registration_failures_total",
+            "Registrations the kubelet refused through NotifyRegistrationStatus.",
+            registry=self.registry,
+        )
         self.config_reloads = Counter(
             "fakegpu_config_reloads_total",
             "Inventory reloads by result; after a failure the previous inventory keeps serving.",
@@ -109,6 +122,10 @@ class DraMetrics:
 
     def published(self, result: str) -> None:
         self.slice_publishes.labels(result=result).inc()
+
+    def registration_status(self, registered: bool, error: str = "") -> None:
+        """The kubelet's NotifyRegistrationStatus (a ``RegistrationService`` ``on_status`` callback)."""
+        (self.registrations if registered else self.registration_failures).inc()
 
     def reloaded(self, ok: bool) -> None:
         self.config_reloads.labels(result="success" if ok else "failure").inc()

@@ -16,8 +16,9 @@
   the previous inventory keeps serving);
 - ``fakegpu_build_info{version}``: always 1.
 
-In ``plugins-registry`` mode the kubelet's plugin watcher registers the plugin, so the registration
-counters move only when the plugin serves a lost socket again (as ``ManagerStats.registrations``).
+In ``plugins-registry`` mode the kubelet's plugin watcher registers the plugin and says how it went with
+``NotifyRegistrationStatus``: each ``plugin_registered: true`` counts as a registration (a kubelet restart
+re-registers, so it counts as a re-registration), each refusal as a registration failure.
 """
 
 from __future__ import annotations

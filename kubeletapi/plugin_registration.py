@@ -5,6 +5,7 @@ and DRA drivers (type ``DRAPlugin``) both register this way."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -23,12 +24,26 @@ def registry_socket_name(plugin_name: str) -> str:
     return plugin_name.replace("/", "-") + "-reg.sock"
 
 
+RegistrationStatusCallback = Callable[[bool, str], None]
+"""``(registered, error)``: what the kubelet said in NotifyRegistrationStatus."""
+
+
 class RegistrationService(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, name: str, endpoint: str, versions: list[str], plugin_type: str = DEVICE_PLUGIN_TYPE) -> None:
+    def __init__(
+        self,
+        name: str,
+        endpoint: str,
+        versions: list[str],
+        plugin_type: str = DEVICE_PLUGIN_TYPE,
+        *,
+        on_status: RegistrationStatusCallback | None = None,
+    ) -> None:
         self.info = api_pb2.PluginInfo(type=plugin_type, name=name, endpoint=endpoint, supported_versions=versions)
         self.registered: bool | None = None
         self.error = ""
         self.notifications = 0
+        self.on_status = on_status
+        """Called with each NotifyRegistrationStatus (to count registrations); its errors are logged only."""
 
     async def GetInfo(
         self, request: api_pb2.InfoRequest, context: grpc.aio.ServicerContext[api_pb2.InfoRequest, api_pb2.PluginInfo]
@@ -45,6 +60,11 @@ class RegistrationService(api_pb2_grpc.RegistrationServicer):
         self.notifications += 1
         if not request.plugin_registered:
             log.error("kubelet refused %s: %s", self.info.name, request.error)
+        if self.on_status is not None:
+            try:
+                self.on_status(request.plugin_registered, request.error)
+            except Exception:  # a counter must not fail the kubelet's call
+                log.exception("registration status callback of %s failed", self.info.name)
         return api_pb2.RegistrationStatusResponse()
 
 

@@ -8,7 +8,13 @@ client sends, or fails to send, can stop the server.
 
 Off unless ``--metrics-address`` is given. ``PORT`` and ``:PORT`` listen on loopback only (127.0.0.1),
 so turning metrics on never opens a port to the network by accident; in a pod, where Prometheus
-scrapes the pod IP, give ``0.0.0.0:PORT`` (or ``[::]:PORT``).
+scrapes the pod IP, give ``0.0.0.0:PORT`` (or ``[::]:PORT``, which listens dual-stack: IPv6 and IPv4, as
+Go's ``:PORT`` does, where asyncio alone would listen on IPv6 only).
+
+A misbehaving client costs little: at most ``MAX_CONNECTIONS`` connections are served at once (more are
+closed as soon as they are accepted), and each one has a single deadline over its whole exchange (reading
+the request, rendering, writing the answer); a client that does not read its answer within it is cut off
+(the connection is aborted, not left waiting for a flush).
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ ALLOWED_METHODS = ("GET", "HEAD")
 EXPECTED = "expected HOST:PORT, [IPV6]:PORT, :PORT or PORT, with PORT from 0 to 65535"
 MAX_LINE = 8192
 MAX_HEADERS = 100
+MAX_CONNECTIONS = 64
+"""Connections served at once; Prometheus opens one per scrape, so this only stops a flood."""
+CLOSE_TIMEOUT = 2.0
+"""After the answer is written: how long the last of it may take to reach the client before the connection
+is cut."""
+REQUEST_TIMEOUT = 30.0
+"""Deadline of one whole exchange: read, render and write (a scrape that slow is long given up anyway)."""
 _PORT = re.compile(r"[0-9]{1,5}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 _REQUEST_LINE = re.compile(r"([A-Z]+) (\S+) HTTP/1\.[0-9]")
@@ -135,6 +148,8 @@ class MetricsServer:
         content_type: str = CONTENT_TYPE_LATEST,
         flag: str = "--metrics-address",
         read_timeout: float = 10.0,
+        timeout: float = REQUEST_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if render is None:
             if registry is None:
@@ -149,6 +164,10 @@ class MetricsServer:
         self.content_type = content_type
         self.flag = flag
         self.read_timeout = read_timeout
+        self.timeout = timeout
+        self.max_connections = max_connections
+        self.refused = 0
+        """Connections closed unserved because ``max_connections`` were open."""
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -160,15 +179,25 @@ class MetricsServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     @property
+    def open_connections(self) -> int:
+        """Connections being served now."""
+        return len(self._connections)
+
+    @property
     def url(self) -> str:
         return f"http://{ListenAddress(self.address.host, self.port)}{METRICS_PATH}"
 
     async def start(self) -> None:
         """Listen; an address that cannot be used (port taken, host unknown) is a ``SpecError``."""
         try:
-            self._server = await asyncio.start_server(
-                self._serve, self.address.host, self.address.port, limit=MAX_LINE
-            )
+            if self.address.host == "::":
+                self._server = await asyncio.start_server(
+                    self._serve, sock=dual_stack_socket(self.address.port), limit=MAX_LINE
+                )
+            else:
+                self._server = await asyncio.start_server(
+                    self._serve, self.address.host, self.address.port, limit=MAX_LINE
+                )
         except OSError as exc:
             # asyncio words bind errors its own way; the system's text is the one people search for.
             gai = isinstance(exc, socket.gaierror)
@@ -190,27 +219,45 @@ class MetricsServer:
             await asyncio.wait_for(server.wait_closed(), 2.0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection. Never ends in an exception, cancellation included: asyncio would log it at ERROR
+        from the connection task's done callback (Python 3.11+), e.g. for every open connection at stop."""
+        if len(self._connections) >= self.max_connections:
+            self.refused += 1
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
+        clean = False
         try:
-            try:
-                async with asyncio.timeout(self.read_timeout):
-                    method, path = await self._read_request(reader)
-            except _BadRequest as exc:
-                await self._respond(writer, HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), head=False)
-                return
-            await self._answer(writer, method, path)
+            async with asyncio.timeout(self.timeout):
+                try:
+                    async with asyncio.timeout(self.read_timeout):
+                        method, path = await self._read_request(reader)
+                except _BadRequest as exc:
+                    await self._respond(writer, HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), head=False)
+                else:
+                    await self._answer(writer, method, path)
+            clean = True
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away or never finished its request
+            pass  # the client went away, never finished its request or does not read the answer
+        except asyncio.CancelledError:
+            pass  # stop(): the connection ends here, quietly
         except Exception:
             log.exception("metrics request failed")
         finally:
             if task is not None:
                 self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if clean:
+                writer.close()
+            else:
+                writer.transport.abort()  # close() would wait for a flush that may never come
+        if clean:  # the rest of the answer may still be in the buffer: a short while to flush it, no more
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await writer.wait_closed()
+            except (Exception, asyncio.CancelledError):
+                writer.transport.abort()
 
     async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str]:
         try:
@@ -266,3 +313,20 @@ class MetricsServer:
             lines.append("Allow: " + ", ".join(ALLOWED_METHODS))
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
         await writer.drain()
+
+
+def dual_stack_socket(port: int) -> socket.socket:
+    """A listening TCP socket on ``[::]:port`` that takes IPv4 connections too (``IPV6_V6ONLY`` off, which
+    asyncio turns on for an IPv6 wildcard address)."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError, AttributeError):  # a system without dual-stack sockets: IPv6 only
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+        sock.listen(100)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -6,6 +6,11 @@ Bit or ``jq`` can read a DaemonSet's logs without multi-line parsing. Every obje
 becomes an ``exception`` field holding the traceback, and fields passed with ``extra=`` (the RPC
 line's method, code and duration) become fields of their own, so they can be filtered on without
 parsing the message.
+
+Every line is strict JSON (RFC 8259), and no record is lost to a formatting error: a message whose
+``%`` arguments do not fit it is written as the message followed by ``repr(args)``; a value JSON cannot
+hold (an object, a float NaN or infinity, a dict with tuple keys) is written as its ``str()`` (its
+``repr()`` if that fails too), field by field, so the other fields stay as they are.
 """
 
 from __future__ import annotations
@@ -36,35 +41,91 @@ def rfc3339(created: float) -> str:
     return datetime.fromtimestamp(created, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _text(value: object) -> str:
+    """``str(value)``, else ``repr(value)``, else the type's name: never raises."""
+    for convert in (str, repr):
+        try:
+            return convert(value)
+        except Exception:  # a broken __str__ must not lose the record
+            continue
+    return f"<unprintable {type(value).__name__}>"
+
+
+def safe_message(record: logging.LogRecord) -> str:
+    """``record.getMessage()``; when the ``%`` arguments do not fit the message, the message and ``repr(args)``."""
+    try:
+        return record.getMessage()
+    except Exception:
+        args = record.args
+        try:
+            shown = repr(args)
+        except Exception:
+            shown = f"<unprintable {type(args).__name__}>"
+        return f"{_text(record.msg)} {shown}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` if strict JSON can hold it (with ``str()`` for unknown objects), else its text."""
+    try:
+        _dumps(value)
+    except Exception:
+        return _text(value)
+    return value
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record; values JSON cannot hold are written as their ``str()``."""
+    """One strict JSON object per record; see the module docstring for values JSON cannot hold."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": rfc3339(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": safe_message(record),
         }
         for key, value in record.__dict__.items():
-            if key in _RECORD_ATTRIBUTES or key.startswith("_"):
+            name = key if isinstance(key, str) else _text(key)  # extra= may carry keys that are not strings
+            if name in _RECORD_ATTRIBUTES or name.startswith("_"):
                 continue
             # An extra named like a core field must not hide the real one.
-            out["extra_" + key if key in CORE_FIELDS else key] = value
+            out["extra_" + name if name in CORE_FIELDS else name] = value
         if record.exc_info and record.exc_info[0] is not None:
             out["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             out["exception"] = record.exc_text
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(out, default=str, ensure_ascii=True, separators=(",", ":"))
+        try:
+            return _dumps(out)
+        except Exception:  # one field JSON cannot hold: write that one as text, keep the others
+            return _dumps({key: _json_safe(value) for key, value in out.items()})
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``; a message whose ``%`` arguments do not fit is written as the message and ``repr(args)``
+    instead of being lost to a traceback on stderr."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        try:
+            return super().format(record)
+        except Exception:
+            fixed = logging.makeLogRecord(record.__dict__)
+            fixed.msg, fixed.args = safe_message(record), None
+            return super().format(fixed)
 
 
 def make_formatter(fmt: LogFormat) -> logging.Formatter:
     if fmt == "json":
         return JsonFormatter()
     if fmt == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextFormatter()
     raise ValueError(f"--log-format: unknown format {fmt!r}; expected one of: {', '.join(LOG_FORMATS)}")
 
 

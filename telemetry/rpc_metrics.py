@@ -6,7 +6,8 @@ demo and several daemons in one process never collide over metric names.
 Every RPC a servicer method decorated with ``observed_unary`` / ``observed_stream`` handles is counted
 once when it ends, by method and final gRPC status code (what the client saw: ``OK``, the code of an
 ``abort`` such as ``INVALID_ARGUMENT`` or an injected fault's code, ``UNKNOWN`` for an exception,
-``CANCELLED`` when the client went away), its duration goes into a histogram, and one line is logged at
+``CANCELLED`` when the client went away, ``DEADLINE_EXCEEDED`` when the call's deadline ran out while it
+was handled), its duration goes into a histogram, and one line is logged at
 debug level. For a stream (ListAndWatch) "ends" and "duration" mean the end and the lifetime of the
 stream, as in go-grpc-prometheus; open streams have their own gauge.
 """
@@ -147,6 +148,16 @@ def _status_name(context: grpc.aio.ServicerContext[Any, Any], default: str) -> s
     return code.name if isinstance(code, grpc.StatusCode) else default
 
 
+def _cancelled_code(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """grpc cancels the handler both when the client goes away and when the call's deadline passes; the
+    client sees DEADLINE_EXCEEDED in the second case, so that is what counts."""
+    try:
+        remaining = context.time_remaining()
+    except Exception:  # a context that cannot tell (a test double, a call torn down): the client left
+        return "CANCELLED"
+    return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
+
+
 class RpcObserver:
     """The RPC metrics bound to one scope (a resource name or a driver name), for one servicer."""
 
@@ -178,7 +189,7 @@ class _Observation:
         elif isinstance(exc, grpc.aio.AbortError):
             self.call.code = _status_name(self.context, "UNKNOWN")
         elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-            self.call.code = "CANCELLED"
+            self.call.code = _cancelled_code(self.context)
         else:  # grpc answers an exception escaping a handler with UNKNOWN
             self.call.code = "UNKNOWN"
         self.metrics.record(self.call, time.perf_counter() - self.started)

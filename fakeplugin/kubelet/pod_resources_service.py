@@ -5,9 +5,12 @@ so it must answer from the allocations the emulator's device manager actually ma
 does (pkg/kubelet/apis/podresources/server_v1.go and the device manager's ``GetDevices``):
 
 - List returns one PodResources per active pod, every container of the pod (also those without
-  devices), and per container one ContainerDevices per resource and NUMA node; devices without NUMA
-  affinity (-1 in the checkpoint) carry no topology.
-- GetAllocatableResources returns every healthy device as its own ContainerDevices, once per NUMA node.
+  devices), and per container one ContainerDevices per device ID, once per NUMA node of the device
+  (``containerDevicesFromResourceDeviceInstances`` over ``GetDevices``); devices without NUMA affinity
+  (-1 in the checkpoint) carry no topology. The kubelet walks Go maps, so its order varies; the emulator
+  lists resources by name, then NUMA nodes in order, then the devices in allocation order.
+- GetAllocatableResources returns every healthy device the same way: its own ContainerDevices, once per
+  NUMA node.
 - Get answers for one pod by namespace and name; an unknown pod is a plain Go error (gRPC UNKNOWN) with
   the kubelet's text.
 
@@ -17,6 +20,7 @@ The emulator does not run a CPU or memory manager and has no DRA manager, so ``c
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -46,17 +50,25 @@ def _topology(numa: int) -> api_pb2.TopologyInfo | None:
 
 
 def container_devices(manager: DeviceManager, pod_uid: str, container: str) -> list[api_pb2.ContainerDevices]:
-    """The kubelet's ``GetDevices(podUID, containerName)``: per resource, one entry per NUMA node."""
+    """The kubelet's ``GetDevices(podUID, containerName)`` through ``containerDevicesFromResourceDeviceInstances``:
+    one entry per device ID, repeated for each NUMA node the device was allocated from."""
     out: list[api_pb2.ContainerDevices] = []
     allocations = [a for a in manager.allocations if (a.pod_uid, a.container) == (pod_uid, container)]
     for allocation in sorted(allocations, key=lambda a: a.resource):
+        # getContainerDevices: device ID -> its NUMA nodes (none for a device without affinity).
+        nodes: dict[str, list[int]] = {}
         for numa in sorted(allocation.numa):
-            ids = allocation.numa[numa]
-            if not ids:
-                continue
-            out.append(
-                api_pb2.ContainerDevices(resource_name=allocation.resource, device_ids=ids, topology=_topology(numa))
-            )
+            for device_id in allocation.numa[numa]:
+                found = nodes.setdefault(device_id, [])
+                if numa >= 0 and numa not in found:
+                    found.append(numa)
+        for device_id, numas in nodes.items():
+            for numa in numas or [NO_NUMA]:
+                out.append(
+                    api_pb2.ContainerDevices(
+                        resource_name=allocation.resource, device_ids=[device_id], topology=_topology(numa)
+                    )
+                )
     return out
 
 
@@ -80,7 +92,8 @@ class PodResourcesService(api_pb2_grpc.PodResourcesListerServicer):
     def __init__(self, pods: Callable[[], Iterable[ActivePod]], manager: DeviceManager) -> None:
         self._pods = pods
         self.manager = manager
-        self.calls: list[str] = []
+        self.calls: collections.Counter[str] = collections.Counter()
+        """RPCs answered, by method (a count, not a log: a monitoring agent calls List every few seconds)."""
 
     def pod_resources(self, pod: ActivePod) -> api_pb2.PodResources:
         containers = [
@@ -94,7 +107,7 @@ class PodResourcesService(api_pb2_grpc.PodResourcesListerServicer):
         request: api_pb2.ListPodResourcesRequest,
         context: grpc.aio.ServicerContext[api_pb2.ListPodResourcesRequest, api_pb2.ListPodResourcesResponse],
     ) -> api_pb2.ListPodResourcesResponse:
-        self.calls.append("List")
+        self.calls["List"] += 1
         return api_pb2.ListPodResourcesResponse(pod_resources=[self.pod_resources(p) for p in self._pods()])
 
     async def GetAllocatableResources(
@@ -102,7 +115,7 @@ class PodResourcesService(api_pb2_grpc.PodResourcesListerServicer):
         request: api_pb2.AllocatableResourcesRequest,
         context: grpc.aio.ServicerContext[api_pb2.AllocatableResourcesRequest, api_pb2.AllocatableResourcesResponse],
     ) -> api_pb2.AllocatableResourcesResponse:
-        self.calls.append("GetAllocatableResources")
+        self.calls["GetAllocatableResources"] += 1
         return api_pb2.AllocatableResourcesResponse(devices=allocatable_devices(self.manager))
 
     async def Get(
@@ -110,7 +123,7 @@ class PodResourcesService(api_pb2_grpc.PodResourcesListerServicer):
         request: api_pb2.GetPodResourcesRequest,
         context: grpc.aio.ServicerContext[api_pb2.GetPodResourcesRequest, api_pb2.GetPodResourcesResponse],
     ) -> api_pb2.GetPodResourcesResponse:
-        self.calls.append("Get")
+        self.calls["Get"] += 1
         for pod in self._pods():
             if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                 return api_pb2.GetPodResourcesResponse(pod_resources=self.pod_resources(pod))

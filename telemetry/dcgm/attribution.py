@@ -8,8 +8,10 @@ Two sources, as the faces differ:
   allocations (Kubernetes 1.34+, ``dynamic_resources``) come as driver/pool/device names, which an
   optional resolver turns into UUIDs. It serves the device plugin daemon, the kubelet emulator, and a
   DRA daemon next to a kubelet that fills ``dynamic_resources``.
-- ``CallableAttribution`` wraps a function, for a process that already knows (the DRA driver's
-  prepared claims, a test).
+- ``CallableAttribution`` wraps a function, for a process that already knows (a test).
+- ``FallbackAttribution`` completes another source: the DRA daemon adds holders built from its prepared
+  claims for the devices the kubelet's answer does not cover (a kubelet before 1.34 or with its
+  ``KubeletPodResourcesDynamicResources`` gate off lists no ``dynamic_resources``).
 
 Annotations are not in the pod resources API; an ``AnnotationLookup`` (namespace, pod) -> annotations is
 given separately: the kubelet emulator offers ``pod_annotations``; in a cluster the daemon answers from a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,12 @@ DraDeviceResolver = Callable[[str, str, str], str | None]
 def pod_resources_socket(kubelet_root: Path) -> Path:
     """The pod resources socket of a kubelet with ``--root-dir`` ``kubelet_root``."""
     return kubelet_root / "pod-resources" / "kubelet.sock"
+
+
+def unix_target(socket: Path) -> str:
+    """The gRPC target of a Unix socket: ``unix://`` takes an absolute path only (``unix://run/x.sock`` would
+    name the authority ``run``), so a relative one (``--kubelet-dir kubelet``) is resolved first."""
+    return f"unix://{os.path.abspath(socket)}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,33 @@ def holders_from_list(
     return out
 
 
+HolderFallback = Callable[[list[DeviceHolder]], Awaitable[list[DeviceHolder]]]
+"""Given what the primary source listed, the holders it missed (appended after them)."""
+
+
+class FallbackAttribution:
+    """``primary``'s holders, then those ``fallback`` adds for what ``primary`` did not cover. A failing
+    fallback is logged once per distinct error and adds nothing."""
+
+    def __init__(self, primary: Attribution, fallback: HolderFallback) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self._last_error = ""
+
+    async def holders(self) -> list[DeviceHolder]:
+        listed = await self.primary.holders()
+        try:
+            extra = await self.fallback(list(listed))
+        except Exception as exc:  # the primary's answer still stands
+            message = f"{type(exc).__name__}: {exc}"
+            if message != self._last_error:
+                self._last_error = message
+                log.warning("attribution fallback failed (%s); using the pod resources answer alone", message)
+            return listed
+        self._last_error = ""
+        return [*listed, *extra]
+
+
 class PodResourcesAttribution:
     """A grpc.aio client of the kubelet's pod resources API.
 
@@ -151,7 +187,7 @@ class PodResourcesAttribution:
 
     def _stub(self) -> api_pb2_grpc.PodResourcesListerAsyncStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
+            self._channel = grpc.aio.insecure_channel(unix_target(self.socket))
         return api_pb2_grpc.PodResourcesListerStub(self._channel)
 
     async def list_pod_resources(self) -> api_pb2.ListPodResourcesResponse:

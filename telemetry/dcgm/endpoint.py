@@ -2,7 +2,11 @@
 
 Both daemons serve it the same way: pods and containers come from the kubelet's PodResources socket,
 as real dcgm-exporter reads them; the DRA daemon adds a resolver from its prepared claims so the
-``dynamic_resources`` the kubelet lists map to GPU and MIG UUIDs.
+``dynamic_resources`` the kubelet lists map to GPU and MIG UUIDs, and a fallback that attributes prepared
+claims the kubelet's answer does not cover to the pods in the claim's ``status.reservedFor``.
+
+``--dcgm-seed`` seeds the activity model: the same seed, inventory, holders and time step give the same
+bytes, another seed other values (two fake nodes need not read alike).
 """
 
 from __future__ import annotations
@@ -14,8 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from sharing.live_inventory import LiveInventory
-from telemetry.dcgm.attribution import DraDeviceResolver, PodResourcesAttribution, pod_resources_socket
-from telemetry.dcgm.exporter import CONTENT_TYPE, DcgmExporter
+from telemetry.dcgm.attribution import (
+    Attribution,
+    DraDeviceResolver,
+    FallbackAttribution,
+    HolderFallback,
+    PodResourcesAttribution,
+    pod_resources_socket,
+)
+from telemetry.dcgm.exporter import CONTENT_TYPE, DEFAULT_SEED, DcgmExporter
 from telemetry.http_endpoint import ListenAddress, MetricsServer, parse_listen_address
 
 log = logging.getLogger(__name__)
@@ -35,6 +46,13 @@ def add_dcgm_options(parser: argparse.ArgumentParser) -> None:
         "--dcgm-kubernetes-virtual-gpus",
         action="store_true",
         help="one series per (GPU, container) for shared GPUs, as dcgm-exporter's --kubernetes-virtual-gpus",
+    )
+    group.add_argument(
+        "--dcgm-seed",
+        default=DEFAULT_SEED,
+        metavar="SEED",
+        help=f"seed of the modelled GPU activity (default {DEFAULT_SEED!r}): the same seed gives the same values, "
+        "another seed other values",
     )
 
 
@@ -64,11 +82,14 @@ class DcgmEndpoint:
         *,
         virtual_gpus: bool = False,
         dra_device_uuid: DraDeviceResolver | None = None,
+        fallback: HolderFallback | None = None,
         annotations: PodAnnotationSource | None = None,
+        seed: str | int = DEFAULT_SEED,
     ) -> None:
         self.attribution = PodResourcesAttribution(pod_resources_socket(kubelet_root), dra_device_uuid=dra_device_uuid)
         self.annotations = annotations
-        self.exporter = DcgmExporter(live, self.attribution, virtual_gpus=virtual_gpus, annotations=annotations)
+        source: Attribution = self.attribution if fallback is None else FallbackAttribution(self.attribution, fallback)
+        self.exporter = DcgmExporter(live, source, virtual_gpus=virtual_gpus, annotations=annotations, seed=seed)
         self.server = MetricsServer(address, render=self.scrape, content_type=CONTENT_TYPE, flag=FLAG)
 
     async def scrape(self) -> bytes:

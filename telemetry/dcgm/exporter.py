@@ -8,7 +8,8 @@ the deterministic model in ``sharing.gpu_activity``, and renders dcgm-exporter's
 
 Entities are what dcgm-exporter monitors with its default ``-d f``: each GPU, except that a GPU with MIG
 instances is represented by its instances. A device plugin replica (``<uuid>::<n>``) counts on the GPU or
-MIG instance behind it, and so does a DRA device (by UUID).
+MIG instance behind it, and so does a DRA device (by UUID). A container given a whole MIG-enabled GPU (MIG
+strategy ``none``) counts on each of its instances.
 
 Pod attribution follows dcgm-exporter's Kubernetes mapper:
 
@@ -65,6 +66,8 @@ DEFAULT_STEP_SECONDS = 10.0
 """How often the modelled values move (the jitter's time step)."""
 DEFAULT_REFRESH_SECONDS = 2.0
 """How often the background loop re-reads the attribution."""
+MAX_LOGGED_ERRORS = 64
+"""Distinct errors remembered as already logged (then the memory starts over)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class DcgmExporter:
         self.holders: list[DeviceHolder] = []
         self._last_xid: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._logged_errors: set[tuple[str, str]] = set()
         self.registry = CollectorRegistry()
         self.registry.register(_DcgmCollector(self))
 
@@ -173,12 +177,30 @@ class DcgmExporter:
 
     # -- attribution ---------------------------------------------------------------------------
     async def refresh(self) -> list[DeviceHolder]:
-        """Re-read who holds which device; a failing source keeps the last answer."""
+        """Re-read who holds which device; a failing source keeps the last answer (and is logged once per
+        distinct error, not on every scrape)."""
         try:
             self.holders = await self.attribution.holders()
-        except Exception:  # the exporter must keep serving whatever the source does
-            log.exception("DCGM exporter: attribution failed; keeping the last answer")
+        except Exception as exc:  # the exporter must keep serving whatever the source does
+            self._log_once("attribution", exc, "DCGM exporter: attribution failed; keeping the last answer")
+        else:
+            self._forget_errors("attribution")
         return self.holders
+
+    def _log_once(self, source: str, exc: Exception, message: str, *args: object) -> None:
+        """Log a failure with its traceback the first time this error shows, while it keeps recurring."""
+        key = (source, f"{type(exc).__name__}: {exc}")
+        if key in self._logged_errors:
+            return
+        if len(self._logged_errors) >= MAX_LOGGED_ERRORS:
+            self._logged_errors.clear()
+        self._logged_errors.add(key)
+        log.warning(message, *args, exc_info=exc)
+
+    def _forget_errors(self, source: str) -> None:
+        """The source works again: its next failure is news, and is logged."""
+        if self._logged_errors:
+            self._logged_errors = {k for k in self._logged_errors if k[0] != source}
 
     async def scrape(self) -> bytes:
         """Refresh the attribution, then render: what one HTTP scrape of dcgm-exporter returns."""
@@ -217,21 +239,37 @@ class DcgmExporter:
             return None
         try:
             found = self.annotations(holder.namespace, holder.pod)
-        except Exception:  # a lookup failure must not break the scrape
-            log.exception("DCGM exporter: annotations of %s/%s", holder.namespace, holder.pod)
+        except Exception as exc:  # a lookup failure must not break the scrape
+            self._log_once(
+                "annotations",
+                exc,
+                "DCGM exporter: reading the annotations of %s/%s failed; using the default target",
+                holder.namespace,
+                holder.pod,
+            )
             return None
         return parse_target(found.get(UTILIZATION_ANNOTATION))
 
     def holdings(self, by_uuid: dict[str, Entity]) -> dict[str, list[Holding]]:
-        """Entity UUID -> holdings in attribution order, one per (container, replica)."""
+        """Entity UUID -> holdings in attribution order, one per (container, replica).
+
+        A container holding a whole GPU that DCGM sees as MIG instances (MIG strategy ``none`` hands out
+        the MIG-enabled GPU itself) holds every instance of it: its load spreads over them all, so the
+        board reads as busy as the workload asks."""
+        instances: dict[str, list[Entity]] = {}
+        for instance in by_uuid.values():
+            if instance.mig is not None:
+                instances.setdefault(instance.gpu.uuid, []).append(instance)
         out: dict[str, list[Holding]] = {}
         for holder in self.holders:
             base = strip_replica(holder.device_id)
             entity = by_uuid.get(base)
-            if entity is None:
+            held = [entity] if entity is not None else instances.get(base, [])
+            if not held:
                 continue  # another vendor's device, an index-strategy ID or a device gone after a reload
             replica = holder.device_id.split("::", 1)[1] if "::" in holder.device_id else None
-            out.setdefault(entity.uuid, []).append(Holding(holder, replica))
+            for one in held:
+                out.setdefault(one.uuid, []).append(Holding(holder, replica))
         return out
 
     def _xids(self) -> dict[str, int]:

@@ -34,12 +34,17 @@ from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.kubelet.emulator import KubeletEmulator
 from kubeletapi.admin_socket import admin_call
 from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kubeletapi.dra.v1 import api_pb2 as v1
+from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.kubelet_paths import KubeletPaths
+from kubeletapi.plugin_registration import registry_socket_name
+from kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from sharing.inputs import InventoryInputs
 from telemetry.http_endpoint import ListenAddress
 from telemetry.rpc_metrics import fakegpu_version
 from tests.apiserver.fake_apiserver import FakeApiServer
-from tests.dra_kubelet_client import prepare, prepare_v1beta1, unprepare
+from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
 
 GPU = "nvidia.com/gpu"
 NODE = "metrics-node"
@@ -66,6 +71,8 @@ EXPECTED_DRA = {
     "fakegpu_dra_claim_unprepares_total": ("counter", {"result"}),
     "fakegpu_dra_devices": ("gauge", {"health"}),
     "fakegpu_dra_prepared_claims": ("gauge", set()),
+    "fakegpu_dra_registration_failures_total": ("counter", set()),
+    "fakegpu_dra_registrations_total": ("counter", set()),
     "fakegpu_dra_resourceslice_publishes_total": ("counter", {"result"}),
     "fakegpu_dra_rpc_duration_seconds": ("histogram", {"method"}),
     "fakegpu_dra_rpc_requests_total": ("counter", {"method", "code"}),
@@ -291,6 +298,38 @@ async def test_every_fake_node_has_its_own_registry(fakegpu_node):
     ) == 1
 
 
+async def notify(registration_socket: Path, registered: bool, error: str = "") -> None:
+    """What the kubelet's plugin watcher says after GetInfo."""
+    async with grpc.aio.insecure_channel(f"unix://{registration_socket}") as channel:
+        status = reg.RegistrationStatus(plugin_registered=registered, error=error)
+        await reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(status, timeout=5)
+
+
+async def test_plugins_registry_registrations_are_counted_from_the_kubelets_notification(fakegpu_node):
+    """In plugins-registry mode the kubelet's plugin watcher registers the plugin: its
+    NotifyRegistrationStatus is what the registration counters count."""
+    node = await fakegpu_node("2xl4", registration="plugins-registry")
+    registry = node.plugins.metrics.registry
+    by_resource = {"resource": GPU}
+
+    def value(name: str) -> float | None:
+        found: float | None = registry.get_sample_value(name, by_resource)
+        return found
+
+    assert value("fakegpu_device_plugin_registrations_total") == 1
+    assert value("fakegpu_device_plugin_reregistrations_total") == 0
+    await node.kubelet.stop()
+    await node.kubelet.start()
+    await node.wait_synced(2.0)
+    assert value("fakegpu_device_plugin_registrations_total") == 2
+    assert value("fakegpu_device_plugin_reregistrations_total") == 1
+    assert value("fakegpu_device_plugin_registration_failures_total") == 0
+    socket = node.kubelet.paths.plugins_registry / registry_socket_name(GPU)
+    await notify(socket, False, "incompatible version")
+    assert value("fakegpu_device_plugin_registration_failures_total") == 1
+    assert value("fakegpu_device_plugin_registrations_total") == 2
+
+
 # --- the DRA driver ----------------------------------------------------------------------------------
 
 
@@ -405,6 +444,43 @@ async def test_dra_metrics_follow_claims_and_health(dra_daemon, apiserver):
         assert m["fakegpu_dra_resourceslice_publishes_total", {"result": "success"}] == 2
 
     await eventually(tainted, "the taint to be published")
+
+
+async def test_dra_registrations_are_counted_from_the_kubelets_notification(dra_daemon, root):
+    _, url, _ = dra_daemon
+    registration = KubeletPaths(root / "kubelet").plugins_registry / registry_socket_name(DRIVER)
+    m = await scrape(url)
+    assert m["fakegpu_dra_registrations_total", {}] == 0
+    assert m["fakegpu_dra_registration_failures_total", {}] == 0
+    assert (await get_info(registration)).name == DRIVER  # GetInfo, then plugin_registered: true
+    m = await scrape(url)
+    assert m["fakegpu_dra_registrations_total", {}] == 1
+    await notify(registration, False, "no DRA handler for version v2")
+    await get_info(registration)  # the kubelet restarted and registered it again
+    m = await scrape(url)
+    assert m["fakegpu_dra_registrations_total", {}] == 2
+    assert m["fakegpu_dra_registration_failures_total", {}] == 1
+
+
+async def test_an_rpc_past_its_deadline_counts_as_deadline_exceeded(dra_daemon, apiserver):
+    """grpc cancels the handler of a call whose deadline passed: the client saw DEADLINE_EXCEEDED, and so
+    must the metrics, not CANCELLED (which is a client that went away)."""
+    socket, url, admin = dra_daemon
+    await admin_call(admin, "fault", method="NodeUnprepareResources", delay=2.0)
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = v1_grpc.DRAPluginStub(channel)
+        request = v1.NodeUnprepareResourcesRequest(claims=[v1.Claim(namespace="default", name="c", uid="u")])
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await stub.NodeUnprepareResources(request, timeout=0.2)
+    assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    async def counted() -> None:
+        m = await scrape(url)
+        unprepares = {"method": "NodeUnprepareResources"}
+        assert m["fakegpu_dra_rpc_requests_total", {**unprepares, "code": "DEADLINE_EXCEEDED"}] == 1
+        assert m.get("fakegpu_dra_rpc_requests_total", {**unprepares, "code": "CANCELLED"}) == 0
+
+    await eventually(counted, "the late call to be counted")
 
 
 async def test_dra_metric_names_and_labels_are_pinned(dra_daemon, apiserver):

@@ -56,14 +56,28 @@ async def test_list_reports_running_pods_their_containers_and_devices(fakegpu_no
     assert (main.name, sidecar.name) == ("main", "sidecar")
     assert list(sidecar.devices) == []
     allocation = next(a for a in node.kubelet.manager.allocations if a.pod_uid == "uid-big")
-    expected = [(GPU, allocation.numa[numa], [numa]) for numa in sorted(allocation.numa)]
-    assert devices_of(main) == expected  # one entry per NUMA node, as the kubelet's GetDevices
+    # One entry per device ID with that device's NUMA node, as the kubelet's
+    # containerDevicesFromResourceDeviceInstances(GetDevices(...)): never several IDs in one entry.
+    expected = [(GPU, [i], [numa]) for numa in sorted(allocation.numa) for i in allocation.numa[numa]]
+    assert devices_of(main) == expected
     assert sorted(i for _, ids, _ in expected for i in ids) == sorted(allocation.device_ids)
-    assert len(expected) == 2
+    assert len(expected) == 3 and len(allocation.numa) == 2
+    numa_of = {g.uuid: g.numa for g in node.inventory.node.gpus}
+    assert all(numa_of[ids[0]] == numa for _, ids, (numa,) in expected)
 
     node.delete_pod("uid-big")
     listed = await call(node, "List", pr.ListPodResourcesRequest())
     assert [p.name for p in listed.pod_resources] == ["uid-plain"]
+
+
+async def test_calls_are_counted_not_logged(fakegpu_node):
+    """A monitoring agent calls List every few seconds for the node's lifetime: the emulator keeps a count per
+    method, not an ever-growing record of every call."""
+    node = await fakegpu_node("1xt4")
+    for _ in range(3):
+        await call(node, "List", pr.ListPodResourcesRequest())
+    await call(node, "GetAllocatableResources", pr.AllocatableResourcesRequest())
+    assert node.kubelet.pod_resources.calls == {"List": 3, "GetAllocatableResources": 1}
 
 
 async def test_devices_without_numa_have_no_topology(fakegpu_node):
@@ -131,7 +145,8 @@ async def test_list_response_on_the_wire(fakegpu_node):
         topology = messages(entry, 3)  # ContainerDevices.topology = 3
         numa = [int64(n, 1) for n in messages(topology[0], 1)]  # TopologyInfo.nodes = 1, NUMANode.ID = 1
         got.append((string(entry, 1), strings(entry, 2), numa))  # resource_name = 1, device_ids = 2
-    assert got == [(GPU, allocation.numa[n], [n]) for n in sorted(allocation.numa)]
+    assert got == [(GPU, [i], [n]) for n in sorted(allocation.numa) for i in allocation.numa[n]]
+    assert all(len(ids) == 1 for _, ids, _ in got)  # repeated field device_ids: one ID per entry
     assert {number for number, wire_type, _ in decode(main)} == {1, 2} and all(
         wire_type == LEN for _, wire_type, _ in decode(main)
     )

@@ -3,6 +3,7 @@ label order for a whole GPU, a time-slicing replica and a MIG instance, pinned."
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +22,10 @@ from telemetry.dcgm.attribution import (
     CallableAttribution,
     DeviceHolder,
     DraDevice,
+    FallbackAttribution,
     holders_from_list,
+    pod_resources_socket,
+    unix_target,
 )
 from telemetry.dcgm.exporter import DcgmExporter, dcgm_text
 from tests.inventory_builders import inventory, time_slicing
@@ -388,3 +392,116 @@ async def test_golden_exposition_of_a_held_t4(tmp_path):
     xid_pod = 'container="server",err_code="0",err_msg="No Error",namespace="ml",pod="infer-0"'
     expected = "\n".join(T4_GOLDEN).replace("{XIDPOD}", xid_pod).replace("{POD}", pod).replace("{ID}", ident)
     assert (await exporter.scrape()).decode() == expected + "\n"
+
+
+# --- seed, MIG strategy none, log noise, the attribution fallback -------------------------------------------
+
+
+def seeded(tmp_path: Path, seed: str | int, gpus: str = "2xh100-80gb") -> DcgmExporter:
+    live = LiveInventory(inventory(tmp_path, gpus))
+    held = [(live.inventory.node.gpus[0].uuid, "ml", "p", "c")]
+    return DcgmExporter(live, CallableAttribution(lambda: held), clock=lambda: 0.0, seed=seed)
+
+
+async def test_the_seed_picks_the_values(tmp_path):
+    first = await seeded(tmp_path, "node-a").scrape()
+    assert first == await seeded(tmp_path, "node-a").scrape()  # same seed: same bytes
+    other = await seeded(tmp_path, "node-b").scrape()
+    assert other != first
+    util = [float(of(t, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[0][1]) for t in (first, other)]
+    temp = [float(of(t, "DCGM_FI_DEV_GPU_TEMP", gpu="1")[0][1]) for t in (first, other)]
+    assert util[0] != util[1] or temp[0] != temp[1]
+
+
+async def test_a_whole_mig_enabled_gpu_spreads_its_load_over_the_instances(tmp_path):
+    """MIG strategy none hands out the MIG-enabled GPU itself; DCGM sees only its instances, which all carry
+    the holder and its load (none of it is dropped)."""
+    kw: dict[str, Any] = {"layout": "all-3g.40gb", "cli": {"mig_strategy": "none"}}
+    live, _ = make(tmp_path, "1xh100-80gb", **kw)
+    gpu = live.inventory.node.gpus[0]
+    annotations = {("ml", "p"): {UTILIZATION_ANNOTATION: "40"}}
+    _, exporter = make(
+        tmp_path,
+        "1xh100-80gb",
+        [(gpu.uuid, "ml", "p", "c")],
+        annotations=lambda ns, pod: annotations.get((ns, pod), {}),
+        **kw,
+    )
+    _, idle_exporter = make(tmp_path, "1xh100-80gb", **kw)
+    text, idle = await exporter.scrape(), await idle_exporter.scrape()
+    active = of(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert len(active) == len(gpu.mig_devices) == 2
+    for labels, value in active:
+        assert dict(labels)["pod"] == "p" and dict(labels)["container"] == "c"
+        assert 0.38 <= float(value) <= 0.42
+    busy_power = float(of(text, "DCGM_FI_DEV_POWER_USAGE")[0][1])
+    assert busy_power > float(of(idle, "DCGM_FI_DEV_POWER_USAGE")[0][1])
+
+
+async def test_a_failing_source_is_logged_once_per_distinct_error(tmp_path, caplog):
+    errors: list[Exception | None] = [RuntimeError("boom"), RuntimeError("boom"), RuntimeError("boom"), KeyError("x")]
+    errors += [None, RuntimeError("boom")]
+
+    def source():
+        error = errors.pop(0)
+        if error is not None:
+            raise error
+        return []
+
+    live = LiveInventory(inventory(tmp_path, "1xh100-80gb"))
+    exporter = DcgmExporter(live, CallableAttribution(source), clock=lambda: 0.0)
+    caplog.set_level(logging.DEBUG, logger="telemetry.dcgm.exporter")
+    for _ in range(6):
+        await exporter.scrape()  # never raises
+    logged = [r for r in caplog.records if r.name == "telemetry.dcgm.exporter"]
+    # boom once (not three times), the KeyError once, and boom again after the source recovered
+    assert [repr(r.exc_info[1]) for r in logged if r.exc_info] == [
+        "RuntimeError('boom')",
+        "KeyError('x')",
+        "RuntimeError('boom')",
+    ]
+    assert len(logged) == 3
+
+
+async def test_a_failing_annotation_lookup_is_logged_once(tmp_path, caplog):
+    live, _ = make(tmp_path)
+    gpu0 = live.inventory.node.gpus[0].uuid
+
+    def broken(namespace: str, pod: str) -> dict[str, str]:
+        raise RuntimeError("lookup down")
+
+    _, exporter = make(tmp_path, holders=[(gpu0, "ml", "p", "c")], annotations=broken)
+    caplog.set_level(logging.DEBUG, logger="telemetry.dcgm.exporter")
+    for _ in range(3):
+        assert of(await exporter.scrape(), "DCGM_FI_DEV_GPU_UTIL", gpu="0")
+    assert len([r for r in caplog.records if r.name == "telemetry.dcgm.exporter"]) == 1
+
+
+async def test_the_fallback_adds_what_the_primary_source_missed(tmp_path, caplog):
+    dra = DraDevice("claim", "ns", "gpu.nvidia.com", "node-a", "gpu-0")
+    listed = [DeviceHolder("GPU-a", "ns", "p", "c")]
+    seen: list[list[DeviceHolder]] = []
+    failing = [False]
+
+    async def fallback(holders: list[DeviceHolder]) -> list[DeviceHolder]:
+        seen.append(holders)
+        if failing[0]:
+            raise OSError()
+        return [DeviceHolder("GPU-b", "ns", "q", "", dra)]
+
+    attribution = FallbackAttribution(CallableAttribution(lambda: listed), fallback)
+    assert await attribution.holders() == [*listed, DeviceHolder("GPU-b", "ns", "q", "", dra)]
+    assert seen == [listed]
+    failing[0] = True
+    caplog.set_level(logging.WARNING, logger="telemetry.dcgm.attribution")
+    assert await attribution.holders() == listed
+    assert await attribution.holders() == listed
+    (warning,) = caplog.records
+    assert "OSError" in warning.getMessage()
+
+
+def test_a_relative_socket_is_an_absolute_grpc_target(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    socket = pod_resources_socket(Path("kubelet"))
+    assert unix_target(socket) == f"unix://{tmp_path}/kubelet/pod-resources/kubelet.sock"
+    assert unix_target(tmp_path / "x.sock") == f"unix://{tmp_path}/x.sock"

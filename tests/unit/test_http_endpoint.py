@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
 import time
 import urllib.request
@@ -12,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
 from sharing.errors import SpecError
-from telemetry.http_endpoint import ListenAddress, MetricsServer, parse_listen_address
+from telemetry.http_endpoint import MAX_CONNECTIONS, ListenAddress, MetricsServer, parse_listen_address
 
 EXPECTED = "expected HOST:PORT, [IPV6]:PORT, :PORT or PORT, with PORT from 0 to 65535"
 
@@ -233,3 +235,121 @@ async def test_stopped_means_closed(server):
     await server.stop()  # twice is harmless
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+# --- limits: connections, deadlines, shutdown, dual stack ----------------------------------------------
+
+
+async def wait_until(check, timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_connections_beyond_the_cap_are_closed_at_once():
+    metrics = MetricsServer(ListenAddress("127.0.0.1", 0), registry_with_counter(), max_connections=4)
+    await metrics.start()
+    idle = []
+    try:
+        for _ in range(4):  # connected, saying nothing: each holds a slot until its read timeout
+            idle.append(await asyncio.open_connection("127.0.0.1", metrics.port))
+        await wait_until(lambda: metrics.open_connections == 4)
+        reader, writer = await asyncio.open_connection("127.0.0.1", metrics.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+        started = time.monotonic()
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(), 2.0) == b""  # closed unanswered
+        assert time.monotonic() - started < 1.0
+        assert metrics.refused == 1
+        writer.close()
+        idle.pop()[1].close()  # a slot frees up: served again
+        await wait_until(lambda: metrics.open_connections == 3)
+        assert (await exchange(metrics.port, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
+    finally:
+        for _, w in idle:
+            w.close()
+        await metrics.stop()
+
+
+def test_the_default_cap():
+    metrics = MetricsServer(ListenAddress("127.0.0.1", 0), registry_with_counter())
+    assert metrics.max_connections == MAX_CONNECTIONS == 64
+
+
+async def test_a_client_that_does_not_read_its_answer_is_cut_off_at_the_deadline():
+    big = b"x" * (64 << 20)  # far more than the socket buffers hold: the write blocks until the client reads
+    metrics = MetricsServer(ListenAddress("127.0.0.1", 0), render=lambda: big, timeout=0.5)
+    await metrics.start()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", metrics.port, limit=1024)
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+        await wait_until(lambda: metrics.open_connections == 1)
+        started = time.monotonic()
+        await wait_until(lambda: metrics.open_connections == 0, timeout=5.0)
+        assert time.monotonic() - started < 2.0
+        writer.close()
+        assert (await exchange(metrics.port, b"HEAD /metrics HTTP/1.1\r\n\r\n"))[0] == 200
+    finally:
+        await metrics.stop()
+
+
+async def test_a_slow_render_is_bounded_by_the_same_deadline():
+    async def render() -> bytes:
+        await asyncio.sleep(30)
+        return b""
+
+    metrics = MetricsServer(ListenAddress("127.0.0.1", 0), render=render, timeout=0.3)
+    await metrics.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", metrics.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+        started = time.monotonic()
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(), 3.0) == b""
+        assert time.monotonic() - started < 1.5
+        writer.close()
+    finally:
+        await metrics.stop()
+
+
+async def test_stopping_with_open_connections_logs_no_error(caplog):
+    """asyncio (3.11+) logs a connection task that ends cancelled at ERROR from its done callback."""
+    caplog.set_level(logging.DEBUG)
+    metrics = MetricsServer(ListenAddress("127.0.0.1", 0), registry_with_counter(), read_timeout=30.0)
+    await metrics.start()
+    _, stalled = await asyncio.open_connection("127.0.0.1", metrics.port)
+    stalled.write(b"GET /metrics HTTP/1.1\r\n")
+    await wait_until(lambda: metrics.open_connections == 1)
+    await metrics.stop()
+    await asyncio.sleep(0.05)  # the done callbacks run
+    stalled.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
+def ipv6_loopback() -> bool:
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")
+async def test_the_ipv6_wildcard_listens_on_ipv4_too():
+    metrics = MetricsServer(ListenAddress("::", 0), registry_with_counter())
+    await metrics.start()
+    try:
+        assert metrics.url == f"http://[::]:{metrics.port}/metrics"
+        for host in ("::1", "127.0.0.1"):
+            reader, writer = await asyncio.open_connection(host, metrics.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+            data = await asyncio.wait_for(reader.read(), 5.0)
+            writer.close()
+            assert data.startswith(b"HTTP/1.1 200 OK"), host
+    finally:
+        await metrics.stop()

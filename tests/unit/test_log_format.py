@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,71 @@ def test_configure_logging_leaves_foreign_handlers_alone():
         configure_logging("debug", "json", stream=io.StringIO())
         assert root.handlers == [foreign]
         assert root.level == logging.ERROR
+
+
+# --- records that do not fit: never lost, always strict JSON ---------------------------------------------
+
+
+def strict(line: str) -> dict[str, Any]:
+    """RFC 8259 JSON: Python's json module also reads NaN and Infinity, which no strict parser does."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    doc = json.loads(line, parse_constant=refuse)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_arguments_that_do_not_fit_the_message_keep_the_record():
+    doc = strict(JsonFormatter().format(record("served %d devices on %s", "many")))
+    assert doc["message"] == "served %d devices on %s ('many',)"
+    doc = strict(JsonFormatter().format(record("%(missing)s", {"other": 1})))
+    assert doc["message"] == "%(missing)s {'other': 1}"
+
+
+def test_the_text_format_keeps_such_records_too():
+    line = make_formatter("text").format(record("served %d devices", "many"))
+    assert line.endswith(" INFO fakeplugin.test: served %d devices ('many',)")
+
+
+def test_extras_with_keys_that_are_not_strings():
+    rec = record("x", method="Allocate")
+    attributes: dict[Any, Any] = rec.__dict__
+    attributes[7] = "seven"
+    attributes[(1, 2)] = "pair"
+    rec.__dict__["by_pair"] = {(0, 1): "a"}  # a dict json cannot key
+    doc = strict(JsonFormatter().format(rec))
+    assert (doc["7"], doc["(1, 2)"], doc["method"]) == ("seven", "pair", "Allocate")
+    assert doc["by_pair"] == "{(0, 1): 'a'}"
+
+
+def test_nan_and_infinity_are_written_as_text():
+    rec = record("x", ratio=float("nan"), limit=float("inf"), nested=[1.5, float("-inf")], fine=0.5)
+    doc = strict(JsonFormatter().format(rec))
+    assert (doc["ratio"], doc["limit"], doc["nested"], doc["fine"]) == ("nan", "inf", "[1.5, -inf]", 0.5)
+    assert doc["message"] == "x"
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    def __repr__(self) -> str:
+        return "<Unprintable>"
+
+
+def test_a_value_whose_str_fails():
+    doc = strict(JsonFormatter().format(record("x", thing=Unprintable(), fine="ok")))
+    assert (doc["thing"], doc["fine"]) == ("<Unprintable>", "ok")
+
+
+def test_bad_records_reach_the_stream_through_logging():
+    out = io.StringIO()
+    with bare_root():
+        configure_logging("info", "json", stream=out)
+        log = logging.getLogger("fakeplugin.x")
+        log.info("%d GPUs", "eight")
+        log.info("ratio", extra={"ratio": float("nan")})
+    lines = out.getvalue().splitlines()
+    assert [strict(line)["message"] for line in lines] == ["%d GPUs ('eight',)", "ratio"]
