@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -22,9 +23,32 @@ from dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, wri
 from dra.claim_devices import ClaimError, ClaimPreparation, PreparedResult, claim_preparation, published_devices
 from dra.metrics import DraMetrics
 from dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
+from sharing.errors import shorten
 from sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
+
+PHASE_PAUSE_ENV = "FAKEGPU_TEST_PREPARE_PHASE_PAUSE"
+"""Test hook, for the restart soaks only: seconds to stall after PrepareStarted is recorded and again after
+the CDI spec is written, so a test can kill the daemon between the checkpoint's two phases on purpose
+(the crash window is otherwise microseconds wide). Unset, or 0, in any real deployment."""
+
+
+def phase_pause_from_env() -> float:
+    """``$FAKEGPU_TEST_PREPARE_PHASE_PAUSE`` as seconds (0 when unset); a bad value is logged and ignored."""
+    raw = os.environ.get(PHASE_PAUSE_ENV, "")
+    if not raw:
+        return 0.0
+    try:
+        pause = float(raw)
+    except ValueError:
+        pause = -1.0
+    if not 0.0 <= pause <= 60.0:
+        log.error("ignoring %s=%r: expected seconds between 0 and 60", PHASE_PAUSE_ENV, raw)
+        return 0.0
+    log.warning("test hook %s: every claim preparation stalls %.3fs between its phases", PHASE_PAUSE_ENV, pause)
+    return pause
+
 
 CLAIM_KINDS: dict[str, Any] = {
     "resource.k8s.io/v1": resource_v1.ResourceClaim,
@@ -51,6 +75,9 @@ class LightkubeClaimReader:
             if exc.status.code == 404:
                 raise ClaimError(f"claim {namespace}/{name} not found") from None
             raise ClaimError(f"reading claim {namespace}/{name} failed: {exc.status.message}") from None
+        except Exception as exc:  # unreachable server, or an answer lightkube cannot read as a ResourceClaim
+            reason = shorten(" ".join(str(exc).split()) or type(exc).__name__, 200)
+            raise ClaimError(f"claim {namespace}/{name}: reading it from the API server failed: {reason}") from None
         data: dict[str, Any] = claim.to_dict()
         return data
 
@@ -76,6 +103,7 @@ class ClaimPreparer:
         self.checkpoint = checkpoint
         self.prepares = 0
         self.unprepares = 0
+        self.phase_pause = phase_pause_from_env()
         self._lock = asyncio.Lock()
 
     @property
@@ -130,9 +158,13 @@ class ClaimPreparer:
             if stored is not None and stored.completed:
                 return stored.devices
             self.checkpoint.start(ref, prep)
+            if self.phase_pause:
+                await asyncio.sleep(self.phase_pause)
             if prep.results:
                 spec = cdi_spec(prep.cdi_vendor, ref.uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
                 write_spec(self.cdi_root, spec, ref.uid)
+            if self.phase_pause:
+                await asyncio.sleep(self.phase_pause)
             self.checkpoint.complete(ref.uid)
             self.prepares += 1
         log.info(

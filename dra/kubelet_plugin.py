@@ -14,6 +14,7 @@ from collections.abc import Callable
 import grpc
 
 from kubeletapi.background_tasks import cancel_and_wait
+from kubeletapi.directories import ensure_dir
 from kubeletapi.kubelet_paths import KubeletPaths
 from kubeletapi.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from kubeletapi.socket_server import SocketServer
@@ -52,7 +53,7 @@ class DraKubeletPlugin:
         return str(self._registration.socket_path)
 
     async def start(self) -> None:
-        self.paths.plugins_registry.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.paths.plugins_registry)
         await self._dra.start()
         await self._registration.start()
         self._task = asyncio.create_task(self._watch(), name=f"dra-sockets-{self.driver}")

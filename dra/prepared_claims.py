@@ -37,6 +37,7 @@ from typing import Any, Final, Literal
 
 from dra.claim_devices import ClaimPreparation, PreparedResult
 from kubeletapi.atomic_files import atomic_write
+from kubeletapi.directories import ensure_dir
 
 CHECKPOINT_FILE: Final = "checkpoint.json"
 CHECKPOINT_MODE: Final = 0o600
@@ -206,7 +207,7 @@ class PreparedClaims:
         return self._claims
 
     def _write(self, claims: dict[str, PreparedClaim]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.path.parent)
         atomic_write(self.path, render_checkpoint(claims).encode("utf-8"), CHECKPOINT_MODE)
         self._claims = claims
 

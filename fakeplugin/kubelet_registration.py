@@ -15,6 +15,15 @@ class RegistrationError(Exception):
     """The kubelet refused or could not be reached; the text says which."""
 
 
+_DIAL_OPTIONS = [
+    # A kubelet.sock re-created a moment later is dialled again within milliseconds, not after gRPC's
+    # default one-second backoff (the kubelet's own dials use the same figures).
+    ("grpc.initial_reconnect_backoff_ms", 20),
+    ("grpc.min_reconnect_backoff_ms", 20),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
+
+
 async def register_with_kubelet(
     kubelet_socket: Path,
     resource_name: str,
@@ -27,7 +36,7 @@ async def register_with_kubelet(
         version=API_VERSION, endpoint=endpoint, resource_name=resource_name, options=options
     )
     try:
-        async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+        async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}", options=_DIAL_OPTIONS) as channel:
             stub = api_pb2_grpc.RegistrationStub(channel)
             await stub.Register(request, timeout=timeout, wait_for_ready=True)
     except grpc.aio.AioRpcError as exc:

@@ -126,7 +126,9 @@ class PluginManager:
         await server.start()
         self.registered[name] = False
         if self.registration == "plugins-registry":
-            service = RegistrationService(name, str(server.socket_path), ["v1beta1"])
+            service = RegistrationService(
+                name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
+            )
             reg = RegistryRegistration(self.paths.plugins_registry / registry_socket_name(name), service)
             old = self.registry.pop(name, None)
             if old is not None:
@@ -148,13 +150,24 @@ class PluginManager:
 
     async def _register(self, name: str) -> None:
         server = self.servers[name]
-        if identity(self.paths.kubelet_socket) is None:
+        kubelet = identity(self.paths.kubelet_socket)
+        if kubelet is None:
             log.info("%s waits for %s", name, self.paths.kubelet_socket)
             return
+        call = asyncio.create_task(
+            register_with_kubelet(self.paths.kubelet_socket, name, server.socket_path.name, server.service.options),
+            name=f"fakegpu-register-{name}",
+        )
         try:
-            await register_with_kubelet(
-                self.paths.kubelet_socket, name, server.socket_path.name, server.service.options
-            )
+            while not call.done():
+                await asyncio.wait({call}, timeout=self.poll_interval)
+                if not call.done() and (identity(self.paths.kubelet_socket) != kubelet or not server.socket_intact()):
+                    # The kubelet restarted under the call and wiped our socket: it cannot dial us back, so the
+                    # call could only time out, leaving the node without these devices meanwhile. Drop it;
+                    # the watch loop serves and registers again on its next step, with no retry delay.
+                    log.info("%s: the kubelet restarted during registration; registering again", name)
+                    return
+            await call
         except RegistrationError as exc:
             self.stats.registration_failures += 1
             self.metrics.registration_failed(name)
@@ -162,6 +175,8 @@ class PluginManager:
             self._next_retry[name] = time.monotonic() + self.retry_interval
             log.error("%s; retrying in %.0fs", exc, self.retry_interval)
             return
+        finally:
+            await cancel_and_wait([call])
         self.registered[name] = True
         self._next_retry.pop(name, None)
         self.stats.registrations += 1
@@ -257,11 +272,11 @@ class PluginManager:
                     log.info("socket of %s was removed, serving and registering again", name)
                     if self.registration == "plugins-registry" and name in self.registry:
                         # The kubelet's watcher still knows the registration socket; serving the
-                        # device plugin socket again is enough for it to reconnect.
+                        # device plugin socket again is enough for it to reconnect. The metrics count
+                        # the kubelet's NotifyRegistrationStatus instead (_registry_status_callback).
                         await server.stop()
                         await server.start()
                         self.stats.registrations += 1
-                        self.metrics.registered(name)
                         self.stats.last_registered[name] = time.monotonic()
                     else:
                         await self._stop_one(name)
@@ -280,9 +295,24 @@ class PluginManager:
         server = self.servers[name]
         old = self.registry.pop(name)
         await old.stop()
-        reg = RegistryRegistration(old.socket_path, RegistrationService(name, str(server.socket_path), ["v1beta1"]))
+        service = RegistrationService(
+            name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
+        )
+        reg = RegistryRegistration(old.socket_path, service)
         await reg.start()
         self.registry[name] = reg
+
+    def _registry_status_callback(self, name: str) -> Callable[[bool, str], None]:
+        """plugins-registry mode: the kubelet's NotifyRegistrationStatus is the registration, so it is what
+        the registration counters count."""
+
+        def on_status(registered: bool, error: str) -> None:
+            if registered:
+                self.metrics.registered(name)
+            else:
+                self.metrics.registration_failed(name)
+
+        return on_status
 
 
 def _mtime(path: Path) -> float | None:

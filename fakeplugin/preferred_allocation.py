@@ -29,6 +29,17 @@ EXHAUSTIVE_LIMIT = 5000
 
 NOT_ENOUGH = "not enough available devices to satisfy allocation"
 """NVIDIA's text, so clients matching on it see the same failure."""
+SHOWN_ID_LIMIT = 200
+"""Longest device ID quoted whole in an error. gRPC sends the error text in a trailer, and a client
+drops a call whose trailers exceed 16 KiB ("received metadata size exceeds hard limit"), so an
+unknown ID of any length must still give a readable refusal."""
+
+
+def shown_id(device_id: str) -> str:
+    """A device ID as error texts quote it: whole (as NVIDIA does) unless absurdly long."""
+    if len(device_id) <= SHOWN_ID_LIMIT:
+        return device_id
+    return f"{device_id[:SHOWN_ID_LIMIT]}... ({len(device_id)} characters)"
 
 
 def preferred_allocation(
@@ -53,11 +64,11 @@ def preferred_allocation(
     required = list(dict.fromkeys(must_include))
     for device_id in [*avail, *required]:
         if device_id not in by_id:
-            raise AllocationError(f"unknown device: {device_id}")
+            raise AllocationError(f"unknown device: {shown_id(device_id)}")
     avail_set = set(avail)
     for device_id in required:
         if device_id not in avail_set:
-            raise AllocationError(f"must-include device {device_id} is not among the available devices")
+            raise AllocationError(f"must-include device {shown_id(device_id)} is not among the available devices")
     if size < len(required) or size > len(avail):
         raise AllocationError(NOT_ENOUGH)
 

@@ -22,7 +22,20 @@ class SpecError(ValueError):
 
     def __str__(self) -> str:
         where = f"{self.source}: {self.location}" if self.location else self.source
-        return f"{where}: {self.message}"
+        return f"{shorten(where, MAX_PART)}: {shorten(self.message, MAX_PART)}"
+
+
+MAX_PART = 400
+"""Longest source or message printed: a huge value echoed back would bury the one line that matters."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """One line, at most ``limit`` characters: the start and end kept, the middle elided."""
+    text = " ".join(text.split()) if "\n" in text else text
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]} ... {text[-keep:]}"
 
 
 def format_location(loc: tuple[int | str, ...]) -> str:
@@ -61,7 +74,7 @@ def error_message(err: Any) -> str:
     elif err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
-        msg = f"{msg} (found {err['input']!r})"
+        msg = f"{msg} (found {shorten(repr(err['input']), 80)})"
     return msg
 
 

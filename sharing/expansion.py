@@ -178,15 +178,16 @@ def build_inventory(node: Node, config: PluginConfig) -> Inventory:
         mps = sharing.strategy == "mps"
         if mps:
             if any(d.is_mig for d in devices):
-                raise SpecError("sharing.mps", "sharing using MPS is not supported for MIG devices")
+                raise SpecError(sharing.source, "sharing using MPS is not supported for MIG devices", "sharing.mps")
             for d in devices:
                 gpu = node.gpus[d.parent_index]
                 cap = MPS_MAX_REPLICAS_MODERN if gpu.model.compute_capability >= (7, 5) else MPS_MAX_REPLICAS_LEGACY
                 if rule.replicas > cap:
                     raise SpecError(
-                        "sharing.mps",
+                        sharing.source,
                         f"device {gpu.uuid} ({gpu.model.product_name}): maximum allowed replicas exceeded: "
                         f"{rule.replicas} > {cap}",
+                        "sharing.mps",
                     )
         chosen = _selected(rule, devices)
         rest = [d for d in devices if d not in chosen]

@@ -18,6 +18,9 @@ from sharing.yaml_source import load_mapping, parse_yaml, read_text
 
 _ALLOW = ConfigDict(extra="allow", populate_by_name=True, frozen=True, strict=True)
 
+MAX_TIME_SLICING_REPLICAS = 1024
+"""fakegpu's cap on replicas per device (NVIDIA has none; MPS has its own, 48 or 16)."""
+
 
 class PluginFlagsFile(BaseModel):
     model_config = _ALLOW
@@ -127,6 +130,9 @@ class ReplicaResource(BaseModel):
         replicas = data["replicas"]
         if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas < 2:
             raise ValueError("number of replicas must be >= 2")
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > MAX_TIME_SLICING_REPLICAS:
+            # NVIDIA sets no upper bound; fakegpu does, so a typo cannot make a daemon build 10^30 devices.
+            raise ValueError(f"number of replicas must be <= {MAX_TIME_SLICING_REPLICAS} (fakegpu's limit)")
         if "devices" in data:
             data = {**data, "devices": _parse_devices(data["devices"])}
         return data

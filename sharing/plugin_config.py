@@ -43,6 +43,8 @@ class SharingConfig:
     rename_by_default: bool
     fail_requests_greater_than_one: bool
     rules: tuple[ReplicaRule, ...]
+    source: str = "config file"
+    """The config file the sharing section came from, so errors found while expanding name it."""
 
     def rule_for(self, resource: str) -> ReplicaRule | None:
         for rule in self.rules:
@@ -244,7 +246,7 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
     fail = replicated.fail_requests_greater_than_one
     if fail is None:
         fail = strategy == "mps"
-    return SharingConfig(strategy, replicated.rename_by_default, fail, tuple(rules))
+    return SharingConfig(strategy, replicated.rename_by_default, fail, tuple(rules), source)
 
 
 def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
@@ -277,7 +279,13 @@ def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
         if config.mig_strategy == "mixed":
             raise SpecError(origins["mig_strategy"], "using --mig-strategy=mixed is not supported with MPS")
         if not config.mps_root:
-            raise SpecError(origins["mps_root"], "using MPS requires --mps-root to be specified")
+            # Name the file whose sharing.mps needs it, unless the (empty) root was given explicitly.
+            explicit = not origins["mps_root"].startswith("default")
+            raise SpecError(
+                origins["mps_root"] if explicit else config.sharing.source,
+                "using MPS requires --mps-root to be specified (flag --mps-root, env MPS_ROOT or flags.mpsRoot)",
+                None if explicit else "sharing.mps",
+            )
     if config.device_discovery_strategy not in ("auto", "nvml", "tegra"):
         raise SpecError(
             origins["device_discovery_strategy"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,14 @@ def read_text(path: str | Path, what: str) -> str:
     """Read a small text file; every OS or encoding failure becomes a SpecError naming the file."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (a daemon's event loop would hang).
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(str(p))
+            if not stat.S_ISREG(mode):
+                raise SpecError(str(p), f"{what} is not a regular file (a FIFO, socket or device), expected a file")
             raw = fh.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(str(p), f"{what} not found") from None
@@ -25,6 +34,8 @@ def read_text(path: str | Path, what: str) -> str:
     except PermissionError:
         raise SpecError(str(p), f"{what} is not readable (permission denied)") from None
     except OSError as exc:
+        if exc.errno == 40:  # ELOOP
+            raise SpecError(str(p), f"{what} is a symlink loop") from None
         raise SpecError(str(p), f"cannot read {what}: {exc.strerror or exc}") from None
     if len(raw) > MAX_INPUT_BYTES:
         raise SpecError(str(p), f"{what} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
@@ -44,7 +55,8 @@ def parse_yaml(text: str, source: str) -> Any:
         problem = exc.problem or "invalid YAML"
         raise SpecError(source, f"invalid YAML: {problem}", where) from None
     except yaml.YAMLError as exc:
-        raise SpecError(source, f"invalid YAML: {exc}") from None
+        # PyYAML's texts span lines ("unacceptable character ... in <unicode string>, position 5"): one line.
+        raise SpecError(source, f"invalid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise SpecError(source, "invalid YAML: nesting too deep") from None
 

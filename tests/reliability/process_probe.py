@@ -1,0 +1,133 @@
+"""What a process holds, read from /proc: open fds, RSS, threads, asyncio tasks, listening Unix sockets.
+
+The restart soaks compare these before and after many restarts, because a leak that costs one file
+descriptor or one task per kubelet restart is invisible in any single test and fatal after a month
+on a node. Linux only (``/proc``), like the daemons' targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNIX_LISTENING = 0x00010000
+"""``__SO_ACCEPTCON`` in the Flags column of /proc/net/unix: the socket is listening."""
+
+
+def open_fds(pid: int | None = None) -> int:
+    """Number of open file descriptors of ``pid`` (default: this process)."""
+    return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size (VmRSS) of ``pid`` in bytes; 0 for a process that has exited (a zombie has none)."""
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+ELASTIC_THREADS = frozenset({"event_engine"})
+"""Thread names left out of ``thread_count``: gRPC's event engine runs a work-stealing pool that adds a
+thread under load and reaps it when idle, so its size says nothing about leaks."""
+
+
+def thread_count(pid: int | None = None) -> int:
+    """Threads of ``pid`` other than gRPC's elastic pool: a leaked server or executor shows up here."""
+    task_dir = Path(f"/proc/{pid or 'self'}/task")
+    count = 0
+    for tid in os.listdir(task_dir):
+        try:
+            name = (task_dir / tid / "comm").read_text().strip()
+        except OSError:  # the thread ended between listdir and read
+            continue
+        count += name not in ELASTIC_THREADS
+    return count
+
+
+def asyncio_tasks() -> int:
+    """Unfinished tasks of the running event loop (call from inside it)."""
+    return sum(1 for task in asyncio.all_tasks() if not task.done())
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes: set[int] = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for entry in os.listdir(fd_dir):
+        try:
+            target = os.readlink(fd_dir / entry)
+        except OSError:  # closed between listdir and readlink
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[len("socket:[") : -1]))
+    return inodes
+
+
+def listening_unix_sockets(pid: int | None = None, under: Path | None = None) -> set[Path]:
+    """Paths of Unix sockets in listening state: of ``pid`` when given, below ``under`` when given.
+
+    This is what the kernel says is being served, as opposed to what is on disk: a SIGKILLed daemon
+    leaves its socket files behind, but nothing listens on them any more."""
+    owned = _socket_inodes(pid) if pid is not None else None
+    found: set[Path] = set()
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8 or not int(fields[3], 16) & _UNIX_LISTENING:
+            continue
+        path = Path(fields[7])
+        if owned is not None and int(fields[6]) not in owned:
+            continue
+        if under is not None and not path.is_relative_to(under):
+            continue
+        found.add(path)
+    return found
+
+
+def accepts_connections(path: Path) -> bool:
+    """True when a process accepts on the socket file (it is served, not a stale leftover)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reading of a process's resources."""
+
+    fds: int
+    rss: int
+    threads: int
+    tasks: int | None = None
+    """asyncio tasks; only for this process, read inside its event loop."""
+
+    def growth(self, before: Usage) -> Usage:
+        tasks = None if self.tasks is None or before.tasks is None else self.tasks - before.tasks
+        return Usage(self.fds - before.fds, self.rss - before.rss, self.threads - before.threads, tasks)
+
+    def describe(self) -> str:
+        text = f"{self.fds} fds, RSS {self.rss / 2**20:.1f} MiB, {self.threads} threads"
+        return text if self.tasks is None else f"{text}, {self.tasks} asyncio tasks"
+
+
+async def settle_self(rounds: int = 3) -> None:
+    """Let finished connections close and collect garbage, so a reading shows what is really kept."""
+    for _ in range(rounds):
+        await asyncio.sleep(0.05)
+        gc.collect()
+
+
+def usage_of(pid: int | None = None) -> Usage:
+    """A reading of ``pid``; of this process (with its asyncio tasks) when ``pid`` is None."""
+    if pid is None:
+        return Usage(open_fds(), rss_bytes(), thread_count(), asyncio_tasks())
+    return Usage(open_fds(pid), rss_bytes(pid), thread_count(pid))
