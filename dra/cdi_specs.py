@@ -12,7 +12,9 @@ third-party serializer and is byte-for-byte deterministic (the test driver in th
 ``.json`` too).
 
 A fake GPU has no device nodes, so devices carry environment edits only; with ``--inject-nvidia-smi``
-the spec adds spec-wide edits (applied whenever one of its devices is) that bind-mount the fake
+each device also sets ``FAKEGPU_VISIBLE_DEVICES`` (its ``NVIDIA_VISIBLE_DEVICES`` list, which the fake
+nvidia-smi prefers to an image's own ``NVIDIA_VISIBLE_DEVICES=all``) and the spec adds spec-wide edits
+(applied whenever one of its devices is) that bind-mount the fake
 nvidia-smi and devices.json read-only, as NVIDIA's toolkit specs mount driver files: no mount ``type``,
 so the lowest ``cdiVersion`` that admits the fields used stays ``0.3.0``, or ``0.5.0`` once a device name
 starts with a digit, as most claim UIDs do.
@@ -28,7 +30,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kubeletapi.atomic_files import atomic_write
-from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, DEVICES_FILE_ENV, injected_mounts
+from sharing.nvidia_smi.injection import (
+    CONTAINER_DEVICES_PATH,
+    DEVICES_FILE_ENV,
+    NVIDIA_VISIBLE_DEVICES_ENV,
+    VISIBLE_DEVICES_ENV,
+    injected_mounts,
+)
 
 CLAIM_CLASS: Final = "claim"
 DEFAULT_DRIVER: Final = "gpu.nvidia.com"
@@ -63,6 +71,8 @@ _HOOK_NAMES: Final = frozenset(
 # What may appear in a claim UID that becomes part of a file name and a CDI device name: the CDI
 # device-name alphabet minus ':' (kept out of file names), never '/' and never '..'.
 _SAFE_UID: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+MAX_CLAIM_UID_LENGTH: Final = 128
+"""Longer UIDs would push ``<vendor>-<class>_<uid>.json`` (and its temp file's name) past NAME_MAX."""
 
 
 class CdiDevice(Protocol):
@@ -96,6 +106,11 @@ def qualified_name(vendor: str, cdi_class: str, name: str) -> str:
 
 def check_claim_uid(claim_uid: str) -> str:
     """Reject claim UIDs that could escape the CDI directory or break a CDI device name."""
+    if len(claim_uid) > MAX_CLAIM_UID_LENGTH:
+        raise ValueError(
+            f"claim UID of {len(claim_uid)} characters is not usable in a CDI spec: at most "
+            f"{MAX_CLAIM_UID_LENGTH} (a Kubernetes UID has 36), or the spec file's name gets too long"
+        )
     if not _SAFE_UID.fullmatch(claim_uid) or ".." in claim_uid:
         raise ValueError(
             f"claim UID {claim_uid!r} is not usable in a CDI spec: only letters, digits, '-', '_' and '.' "
@@ -134,6 +149,15 @@ def nvidia_smi_edits(directory: str) -> dict[str, Any]:
     }
 
 
+def _device_env(env: Sequence[str], nvidia_smi_dir: str | None) -> list[str]:
+    """A device's env; with the fake nvidia-smi, its NVIDIA_VISIBLE_DEVICES again as FAKEGPU_VISIBLE_DEVICES."""
+    out = list(env)
+    if nvidia_smi_dir:
+        prefix = f"{NVIDIA_VISIBLE_DEVICES_ENV}="
+        out += [f"{VISIBLE_DEVICES_ENV}={e.removeprefix(prefix)}" for e in env if e.startswith(prefix)]
+    return out
+
+
 def cdi_spec(
     vendor: str,
     claim_uid: str,
@@ -147,7 +171,7 @@ def cdi_spec(
     devices: list[dict[str, Any]] = [
         {
             "name": claim_device_name(claim_uid, d.device, d.share_id),
-            "containerEdits": {"env": list(d.env)},
+            "containerEdits": {"env": _device_env(d.env, nvidia_smi_dir)},
         }
         for d in prepared
     ]

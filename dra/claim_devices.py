@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 
 from dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
 from dra.resource_slices import device_name_gpu, device_name_mig, whole_gpu_offered_with_dynamic_mig
+from sharing.errors import shorten
 from sharing.identifiers import mig_uuid
 from sharing.node import Node
 
@@ -193,27 +194,43 @@ _BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**5
 _DECIMAL: Final = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
+_MAX_QUANTITY = 2**63 - 1
+_MAX_QUANTITY_DIGITS = 19
+
+
 def quantity_bytes(value: Any) -> int:
     """A Kubernetes quantity (``10Gi``, ``512M``, ``1e9`` or a JSON number) as bytes, rounded up like
     ``Quantity.Value()``."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"{value!r} is not a quantity")
     text = str(value)
+    shown = shorten(repr(text), 60)
     m = _QUANTITY.fullmatch(text)
     if not m:
-        raise ValueError(f"{text!r} is not a quantity (expected e.g. 10Gi, 512Mi, 1G)")
+        raise ValueError(f"{shown} is not a quantity (expected e.g. 10Gi, 512Mi, 1G)")
     try:
         number = Decimal(m.group(1))
-    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only valid decimals
-        raise ValueError(f"{text!r} is not a quantity") from exc
-    suffix = m.group(2) or ""
-    if suffix in _BINARY:
-        number *= _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        number = number.scaleb(_DECIMAL[suffix])
-    elif suffix:
-        number = number.scaleb(int(suffix[1:]))
-    return int(number.to_integral_value(rounding=ROUND_CEILING))
+        suffix = m.group(2) or ""
+        # Kubernetes quantities fit in int64 once scaled; decide on the magnitude before any exact arithmetic,
+        # so 1e999999 costs nothing instead of a million-digit integer.
+        if suffix in _BINARY:
+            scale = len(str(_BINARY[suffix])) - 1
+        elif suffix in _DECIMAL:
+            scale = _DECIMAL[suffix]
+        else:
+            scale = int(suffix[1:]) if suffix else 0
+        if number and number.adjusted() + scale > _MAX_QUANTITY_DIGITS:
+            raise ValueError(f"{shown} is larger than any Kubernetes quantity (at most 2^63-1)")
+        if suffix in _BINARY:
+            number *= _BINARY[suffix]
+        elif suffix:
+            number = number.scaleb(scale)
+        result = int(number.to_integral_value(rounding=ROUND_CEILING))
+    except (InvalidOperation, OverflowError) as exc:
+        raise ValueError(f"{shown} is not a quantity") from exc
+    if result > _MAX_QUANTITY:
+        raise ValueError(f"{shown} is larger than any Kubernetes quantity (at most 2^63-1)")
+    return result
 
 
 class _Decoder:
@@ -304,7 +321,8 @@ class _Decoder:
             ts = self.obj(sharing.get("timeSlicingConfig") or {}, "sharing.timeSlicingConfig", ("interval",))
             interval = ts.get("interval", "Default")
             if interval not in INTERVALS:
-                raise self.fail(f"sharing.timeSlicingConfig.interval {interval!r} is not one of {', '.join(INTERVALS)}")
+                shown = shorten(repr(interval), 60)
+                raise self.fail(f"sharing.timeSlicingConfig.interval {shown} is not one of {', '.join(INTERVALS)}")
             return SharingConfig(kind=kind, strategy=strategy, interval=interval)
         if sharing.get("timeSlicingConfig") is not None:
             raise self.fail(f"sharing.timeSlicingConfig cannot be used with the {MPS} strategy")

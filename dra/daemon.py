@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import grpc
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
 from dra.admin_ops import dra_ops
 from dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
@@ -26,14 +28,15 @@ from dra.health_service import HealthService
 from dra.kubelet_plugin import DraKubeletPlugin
 from dra.metrics import DraMetrics
 from dra.plugin_service import DraPluginV1, DraPluginV1beta1
-from dra.prepared_claims import PreparedClaims
+from dra.prepared_claims import PreparedClaim, PreparedClaims
 from dra.published_health import device_health
 from dra.resource_slices import SliceOptions
 from dra.slice_publisher import SlicePublisher
 from kubeapi.client import client_factory
-from kubeapi.pod_annotations import PodAnnotations
+from kubeapi.pod_annotations import CachedLookups, PodAnnotations
 from kubeletapi.admin_socket import AdminServer
 from kubeletapi.background_tasks import cancel_and_wait
+from kubeletapi.directories import ensure_dir
 from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
@@ -42,11 +45,99 @@ from sharing.errors import SpecError
 from sharing.health import XidPolicy
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from telemetry.dcgm.attribution import DeviceHolder, DraDevice
 from telemetry.dcgm.endpoint import DcgmEndpoint
+from telemetry.dcgm.exporter import DEFAULT_SEED
 from telemetry.http_endpoint import ListenAddress, MetricsServer
 from telemetry.nvidia_smi_files import NvidiaSmiFiles
 
 log = logging.getLogger(__name__)
+
+
+CLAIM_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.ResourceClaim,
+    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
+    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
+}
+CLAIM_TTL = 10.0
+"""How long a claim's ``status.reservedFor`` is trusted before it is read again (shared claims gain pods)."""
+CLAIM_DEADLINE = 1.0
+"""Total time the claim lookups of one scrape may take; the pods' annotation lookups come after them, within
+their own 2 s, so a scrape stays well inside Prometheus's 10 s timeout whatever the API server does."""
+
+
+def reserved_pods(claim: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pods a claim is reserved for: ``status.reservedFor`` entries of core ``pods``, in order."""
+    status = claim.get("status") or {}
+    out: list[str] = []
+    for consumer in status.get("reservedFor") or ():
+        if consumer.get("resource") == "pods" and not consumer.get("apiGroup") and consumer.get("name"):
+            out.append(str(consumer["name"]))
+    return tuple(out)
+
+
+class PreparedClaimHolders:
+    """The DCGM exporter's fallback attribution from the claims this driver prepared.
+
+    The kubelet lists DRA devices in PodResources ``dynamic_resources`` only from Kubernetes 1.34 (feature
+    gate ``KubeletPodResourcesDynamicResources``). For every prepared claim the kubelet's answer does not
+    name, the claim's devices are held by the pods in its ``status.reservedFor`` (read through the API
+    server, cached ``CLAIM_TTL`` seconds, concurrently under one deadline, failures backing off and keeping
+    the last answer), in the claim's namespace, with an empty container (the claim does not say which
+    container uses it). A claim whose pods are not known (yet) still holds its devices, without a pod.
+    """
+
+    def __init__(
+        self,
+        driver: str,
+        claims: Callable[[], Iterable[PreparedClaim]],
+        read_claim: Callable[[str, str], Awaitable[Mapping[str, Any]]],
+        *,
+        ttl: float = CLAIM_TTL,
+        deadline: float = CLAIM_DEADLINE,
+    ) -> None:
+        self.driver = driver
+        self.claims = claims
+        self.read_claim = read_claim
+        self.lookups: CachedLookups[tuple[str, str, str], tuple[str, ...]] = CachedLookups(
+            self._pods,
+            what="ResourceClaim lookups for DCGM attribution",
+            name=lambda key: f"claim {key[0]}/{key[1]}",
+            ttl=ttl,
+            deadline=deadline,
+        )
+
+    async def _pods(self, key: tuple[str, str, str]) -> tuple[str, ...]:
+        namespace, name, uid = key
+        try:
+            claim = await self.read_claim(namespace, name)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return ()  # deleted while prepared: the kubelet unprepares it soon
+            raise
+        if str((claim.get("metadata") or {}).get("uid", "")) != uid:
+            return ()  # replaced by another claim of the same name: not the one prepared
+        return reserved_pods(claim)
+
+    async def __call__(self, listed: list[DeviceHolder]) -> list[DeviceHolder]:
+        named = {(h.dra.claim_namespace, h.dra.claim_name) for h in listed if h.dra is not None}
+        try:
+            prepared = [
+                c
+                for c in self.claims()
+                if c.completed and c.driver == self.driver and c.devices and (c.namespace, c.name) not in named
+            ]
+        except (ValueError, OSError):  # an unusable checkpoint: nothing to add (the preparer reports it)
+            prepared = []
+        await self.lookups.prefetch((c.namespace, c.name, c.uid) for c in prepared)
+        out: list[DeviceHolder] = []
+        for claim in prepared:
+            pods = self.lookups.get((claim.namespace, claim.name, claim.uid)) or ("",)
+            for pod in pods:
+                for result in claim.devices:
+                    dra = DraDevice(claim.name, claim.namespace, claim.driver, result.pool, result.device)
+                    out.append(DeviceHolder(result.uuid, claim.namespace, pod, "", dra))
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,6 +197,8 @@ class DraDriver:
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
+        # The kubelet's NotifyRegistrationStatus is the registration: count what it says.
+        self.plugin.registration_service.on_status = self.metrics.registration_status
         self._publish_task: asyncio.Task[None] | None = None
 
     def _add_services(self, server: grpc.aio.Server) -> None:
@@ -123,9 +216,20 @@ class DraDriver:
                     return result.uuid
         return None
 
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """A ResourceClaim as a dict, in the resource.k8s.io version the publisher settled on."""
+        kind = CLAIM_KINDS[self.publisher.options.api_version]
+        claim = await self.client.get(kind, name, namespace=namespace)
+        data: dict[str, Any] = claim.to_dict()
+        return data
+
+    def prepared_claim_holders(self) -> PreparedClaimHolders:
+        """The DCGM exporter's attribution fallback from this driver's prepared claims."""
+        return PreparedClaimHolders(self.settings.driver, self.preparer.checkpoint.claims, self.read_claim)
+
     async def start(self) -> None:
-        self.settings.cdi_root.mkdir(parents=True, exist_ok=True)
-        self.paths.dra_plugin_dir(self.settings.driver).mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.settings.cdi_root)
+        ensure_dir(self.paths.dra_plugin_dir(self.settings.driver))
         self.preparer.recover()
         await self.plugin.start()
         self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
@@ -164,16 +268,22 @@ async def run_dra_daemon(
     metrics_address: ListenAddress | None = None,
     dcgm_address: ListenAddress | None = None,
     dcgm_virtual_gpus: bool = False,
+    dcgm_seed: str | int = DEFAULT_SEED,
 ) -> int:
     """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
     with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``; with ``dcgm_address``, the
-    fake dcgm-exporter, attributing claims through the kubelet's PodResources ``dynamic_resources``."""
+    fake dcgm-exporter (its model seeded with ``dcgm_seed``), attributing claims through the kubelet's
+    PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names."""
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
     # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
-    smi_unsubscribe = NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live) if inputs.nvidia_smi_dir else None
+    smi_unsubscribe = (
+        NvidiaSmiFiles(Path(inputs.nvidia_smi_dir), dynamic_mig=settings.mig_mode == "dynamic").follow(live)
+        if inputs.nvidia_smi_dir
+        else None
+    )
     driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
     admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
     metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
@@ -184,7 +294,9 @@ async def run_dra_daemon(
             dcgm_address,
             virtual_gpus=dcgm_virtual_gpus,
             dra_device_uuid=driver.prepared_device_uuid,
+            fallback=driver.prepared_claim_holders(),
             annotations=PodAnnotations(client_factory(settings.kubeconfig)),
+            seed=dcgm_seed,
         )
         if dcgm_address
         else None

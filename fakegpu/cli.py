@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import sys
@@ -18,7 +17,12 @@ from fakegpu.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.inventory_output import render_inventory, render_labels
 from fakegpu.node_options import add_node_options, node_settings
-from fakegpu.nvidia_smi_command import add_nvidia_smi_parser, run_nvidia_smi_command
+from fakegpu.nvidia_smi_command import (
+    add_inject_options,
+    add_nvidia_smi_parser,
+    apply_inject_flags,
+    run_nvidia_smi_command,
+)
 from fakegpu.scenario_command import add_scenario_parser, run_scenario_command
 from fakegpu.slice_commands import (
     API_VERSIONS,
@@ -39,7 +43,6 @@ from sharing.errors import SpecError
 from sharing.expansion import build_inventory
 from sharing.inputs import load_config, load_node
 from sharing.labels import gfd_labels
-from sharing.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
 from telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
 from telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from telemetry.log_format import LOG_FORMATS, configure_logging
@@ -151,20 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     add_metrics_address_option(dra)
     add_dcgm_options(dra)
 
-    for face, default in ((plugin, DEFAULT_PLUGIN_DIR), (dra, DEFAULT_DRA_DIR)):
-        face.add_argument(
-            "--inject-nvidia-smi",
-            action="store_true",
-            help="mount a fake nvidia-smi at /usr/bin/nvidia-smi (and devices.json at /run/fakegpu/devices.json) "
-            "into every container given a GPU; never installed as nvidia-smi on the host",
-        )
-        face.add_argument(
-            "--nvidia-smi-dir",
-            type=Path,
-            default=Path(default),
-            help="host directory of those files, the same path for the daemon and the container runtime "
-            "(default %(default)s)",
-        )
+    add_inject_options(plugin, "plugin")
+    add_inject_options(dra, "dra")
     add_nvidia_smi_parser(sub)
     add_virtual_nodes_parser(sub)
 
@@ -231,9 +222,7 @@ def _run(args: argparse.Namespace) -> int:
             render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)
         )
         return 0
-    inputs = inventory_inputs(args)
-    if args.command in ("plugin", "dra") and args.inject_nvidia_smi:
-        inputs = dataclasses.replace(inputs, nvidia_smi_dir=str(args.nvidia_smi_dir))
+    inputs = apply_inject_flags(args, inventory_inputs(args))
     if args.command == "demo":
         return asyncio.run(run_demo(inputs, sys.stdout))
     if args.command == "plugin":
@@ -249,6 +238,7 @@ def _run(args: argparse.Namespace) -> int:
                 metrics_address=metrics_address(args),
                 dcgm_address=dcgm_address(args),
                 dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
+                dcgm_seed=args.dcgm_seed,
                 node=node_settings(args),
             )
         )
@@ -271,6 +261,7 @@ def _run(args: argparse.Namespace) -> int:
                 metrics_address=metrics_address(args),
                 dcgm_address=dcgm_address(args),
                 dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
+                dcgm_seed=args.dcgm_seed,
             )
         )
     node = load_node(inputs)

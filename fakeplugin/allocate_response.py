@@ -12,11 +12,17 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from fakeplugin.allocation_error import AllocationError
+from fakeplugin.preferred_allocation import shown_id
 from kubeletapi.deviceplugin.v1beta1 import api_pb2
 from sharing.identifiers import strip_replica
 from sharing.inventory import Device, Inventory, Resource
 from sharing.node import MigInstance
-from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, DEVICES_FILE_ENV, injected_mounts
+from sharing.nvidia_smi.injection import (
+    CONTAINER_DEVICES_PATH,
+    DEVICES_FILE_ENV,
+    VISIBLE_DEVICES_ENV,
+    injected_mounts,
+)
 from sharing.plugin_config import CDI_STRATEGIES
 
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
@@ -49,7 +55,7 @@ def validate_request(resource: Resource, ids: Sequence[str]) -> None:
     known = {d.id for d in resource.devices}
     for device_id in ids:
         if device_id not in known:
-            raise _error(resource, f"unknown device: {device_id}")
+            raise _error(resource, f"unknown device: {shown_id(device_id)}")
     if resource.fail_requests_greater_than_one and len(ids) > 1 and any("::" in i for i in ids):
         raise _error(resource, f"maximum request size for shared resources is 1; found {len(ids)}")
 
@@ -70,7 +76,7 @@ def _lookup(resource: Resource, ids: Sequence[str]) -> list[Device]:
     for device_id in ids:
         device = by_id.get(device_id)
         if device is None:
-            raise _error(resource, f"unknown device: {device_id}")
+            raise _error(resource, f"unknown device: {shown_id(device_id)}")
         devices.append(device)
     return devices
 
@@ -152,15 +158,17 @@ def _update_for_mps(
         response.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(min(percentages))
 
 
-def _add_nvidia_smi(response: api_pb2.ContainerAllocateResponse, directory: str) -> None:
+def _add_nvidia_smi(response: api_pb2.ContainerAllocateResponse, directory: str, runtime_ids: Sequence[str]) -> None:
     """fakegpu extension (``--inject-nvidia-smi``): the fake nvidia-smi at /usr/bin/nvidia-smi and
-    devices.json beside it, read-only, after NVIDIA's own mounts. Whatever the device list strategy,
-    the script reads NVIDIA_VISIBLE_DEVICES as the runtime would."""
+    devices.json beside it, read-only, after NVIDIA's own mounts, and ``FAKEGPU_VISIBLE_DEVICES`` with
+    the container's runtime IDs, which the script prefers to NVIDIA_VISIBLE_DEVICES: the CDI strategies
+    set no NVIDIA_VISIBLE_DEVICES, and CUDA images bring their own ``all``."""
     for mount in injected_mounts(directory):
         response.mounts.append(
             api_pb2.Mount(container_path=mount.container_path, host_path=mount.host_path, read_only=True)
         )
     response.envs[DEVICES_FILE_ENV] = CONTAINER_DEVICES_PATH
+    response.envs[VISIBLE_DEVICES_ENV] = ",".join(runtime_ids)
 
 
 def container_allocate_response(
@@ -173,7 +181,9 @@ def container_allocate_response(
     """NVIDIA's response (``_nvidia_response``) plus, when configured, the fake nvidia-smi's mounts."""
     response = _nvidia_response(inventory, resource, ids, annotation_id)
     if inventory.config.nvidia_smi_dir:
-        _add_nvidia_smi(response, inventory.config.nvidia_smi_dir)
+        strategy = inventory.config.device_id_strategy
+        runtime_ids = _unique(_runtime_id(d, strategy) for d in _lookup(resource, ids))
+        _add_nvidia_smi(response, inventory.config.nvidia_smi_dir, runtime_ids)
     return response
 
 

@@ -29,6 +29,7 @@ from sharing.health import XidPolicy
 from sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from telemetry.dcgm.endpoint import DcgmEndpoint
+from telemetry.dcgm.exporter import DEFAULT_SEED
 from telemetry.http_endpoint import ListenAddress, MetricsServer
 from telemetry.nvidia_smi_files import NvidiaSmiFiles
 
@@ -78,6 +79,7 @@ async def run_plugin_daemon(
     metrics_address: ListenAddress | None = None,
     dcgm_address: ListenAddress | None = None,
     dcgm_virtual_gpus: bool = False,
+    dcgm_seed: str | int = DEFAULT_SEED,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
@@ -157,6 +159,7 @@ async def run_plugin_daemon(
                 paths.root,
                 dcgm_address,
                 virtual_gpus=dcgm_virtual_gpus,
+                seed=dcgm_seed,
                 annotations=pod_annotations(node.kubeconfig, make_client),
             )
             await dcgm.start()

@@ -4,6 +4,10 @@ Used by both daemons with ``--inject-nvidia-smi``: written at start and after ev
 (config reload, new MIG layout, GPUs added), each atomically so a container starting at that moment
 bind-mounts either the old file or the new one, never half of one. A container that already runs keeps
 the file it mounted (a bind mount follows the inode), which matches what it was allocated.
+
+The DRA driver with ``--mig-mode dynamic`` passes ``dynamic_mig=True``: its prepare hands out MIG devices
+that do not exist in the inventory (``dra.claim_devices``: ``sharing.identifiers.mig_uuid`` of every
+profile and placement), and the files then describe them too, shown only to a container given one.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ SCRIPT_MODE: Final = 0o755
 DEVICES_MODE: Final = 0o644
 
 
-def render_files(inventory: Inventory) -> tuple[bytes, bytes]:
-    """(script, devices.json) for the inventory's node."""
-    node = from_inventory(inventory)
+def render_files(inventory: Inventory, *, dynamic_mig: bool = False) -> tuple[bytes, bytes]:
+    """(script, devices.json) for the inventory's node (with its dynamic MIG devices if ``dynamic_mig``)."""
+    node = from_inventory(inventory, dynamic_mig=dynamic_mig)
     devices = json.dumps(to_json(node), indent=2, ensure_ascii=False) + "\n"
     return render_script(node).encode("utf-8"), devices.encode("utf-8")
 
@@ -44,23 +48,24 @@ def _write(directory: Path, rendered: tuple[bytes, bytes]) -> tuple[Path, Path]:
     return directory / SCRIPT_FILE, directory / DEVICES_FILE
 
 
-def write_nvidia_smi_files(directory: Path, inventory: Inventory) -> tuple[Path, Path]:
+def write_nvidia_smi_files(directory: Path, inventory: Inventory, *, dynamic_mig: bool = False) -> tuple[Path, Path]:
     """Write both files atomically (creating ``directory``); returns (script path, devices.json path)."""
-    return _write(directory, render_files(inventory))
+    return _write(directory, render_files(inventory, dynamic_mig=dynamic_mig))
 
 
 class NvidiaSmiFiles:
     """The files of one directory, rewritten only when their content changes (health changes, which
     nvidia-smi does not show, cost a render and no write)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, dynamic_mig: bool = False) -> None:
         self.directory = directory
+        self.dynamic_mig = dynamic_mig
         self.writes = 0
         self._written: tuple[bytes, bytes] | None = None
 
     def update(self, inventory: Inventory) -> bool:
         """Write the files if they would change; True when written. Errors propagate."""
-        rendered = render_files(inventory)
+        rendered = render_files(inventory, dynamic_mig=self.dynamic_mig)
         if rendered == self._written and all((self.directory / name).exists() for name in (SCRIPT_FILE, DEVICES_FILE)):
             return False
         _write(self.directory, rendered)

@@ -2,9 +2,10 @@
 
 The supported subset: the table (no arguments), ``-L``/``--list-gpus``, ``-q``/``--query``,
 ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]``, ``-i``/``--id``, ``--version`` and ``-h``. The
+three report modes exclude one another (``-L -q`` is an invalid combination, as in nvidia-smi). The
 shell script in ``shell_script`` implements exactly these rules (same order of checks, same texts, same
-exit statuses), and the tests hold the two to byte equality. Statuses follow nvidia-smi: 0 success,
-2 invalid argument, 6 no devices found, 255 for an option it does not recognise.
+exit statuses), and the tests hold the two to byte equality. Statuses follow nvidia-smi's manual page:
+0 success, 2 invalid argument or flag (unknown options and missing values too), 6 no devices found.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from sharing.nvidia_smi import query, query_full, table
 from sharing.nvidia_smi.devices import SmiNode, filter_ids, select
 
 Mode = Literal["table", "list", "full", "query", "help", "version"]
+REPORT_MODES: Final = ("list", "full", "query")
+"""At most one of these per command line."""
 
 OK: Final = 0
 INVALID_ARGUMENT: Final = 2
 NOT_FOUND: Final = 6
-UNRECOGNIZED: Final = 255
+UNRECOGNIZED: Final = INVALID_ARGUMENT
+"""An unknown option or a missing value: the manual page's "a supplied argument or flag is invalid"."""
 
 NO_DEVICES: Final = "No devices were found\n"
 INVALID_COMBINATION: Final = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n"
@@ -39,6 +43,8 @@ class Request:
     fields: str = ""
     format: str | None = None
     ids: str | None = None
+    conflict: bool = False
+    """Two different report modes were asked for (``-L -q``, ``-L --query-gpu=...``)."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,13 @@ def missing_value(option: str) -> Result:
 
 
 def parse_args(argv: Sequence[str]) -> Request | Result:
-    """Left to right, the last mode wins; an unknown option or a missing value stops at once."""
+    """Left to right, the last mode wins, but two different report modes are a conflict (reported after
+    ``-h`` and ``--version``); an unknown option or a missing value stops at once."""
     mode: Mode = "table"
     fields = ""
     fmt: str | None = None
     ids: str | None = None
+    reports: set[str] = set()
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -94,15 +102,17 @@ def parse_args(argv: Sequence[str]) -> Request | Result:
             mode = "version"
         else:
             return unrecognized(arg)
+        if mode in REPORT_MODES:
+            reports.add(mode)
         i += 1
-    return Request(mode, fields, fmt, ids)
+    return Request(mode, fields, fmt, ids, conflict=len(reports) > 1)
 
 
 def help_text(node: SmiNode) -> str:
     return (
         f"NVIDIA System Management Interface -- fakegpu emulation, driver {node.driver_version}\n"
         "\n"
-        "Emulated GPUs: the devices named by NVIDIA_VISIBLE_DEVICES (all when unset).\n"
+        "Emulated GPUs: the devices named by FAKEGPU_VISIBLE_DEVICES, else by NVIDIA_VISIBLE_DEVICES.\n"
         "\n"
         "Supported options:\n"
         "    -L,  --list-gpus      List the GPUs and their MIG devices.\n"
@@ -132,8 +142,7 @@ def timestamp_now(now: float | None = None) -> str:
 
 
 def _query_fields(request: Request) -> list[str] | Result:
-    """The canonical field names, or nvidia-smi's error; an empty format has no ``csv`` (awk's split of ""
-    gives no fields, Python's gives one empty one: both fail the same way)."""
+    """The canonical field names, or nvidia-smi's error (an empty format has no ``csv``)."""
     tokens = request.format.split(",") if request.format else []
     if request.format is None or "csv" not in tokens or any(t not in FORMAT_OPTIONS for t in tokens):
         return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
@@ -148,8 +157,9 @@ def _query_fields(request: Request) -> list[str] | Result:
     return names
 
 
-def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str) -> Result:
-    """What ``nvidia-smi ARGV`` prints in a container with this ``NVIDIA_VISIBLE_DEVICES`` (None: unset)."""
+def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str, query_timestamp: str = "") -> Result:
+    """What ``nvidia-smi ARGV`` prints given this device list (``devices.visible_devices``; None: all);
+    ``timestamp`` is the table's and ``-q``'s date, ``query_timestamp`` the ``timestamp`` query field."""
     request = parse_args(argv)
     if isinstance(request, Result):
         return request
@@ -157,6 +167,8 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str)
         return Result(help_text(node), OK)
     if request.mode == "version":
         return Result(version_text(node), OK)
+    if request.conflict:
+        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
     if request.mode != "query" and request.format is not None:
         return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
     fields: list[str] = []
@@ -178,9 +190,15 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str)
         return Result(query_full.assemble(node, gpus, attached, timestamp), OK)
     if request.mode == "query":
         tokens = (request.format or "").split(",")
-        values = {v.gpu.index: query.gpu_values(node, v.gpu) for v in gpus}
+        values = {v.gpu.index: query.gpu_values(node, v.gpu, partial=not v.whole) for v in gpus}
         text = query.assemble(
-            gpus, attached, fields, values, noheader="noheader" in tokens, nounits="nounits" in tokens
+            gpus,
+            attached,
+            fields,
+            values,
+            noheader="noheader" in tokens,
+            nounits="nounits" in tokens,
+            timestamp=query_timestamp,
         )
         return Result(text, OK)
     return Result(table.assemble(node, gpus, timestamp), OK)

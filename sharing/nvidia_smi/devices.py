@@ -1,9 +1,16 @@
-"""The device description the fake nvidia-smi renders from, and NVIDIA_VISIBLE_DEVICES resolution.
+"""The device description the fake nvidia-smi renders from, and the resolution of the visible devices.
 
 A container never sees the whole node: nvidia-container-runtime hands it the devices named in
 ``NVIDIA_VISIBLE_DEVICES``, and NVML then numbers what it sees from 0 in PCI order. ``select`` does the
 same, so ``nvidia-smi`` in a pod shows exactly the devices the kubelet gave it, numbered as a real
-container would number them.
+container would number them. ``visible_devices`` picks the list: ``FAKEGPU_VISIBLE_DEVICES`` (set by
+fakegpu with the mounts) before ``NVIDIA_VISIBLE_DEVICES``; with neither, a container sees nothing and the
+host CLI everything.
+
+A GPU the container sees only through some of its MIG devices is shown as a MIG-enabled GPU whose memory
+it may not read (``VisibleGpu.whole`` False), as NVML answers in such a container. With the DRA driver's
+dynamic MIG, a MIG-capable GPU also carries ``mig_options``: every MIG device the driver may create on it
+(every profile at every placement, with the UUID the driver hands out), shown only when named.
 
 ``SmiNode`` is complete on its own (every number nvidia-smi prints is in it), so the JSON form
 (``devices.json``) renders identically without the catalog: ``fakegpu nvidia-smi --devices-file`` and
@@ -19,9 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sharing.catalog import GpuModel, MigProfile
+from sharing.identifiers import mig_uuid
 from sharing.inventory import Inventory
-from sharing.node import MigInstance, Node, PhysicalGpu
+from sharing.mig_geometry import Placement
+from sharing.node import MigInstance, Node, PhysicalGpu, gi_id
 from sharing.nvidia_smi.boards import board_facts
+from sharing.nvidia_smi.injection import NVIDIA_VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_ENV
 
 JSON_KIND: Final = "fakegpu.io/nvidia-smi-devices"
 JSON_VERSION: Final = 1
@@ -29,7 +39,10 @@ VOLUME_MOUNTS_ROOT: Final = "/var/run/nvidia-container-devices"
 """NVIDIA's ``volume-mounts`` strategy: ``NVIDIA_VISIBLE_DEVICES`` names this directory and the device IDs
 are the names of the files mounted in it."""
 NO_DEVICES: Final = frozenset({"", "none", "void"})
-_BLANKS: Final = " \t"
+_BLANKS: Final = " \t\n\r"
+"""Trimmed around the list and each ID (the runtime trims white space; the awk ``trim`` strips the same)."""
+_BUS_ID: Final = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _DIGITS: Final = re.compile(r"[0-9]+")
 _PAIR: Final = re.compile(r"([0-9]+):([0-9]+)")
 
@@ -37,7 +50,8 @@ _PAIR: Final = re.compile(r"([0-9]+):([0-9]+)")
 @dataclass(frozen=True)
 class SmiMig:
     index: int
-    """The MIG device's index on its GPU on the node (NVIDIA's ``<gpu>:<mig>`` form)."""
+    """The MIG device's index on its GPU on the node (NVIDIA's ``<gpu>:<mig>`` form); for a dynamic MIG
+    option, a number after the instances' that only keeps it apart (options have no index form)."""
     uuid: str
     profile: str
     gi_id: int
@@ -81,6 +95,8 @@ class SmiGpu:
     fan: str
     pcie_gen: int
     migs: tuple[SmiMig, ...]
+    mig_options: tuple[SmiMig, ...] = ()
+    """Dynamic MIG: the devices the DRA driver may create here and not yet in ``migs``; named by UUID only."""
 
     @property
     def free_mib(self) -> int:
@@ -102,6 +118,8 @@ class VisibleGpu:
     index: int
     gpu: SmiGpu
     migs: tuple[SmiMig, ...]
+    whole: bool = True
+    """False when only some of its MIG devices were given: MIG mode shows Enabled and memory is hidden."""
 
 
 @dataclass(frozen=True)
@@ -153,10 +171,31 @@ def _mig(model: GpuModel, bar1_mib: int, instance: MigInstance) -> SmiMig:
     )
 
 
-def _gpu(gpu: PhysicalGpu) -> SmiGpu:
+def _options(node_name: str, gpu: PhysicalGpu, bar1_mib: int, migs: tuple[SmiMig, ...]) -> tuple[SmiMig, ...]:
+    """Every (profile, placement) the dynamic-MIG DRA driver publishes for this GPU, with the UUID its
+    prepare hands out (``sharing.identifiers.mig_uuid`` of the node name), in GPU-instance ID order."""
+    model = gpu.model
+    taken = {m.uuid for m in migs}
+    placements = sorted(
+        (gi_id(model, Placement(start, profile)), profile.name, start, profile)
+        for profile in model.mig_profiles
+        for start in profile.placements
+    )
+    out: list[SmiMig] = []
+    for gi, _, start, profile in placements:
+        uuid = mig_uuid(node_name, gpu.index, profile.name, start)
+        if uuid in taken:
+            continue
+        instance = MigInstance(uuid, profile, start, gi, 0, len(migs) + len(out), gpu.index)
+        out.append(_mig(model, bar1_mib, instance))
+    return tuple(out)
+
+
+def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
     model = gpu.model
     facts = board_facts(model.key)
     migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
+    options = _options(node_name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
     major, minor = model.compute_capability
     return SmiGpu(
         index=gpu.index,
@@ -183,20 +222,22 @@ def _gpu(gpu: PhysicalGpu) -> SmiGpu:
         fan=facts.fan,
         pcie_gen=facts.pcie_gen,
         migs=migs,
+        mig_options=options,
     )
 
 
-def from_node(node: Node) -> SmiNode:
+def from_node(node: Node, *, dynamic_mig: bool = False) -> SmiNode:
+    """The node as nvidia-smi shows it; ``dynamic_mig`` adds the DRA driver's dynamic MIG devices."""
     return SmiNode(
         name=node.name,
         driver_version=node.driver_version,
         cuda_version=node.cuda_driver_version,
-        gpus=tuple(_gpu(g) for g in node.gpus),
+        gpus=tuple(_gpu(g, node.name, dynamic_mig) for g in node.gpus),
     )
 
 
-def from_inventory(inventory: Inventory) -> SmiNode:
-    return from_node(inventory.node)
+def from_inventory(inventory: Inventory, *, dynamic_mig: bool = False) -> SmiNode:
+    return from_node(inventory.node, dynamic_mig=dynamic_mig)
 
 
 # --- JSON (devices.json) -------------------------------------------------------------------------------
@@ -244,21 +285,26 @@ _GPU_KEYS: Final = (
 )
 
 
+def _mig_json(m: SmiMig) -> dict[str, Any]:
+    return {key: getattr(m, attr) for attr, key, _ in _MIG_KEYS}
+
+
 def to_json(node: SmiNode) -> dict[str, Any]:
-    """The devices.json document: camelCase keys, GPUs and MIG devices in node order."""
+    """The devices.json document: camelCase keys, GPUs and MIG devices in node order (``migOptions``
+    only where there are dynamic MIG options)."""
+    gpus: list[dict[str, Any]] = []
+    for g in node.gpus:
+        doc = {**{key: getattr(g, attr) for attr, key, _ in _GPU_KEYS}, "migDevices": [_mig_json(m) for m in g.migs]}
+        if g.mig_options:
+            doc["migOptions"] = [_mig_json(m) for m in g.mig_options]
+        gpus.append(doc)
     return {
         "kind": JSON_KIND,
         "version": JSON_VERSION,
         "node": node.name,
         "driverVersion": node.driver_version,
         "cudaVersion": node.cuda_version,
-        "gpus": [
-            {
-                **{key: getattr(g, attr) for attr, key, _ in _GPU_KEYS},
-                "migDevices": [{key: getattr(m, attr) for attr, key, _ in _MIG_KEYS} for m in g.migs],
-            }
-            for g in node.gpus
-        ],
+        "gpus": gpus,
     }
 
 
@@ -270,7 +316,17 @@ def _field(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ValueError(f"{where}.{key}: expected {kind.__name__}, found {value!r}")
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise ValueError(f"{where}.{key}: control characters are not allowed, found {value!r}")
     return value
+
+
+def _migs(raw: Any, where: str) -> tuple[SmiMig, ...]:
+    out = []
+    for j, m in enumerate(_list(raw, where)):
+        entry = _mapping(m, f"{where}[{j}]")
+        out.append(SmiMig(**{attr: _field(entry, key, kind, f"{where}[{j}]") for attr, key, kind in _MIG_KEYS}))
+    return tuple(out)
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -294,16 +350,15 @@ def from_json(data: Any, source: str = "devices.json") -> SmiNode:
     for i, raw in enumerate(_list(doc.get("gpus"), f"{source}.gpus")):
         where = f"{source}.gpus[{i}]"
         g = _mapping(raw, where)
-        migs = tuple(
-            SmiMig(
-                **{
-                    attr: _field(_mapping(m, f"{where}.migDevices[{j}]"), key, kind, f"{where}.migDevices[{j}]")
-                    for attr, key, kind in _MIG_KEYS
-                }
-            )
-            for j, m in enumerate(_list(g.get("migDevices"), f"{where}.migDevices"))
-        )
-        gpus.append(SmiGpu(**{attr: _field(g, key, kind, where) for attr, key, kind in _GPU_KEYS}, migs=migs))
+        fields = {attr: _field(g, key, kind, where) for attr, key, kind in _GPU_KEYS}
+        if not _BUS_ID.fullmatch(fields["bus_id"]):
+            raise ValueError(f"{where}.busId: expected nvidia-smi's form 00000000:18:00.0, found {fields['bus_id']!r}")
+        migs = _migs(g.get("migDevices"), f"{where}.migDevices")
+        options = _migs(g.get("migOptions", []), f"{where}.migOptions")
+        indices = [m.index for m in (*migs, *options)]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"{where}: MIG device indices must be unique, found {indices}")
+        gpus.append(SmiGpu(**fields, migs=migs, mig_options=options))
     return SmiNode(
         name=_field(doc, "node", str, source),
         driver_version=_field(doc, "driverVersion", str, source),
@@ -312,7 +367,7 @@ def from_json(data: Any, source: str = "devices.json") -> SmiNode:
     )
 
 
-# --- NVIDIA_VISIBLE_DEVICES ------------------------------------------------------------------------------
+# --- the visible devices --------------------------------------------------------------------------------
 
 
 def expand_volume_mounts(
@@ -329,13 +384,31 @@ def expand_volume_mounts(
     return ",".join(names)
 
 
-def select(node: SmiNode, visible: str | None) -> View:
-    """The devices a container with this ``NVIDIA_VISIBLE_DEVICES`` sees, renumbered as NVML does.
+def visible_devices(
+    env: Mapping[str, str],
+    listdir: Callable[[str], Iterable[str]],
+    *,
+    unset: str | None,
+    root: str = VOLUME_MOUNTS_ROOT,
+) -> str | None:
+    """The device list for ``select``: ``FAKEGPU_VISIBLE_DEVICES`` if set, else ``NVIDIA_VISIBLE_DEVICES``
+    (its ``volume-mounts`` directory listed), else ``unset``: ``""`` (nothing) for the script in a
+    container, which is what runc without the NVIDIA hook gives, and None (everything) for the host CLI."""
+    if VISIBLE_DEVICES_ENV in env:
+        return env[VISIBLE_DEVICES_ENV]
+    if NVIDIA_VISIBLE_DEVICES_ENV in env:
+        return expand_volume_mounts(env[NVIDIA_VISIBLE_DEVICES_ENV], listdir, root)
+    return unset
 
-    Unset or ``all``: everything. ``none``, ``void`` or empty: nothing. Otherwise a comma list of GPU
+
+def select(node: SmiNode, visible: str | None) -> View:
+    """The devices a container given this device list sees, renumbered as NVML does.
+
+    None or ``all``: everything. ``none``, ``void`` or empty: nothing. Otherwise a comma list of GPU
     indices, GPU UUIDs, MIG UUIDs or ``<gpu>:<mig>`` pairs; replica IDs (``GPU-...::3``) name their
-    device; IDs of no device are ignored. A whole GPU in MIG mode brings all its MIG devices. The
-    container sees GPUs in PCI (node) order whatever the order of the list.
+    device; IDs of no device are ignored. A whole GPU in MIG mode brings all its MIG devices (not its
+    dynamic options, which only their UUID names). The container sees GPUs in PCI (node) order
+    whatever the order of the list, and a GPU's instances before its options.
     """
     whole: set[int] = set()
     parts: set[tuple[int, int]] = set()
@@ -353,15 +426,17 @@ def select(node: SmiNode, visible: str | None) -> View:
                 for m in g.migs:
                     if token == m.uuid or (pair and int(pair[1]) == g.index and int(pair[2]) == m.index):
                         parts.add((g.index, m.index))
+                for m in g.mig_options:
+                    if token == m.uuid:
+                        parts.add((g.index, m.index))
     visible_gpus: list[VisibleGpu] = []
     for g in node.gpus:
         if g.index in whole:
-            migs = g.migs if g.mig_enabled else ()
-        else:
-            migs = tuple(m for m in g.migs if (g.index, m.index) in parts)
-            if not migs:
-                continue
-        visible_gpus.append(VisibleGpu(len(visible_gpus), g, migs))
+            visible_gpus.append(VisibleGpu(len(visible_gpus), g, g.migs if g.mig_enabled else ()))
+            continue
+        migs = tuple(m for m in (*g.migs, *g.mig_options) if (g.index, m.index) in parts)
+        if migs:
+            visible_gpus.append(VisibleGpu(len(visible_gpus), g, migs, whole=False))
     return View(tuple(visible_gpus))
 
 

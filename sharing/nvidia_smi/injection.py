@@ -4,6 +4,11 @@ Both faces mount the same two files: the device plugin through Allocate's mounts
 CDI ``containerEdits.mounts``. The script goes to ``/usr/bin/nvidia-smi`` (on every image's PATH; never
 installed on the host under that name) and ``devices.json`` to ``/run/fakegpu/devices.json``, named by
 ``FAKEGPU_DEVICES_FILE`` for tools that prefer JSON.
+
+Both faces also set ``FAKEGPU_VISIBLE_DEVICES`` to the runtime IDs of the container's devices, and the
+script prefers it to ``NVIDIA_VISIBLE_DEVICES``: with the CDI device list strategies NVIDIA sets no
+``NVIDIA_VISIBLE_DEVICES`` at all, and CUDA images carry ``NVIDIA_VISIBLE_DEVICES=all`` in their own
+environment, which would show the container the whole node.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ DEVICES_FILE: Final = "devices.json"
 CONTAINER_SCRIPT_PATH: Final = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_PATH: Final = "/run/fakegpu/devices.json"
 DEVICES_FILE_ENV: Final = "FAKEGPU_DEVICES_FILE"
+VISIBLE_DEVICES_ENV: Final = "FAKEGPU_VISIBLE_DEVICES"
+"""The container's devices (GPU/MIG UUIDs or index forms), set with the mounts; wins over the next one."""
+NVIDIA_VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 DEFAULT_PLUGIN_DIR: Final = "/var/run/fakegpu/nvidia-smi/device-plugin"
 DEFAULT_DRA_DIR: Final = "/var/run/fakegpu/nvidia-smi/dra"
 """One directory per face under the hostPath both DaemonSets mount, so the two daemons on one node never

@@ -14,12 +14,13 @@ def gpu_line(gpu: SmiGpu) -> str:
 
 
 def mig_line(mig: SmiMig) -> str:
-    return f"  MIG {mig.profile:<11} Device {tokens.MIG_2}: (UUID: {mig.uuid})"
+    """The UUID is a token (``tokens.UUID``), so MIG devices of one profile share the line."""
+    return f"  MIG {mig.profile:<11} Device {tokens.MIG_2}: (UUID: {tokens.UUID})"
 
 
 def assemble(gpus: Sequence[VisibleGpu]) -> str:
     lines: list[str] = []
     for v in gpus:
         lines.append(tokens.fill(gpu_line(v.gpu), gpu=v.index))
-        lines += [tokens.fill(mig_line(m), mig=n) for n, m in enumerate(v.migs)]
+        lines += [tokens.fill(mig_line(m), mig=n, uuid=m.uuid) for n, m in enumerate(v.migs)]
     return "".join(line + "\n" for line in lines)

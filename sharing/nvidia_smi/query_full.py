@@ -3,7 +3,9 @@
 Keys are padded to column 42 and nested by four spaces, in driver 570's order and wording (``Utilization
 / GPU``, ``Average`` and ``Instantaneous Power Draw``); sections fakegpu has nothing true to say about
 (clocks, inforom, VBIOS, retired pages, fabric) are left out rather than invented. A MIG-enabled GPU lists
-the MIG devices the container may use under ``MIG Devices``, right after ``MIG Mode``.
+the MIG devices the container may use under ``MIG Devices``, right after ``MIG Mode``. A container given
+only some of a GPU's MIG devices sees MIG mode Enabled and ``Insufficient Permissions`` for the GPU's
+FB memory (``partial``), as NVML answers there.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sharing.nvidia_smi.table import mig_mode_text
 
 KEY_WIDTH: Final = 42
 MIG_DEVICES: Final = "    MIG Devices"
+NO_PERMISSION: Final = "Insufficient Permissions"
 
 
 def _kv(level: int, key: str, value: str) -> str:
@@ -40,9 +43,9 @@ def head(node: SmiNode) -> tuple[str, ...]:
     )
 
 
-def gpu_head(gpu: SmiGpu) -> tuple[str, ...]:
+def gpu_head(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
     """From the ``GPU <bus id>`` line through ``MIG Mode``: what comes before the MIG devices."""
-    mig = mig_mode_text(gpu)
+    mig = mig_mode_text(gpu, partial=partial)
     return (
         f"GPU {gpu.bus_id}",
         _kv(1, "Product Name", gpu.name),
@@ -61,13 +64,15 @@ def _mib(value: int) -> str:
     return f"{value} MiB"
 
 
-def gpu_tail(gpu: SmiGpu) -> tuple[str, ...]:
+def gpu_tail(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
     """Everything after the MIG devices, ending with the blank line that separates GPUs."""
     domain, bus, rest = gpu.bus_id.split(":")
     device, function = rest.split(".")
     board_id = (int(domain, 16) << 16) | (int(bus, 16) << 8) | (int(device, 16) << 3) | int(function)
     gen = str(gpu.pcie_gen)
-    util = "N/A" if gpu.mig_enabled else "0 %"
+    util = "N/A" if gpu.mig_enabled or partial else "0 %"
+    fb = (gpu.memory_mib, gpu.reserved_mib, gpu.used_mib, gpu.free_mib)
+    fb_text = [NO_PERMISSION] * 4 if partial else [_mib(v) for v in fb]
     fan = "N/A" if gpu.fan == "N/A" else f"{gpu.fan.rstrip('%')} %"
     limit = f"{gpu.power_limit_w:.2f} W"
     draw = f"{gpu.power_draw_w:.2f} W"
@@ -107,10 +112,7 @@ def gpu_tail(gpu: SmiGpu) -> tuple[str, ...]:
         _kv(1, "Fan Speed", fan),
         _kv(1, "Performance State", gpu.pstate),
         _section(1, "FB Memory Usage"),
-        _kv(2, "Total", _mib(gpu.memory_mib)),
-        _kv(2, "Reserved", _mib(gpu.reserved_mib)),
-        _kv(2, "Used", _mib(gpu.used_mib)),
-        _kv(2, "Free", _mib(gpu.free_mib)),
+        *(_kv(2, key, text) for key, text in zip(("Total", "Reserved", "Used", "Free"), fb_text, strict=True)),
         _section(1, "BAR1 Memory Usage"),
         _kv(2, "Total", _mib(gpu.bar1_mib)),
         _kv(2, "Used", _mib(1)),
@@ -137,10 +139,11 @@ def gpu_tail(gpu: SmiGpu) -> tuple[str, ...]:
 
 
 def mig_block(mig: SmiMig) -> tuple[str, ...]:
+    """A MIG device's lines; the GPU-instance ID is a token (``tokens.GI``), as in the table rows."""
     return (
         _section(2, "MIG Device"),
         _kv(3, "Index", tokens.MIG),
-        _kv(3, "GPU Instance ID", str(mig.gi_id)),
+        _kv(3, "GPU Instance ID", tokens.GI),
         _kv(3, "Compute Instance ID", str(mig.ci_id)),
         _section(3, "Device Attributes"),
         _section(4, "Shared"),
@@ -167,10 +170,10 @@ def mig_block(mig: SmiMig) -> tuple[str, ...]:
 def assemble(node: SmiNode, gpus: Sequence[VisibleGpu], attached: int, timestamp: str) -> str:
     lines = [tokens.fill(line, attached=attached, timestamp=timestamp) for line in head(node)]
     for v in gpus:
-        lines += gpu_head(v.gpu)
+        lines += gpu_head(v.gpu, partial=not v.whole)
         if v.migs:
             lines.append(MIG_DEVICES)
             for n, mig in enumerate(v.migs):
-                lines += [tokens.fill(line, mig=n) for line in mig_block(mig)]
-        lines += gpu_tail(v.gpu)
+                lines += [tokens.fill(line, mig=n, gi=mig.gi_id) for line in mig_block(mig)]
+        lines += gpu_tail(v.gpu, partial=not v.whole)
     return "".join(line + "\n" for line in lines)

@@ -21,19 +21,33 @@ GPU: Final = "@G@"
 MIG_3: Final = "@M3@"
 MIG_2: Final = "@M2@"
 MIG: Final = "@M@"
+GI_4: Final = "@I4@"
+"""A MIG device's GPU-instance ID right-aligned in 4 (MIG devices row): MIG fragments are shared by every
+device of the same shape, so the one number that tells them apart is filled in when printing."""
+GI: Final = "@I@"
+UUID: Final = "@U@"
+"""A MIG device's UUID (``-L`` line), for the same reason."""
 
-ALL: Final = (TIMESTAMP, ATTACHED, GPU_4, GPU_3, GPU, MIG_3, MIG_2, MIG)
+ALL: Final = (TIMESTAMP, ATTACHED, GPU_4, GPU_3, GPU, MIG_3, MIG_2, MIG, GI_4, GI, UUID)
 
 
-def fill(line: str, *, gpu: int = 0, mig: int = 0, attached: int = 0, timestamp: str = "") -> str:
-    """Replace every token; the awk in ``shell_script`` mirrors this with ``gsub`` and ``sprintf``."""
+def fill(
+    line: str, *, gpu: int = 0, mig: int = 0, gi: int = 0, uuid: str = "", attached: int = 0, timestamp: str = ""
+) -> str:
+    """Replace every token, in this order, each occurrence left to right without rescanning what was put in;
+    the UUID and the timestamp (values from outside: devices.json, an override) go in last, so nothing in
+    them is taken for a token. The awk in ``shell_script`` mirrors it with ``index``/``substr`` (not
+    ``gsub``, which would read ``&`` in a value as the matched text)."""
     return (
-        line.replace(TIMESTAMP, timestamp)
-        .replace(ATTACHED, str(attached))
+        line.replace(ATTACHED, str(attached))
         .replace(GPU_4, f"{gpu:4d}")
         .replace(GPU_3, f"{gpu:3d}")
         .replace(GPU, str(gpu))
         .replace(MIG_3, f"{mig:3d}")
         .replace(MIG_2, f"{mig:2d}")
         .replace(MIG, str(mig))
+        .replace(GI_4, f"{gi:4d}")
+        .replace(GI, str(gi))
+        .replace(UUID, uuid)
+        .replace(TIMESTAMP, timestamp)
     )

@@ -13,16 +13,19 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
+from dra.claim_devices import published_devices
 from dra.claim_preparer import ClaimPreparer
+from dra.daemon import DraSettings, run_dra_daemon
 from dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.cli import _parser
 from fakegpu.inventory_options import inventory_inputs
+from fakegpu.nvidia_smi_command import apply_inject_flags
 from fakeplugin.daemon import run_plugin_daemon
 from fakeplugin.fake_node import FakeNode
 from fakeplugin.kubelet.emulator import KubeletEmulator
@@ -33,9 +36,14 @@ from sharing.nvidia_smi.devices import from_inventory, from_json
 from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
 from sharing.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
 from telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
+from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.dra_kubelet_client import prepare
 from tests.unit.dra.test_claim_devices import claim, result
 
 GPU = "nvidia.com/gpu"
+CUDA_IMAGE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+"""What nvidia/cuda images set in their own environment; the container's env from Allocate or CDI wins."""
+ALL = {"NVIDIA_VISIBLE_DEVICES": "all"}
 
 
 def smi(script: Path | str, *argv: str, env: Mapping[str, str] | None = None) -> tuple[str, int]:
@@ -44,6 +52,19 @@ def smi(script: Path | str, *argv: str, env: Mapping[str, str] | None = None) ->
     done = subprocess.run(["sh", str(script), *argv], env=full, capture_output=True, text=True, timeout=20, check=False)
     assert done.stderr == ""
     return done.stdout, done.returncode
+
+
+def cdi_env(spec: Mapping[str, Any], image: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A container's env given a CDI spec: the image's, then spec-wide edits, then the devices' edits."""
+    edits = [
+        *spec.get("containerEdits", {}).get("env", []),
+        *(e for d in spec["devices"] for e in d["containerEdits"]["env"]),
+    ]
+    return {**(image or {}), **dict(e.split("=", 1) for e in edits)}
+
+
+def cdi_mounts(spec: Mapping[str, Any]) -> dict[str, str]:
+    return {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
 
 
 def gpu_uuids(listing: str) -> list[str]:
@@ -81,14 +102,14 @@ def test_files_follow_the_live_inventory(tmp_path, caplog):
     unsubscribe = files.follow(live)
     script = tmp_path / "smi" / "nvidia-smi"
     assert files.writes == 1
-    assert smi(script, "-L")[0].count("MIG") == 0
+    assert smi(script, "-L", env=ALL)[0].count("MIG") == 0
 
     live.set_health(live.inventory.node.gpus[0].uuid, False)  # nvidia-smi does not show health: no write
     assert files.writes == 1
 
     live.replace(load_inventory(dataclasses.replace(inputs, mig_layout="all-1g.10gb")))
     assert files.writes == 2
-    listing, status = smi(script, "-L")
+    listing, status = smi(script, "-L", env=ALL)
     assert status == 0 and listing.count("  MIG 1g.10gb     Device") == 14
 
     # A failure after start is logged, never raised into the inventory's other listeners.
@@ -135,6 +156,34 @@ async def test_a_pod_sees_only_its_gpus_through_the_mounted_script(tmp_path):
         unsubscribe()
 
 
+@pytest.mark.parametrize("strategy", ["cdi-cri", "cdi-annotations", "envvar", "volume-mounts"])
+async def test_a_pod_sees_its_gpu_whatever_the_device_list_strategy(tmp_path, strategy):
+    """The CDI strategies set no NVIDIA_VISIBLE_DEVICES and the image says ``all``: the script still shows
+    exactly the pod's GPU, from the FAKEGPU_VISIBLE_DEVICES Allocate sets."""
+    smi_dir = tmp_path / "smi"
+    inputs = InventoryInputs(
+        node_name="node-a",
+        gpus=("8xh100-80gb",),
+        cli_flags={"device_list_strategy": strategy},
+        nvidia_smi_dir=str(smi_dir),
+    )
+    async with FakeNode(tmp_path / "kubelet", inputs) as node:
+        NvidiaSmiFiles(smi_dir).follow(node.live)
+        pod = await node.run_pod("p1", {"c": {GPU: 1}})
+        assert pod.admitted
+        response = pod.responses["c"][GPU]
+        # The kubelet's own record of what it allocated, independent of any env the plugin set.
+        (given,) = [list(a.device_ids) for a in node.kubelet.manager.allocations if a.pod_uid == "p1"]
+        assert len(given) == 1 and response.envs["FAKEGPU_VISIBLE_DEVICES"] == given[0]
+        env = {**CUDA_IMAGE_ENV, **pod.env("c")}
+        if strategy.startswith("cdi"):
+            assert "NVIDIA_VISIBLE_DEVICES" not in pod.env("c")
+        listing, status = smi(smi_dir / "nvidia-smi", "-L", env=env)
+        assert (status, gpu_uuids(listing)) == (0, given)
+        count, _ = smi(smi_dir / "nvidia-smi", "--query-gpu=count,uuid", "--format=csv,noheader", env=env)
+        assert count == f"1, {given[0]}\n"
+
+
 async def test_a_time_slicing_replica_shows_its_physical_gpu(tmp_path):
     smi_dir = tmp_path / "smi"
     config = tmp_path / "config.yaml"
@@ -148,7 +197,7 @@ async def test_a_time_slicing_replica_shows_its_physical_gpu(tmp_path):
         NvidiaSmiFiles(smi_dir).follow(node.live)
         pod = await node.run_pod("p1", {"c": {GPU: 1}})
         assert pod.admitted
-        env = pod.env("c")
+        env = {**CUDA_IMAGE_ENV, **pod.env("c")}
         listing, _ = smi(smi_dir / "nvidia-smi", "-L", env=env)
         assert gpu_uuids(listing) == [env["NVIDIA_VISIBLE_DEVICES"]]
         assert listing.startswith("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-")
@@ -187,12 +236,12 @@ async def test_a_claim_gets_the_script_through_its_cdi_spec(tmp_path):
     await preparer.prepare(ClaimRef("default", "x", uid))
     spec = json.loads((cdi_root / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
     assert spec["cdiVersion"] == "0.5.0"
-    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    mounts = cdi_mounts(spec)
     assert mounts == {
         CONTAINER_SCRIPT_PATH: str(smi_dir / "nvidia-smi"),
         CONTAINER_DEVICES_PATH: str(smi_dir / "devices.json"),
     }
-    env = dict(e.split("=", 1) for e in [*spec["containerEdits"]["env"], *spec["devices"][0]["containerEdits"]["env"]])
+    env = cdi_env(spec, CUDA_IMAGE_ENV)
     listing, status = smi(mounts[CONTAINER_SCRIPT_PATH], "-L", env=env)
     gpu1 = live.inventory.node.gpus[1]
     mig = next(m for m in gpu1.mig_devices if m.start == 3)
@@ -202,18 +251,77 @@ async def test_a_claim_gets_the_script_through_its_cdi_spec(tmp_path):
     )
 
 
-@pytest.mark.parametrize("nvidia_smi_dir", [None])
-async def test_without_the_option_nothing_is_mounted(tmp_path, nvidia_smi_dir):
-    inputs = InventoryInputs(node_name="node-a", gpus=("1xt4",), nvidia_smi_dir=nvidia_smi_dir)
+async def test_a_dynamic_mig_claim_sees_its_mig_device(tmp_path):
+    """DRA ``--mig-mode dynamic``: prepare hands out a MIG device that is not in the inventory (its UUID is
+    ``mig_uuid`` of its profile and placement); the files written with dynamic MIG know it, and the
+    container sees that one device on a GPU in MIG mode whose memory it may not read."""
+    smi_dir = tmp_path / "smi"
+    inputs = InventoryInputs(node_name="node-a", gpus=("2xh100-80gb",), nvidia_smi_dir=str(smi_dir))
+    live = LiveInventory(load_inventory(inputs))
+    NvidiaSmiFiles(smi_dir, dynamic_mig=True).follow(live)
+    published = published_devices(live.inventory.node, "dynamic")
+    name = next(n for n, d in published.items() if d.kind == "mig" and d.parent_index == 1 and d.profile == "3g.40gb")
+    uid = "2e800b5e-0000-4000-8000-000000000002"
+    cdi_root = tmp_path / "cdi"
+    cdi_root.mkdir()
+    preparer = ClaimPreparer(
+        _Claims({"x": claim([result(name)], uid=uid)}),
+        live,
+        driver="gpu.nvidia.com",
+        mig_mode="dynamic",
+        cdi_root=cdi_root,
+        checkpoint=PreparedClaims(tmp_path / "checkpoint.json"),
+    )
+    (prepared,) = await preparer.prepare(ClaimRef("default", "x", uid))
+    assert prepared.uuid not in {m.uuid for g in live.inventory.node.gpus for m in g.mig_devices}
+    spec = json.loads((cdi_root / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+    env = cdi_env(spec, CUDA_IMAGE_ENV)
+    script = cdi_mounts(spec)[CONTAINER_SCRIPT_PATH]
+    gpu1 = live.inventory.node.gpus[1]
+    assert smi(script, "-L", env=env) == (
+        f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {gpu1.uuid})\n  MIG 3g.40gb     Device  0: (UUID: {prepared.uuid})\n",
+        0,
+    )
+    query, status = smi(script, "--query-gpu=mig.mode.current,memory.total", "--format=csv,noheader", env=env)
+    assert (query, status) == ("Enabled, [Insufficient Permissions]\n", 0)
+    table, _ = smi(script, env=env)
+    assert "|                    N/A |     N/A      Default |" in table and "40448MiB" in table
+    # Without dynamic MIG in the files, the same container would see nothing: the regression this guards.
+    write_nvidia_smi_files(tmp_path / "static", live.inventory)
+    assert smi(tmp_path / "static" / "nvidia-smi", "-L", env=env) == ("No devices were found\n", 6)
+
+
+@pytest.mark.parametrize("strategy", ["envvar", "volume-mounts", "cdi-cri", "cdi-annotations"])
+@pytest.mark.parametrize("sharing", [None, "time-slicing"])
+async def test_without_the_option_nothing_is_mounted(tmp_path, strategy, sharing):
+    """Every device list strategy, whole GPUs and replicas: no fake nvidia-smi mount and no fakegpu env."""
+    config = None
+    if sharing:
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            json.dumps({"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 2}]}}})
+        )
+    inputs = InventoryInputs(
+        node_name="node-a",
+        gpus=("2xt4",),
+        cli_flags={"device_list_strategy": strategy},
+        config_file=str(config) if config else None,
+    )
     async with FakeNode(tmp_path / "kubelet", inputs) as node:
+        assert node.inventory.config.nvidia_smi_dir is None
         pod = await node.run_pod("p1", {"c": {GPU: 1}})
-        assert list(pod.responses["c"][GPU].mounts) == []
-        assert "FAKEGPU_DEVICES_FILE" not in pod.env("c")
+        assert pod.admitted
+        response = pod.responses["c"][GPU]
+        paths = {m.container_path for m in response.mounts}
+        assert not paths & {CONTAINER_SCRIPT_PATH, CONTAINER_DEVICES_PATH}
+        assert len(paths) == (1 if strategy == "volume-mounts" else 0)
+        assert not [k for k in pod.env("c") if k.startswith("FAKEGPU_")]
 
 
 async def test_the_plugin_daemon_writes_and_mounts_it_with_the_flag(tmp_path):
-    """``fakegpu plugin --inject-nvidia-smi``: the CLI flag reaches the daemon, which writes the files
-    before registering, and the kubelet's Allocate answer mounts them."""
+    """``fakegpu plugin --inject-nvidia-smi``: the CLI flags become inputs through ``apply_inject_flags`` (what
+    ``cli._run`` calls), the daemon writes the files before registering, the kubelet's Allocate answer
+    mounts them, and the script run with the pod's own environment (over a CUDA image's) shows its GPU."""
     root = Path(tempfile.mkdtemp(prefix="fgsmi-", dir="/tmp"))
     smi_dir = tmp_path / "smi"
     args = _parser().parse_args(
@@ -223,12 +331,14 @@ async def test_the_plugin_daemon_writes_and_mounts_it_with_the_flag(tmp_path):
             "n1",
             "--gpus",
             "2xa100-40gb",
+            "--device-list-strategy",
+            "cdi-cri",
             "--inject-nvidia-smi",
             "--nvidia-smi-dir",
             str(smi_dir),
         ]
     )
-    inputs = dataclasses.replace(inventory_inputs(args, {}), nvidia_smi_dir=str(args.nvidia_smi_dir))
+    inputs = apply_inject_flags(args, inventory_inputs(args, {}), path_env="")
     kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
     stop = asyncio.Event()
@@ -236,17 +346,125 @@ async def test_the_plugin_daemon_writes_and_mounts_it_with_the_flag(tmp_path):
     try:
         await kubelet.wait_for(lambda: kubelet.allocatable().get(GPU) == 2 or task.done(), 10.0, "devices")
         assert not task.done()
-        result = await kubelet.run_pod("p", {"c": {GPU: 1}})
-        assert result.admitted
-        response = result.responses["c"][GPU]
+        pod = await kubelet.run_pod("p", {"c": {GPU: 1}})
+        assert pod.admitted
+        response = pod.responses["c"][GPU]
         mounts = {m.container_path: m.host_path for m in response.mounts}
         assert mounts[CONTAINER_SCRIPT_PATH] == str(smi_dir / "nvidia-smi")
         assert mounts[CONTAINER_DEVICES_PATH] == str(smi_dir / "devices.json")
-        listing, code = smi(smi_dir / "nvidia-smi", "-L", env={"NVIDIA_VISIBLE_DEVICES": "all"})
-        assert code == 0 and len(gpu_uuids(listing)) == 2
+        env = {**CUDA_IMAGE_ENV, **pod.env("c")}
+        listing, code = smi(mounts[CONTAINER_SCRIPT_PATH], "-L", env=env)
+        assert code == 0 and gpu_uuids(listing) == [response.cdi_devices[0].name.rsplit("=", 1)[1]]
     finally:
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 5.0)
         await kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+DRA_NODE = "smi-node"
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer("1.36").start()
+    server.add_node(DRA_NODE)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def dra_claim(name: str, device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": DRA_NODE, "device": device}]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [DRA_NODE]}]}
+                    ]
+                },
+            }
+        },
+    }
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """Short, so the daemon's sockets fit a unix socket path."""
+    path = Path(tempfile.mkdtemp(prefix="fgsmd-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def run_dra_and_prepare(
+    apiserver: FakeApiServer,
+    root: Path,
+    argv: list[str],
+    device: str,
+    mig_mode: Literal["static", "dynamic"] = "static",
+) -> dict[str, Any]:
+    """``fakegpu dra ARGV --inject-nvidia-smi``'s inputs through ``apply_inject_flags``, ``run_dra_daemon``,
+    then one claim of ``device`` prepared over the kubelet's DRA socket; returns the claim's CDI spec."""
+    smi_dir = root / "smi"
+    args = _parser().parse_args(
+        ["dra", "--node-name", DRA_NODE, *argv, "--inject-nvidia-smi", "--nvidia-smi-dir", str(smi_dir)]
+    )
+    inputs = apply_inject_flags(args, inventory_inputs(args, {}), path_env="")
+    paths = KubeletPaths(root / "kubelet")
+    settings = DraSettings(
+        cdi_root=root / "cdi", mig_mode=mig_mode, kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig"))
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_dra_daemon(inputs, paths, settings, stop=stop))
+    try:
+        socket = paths.dra_socket("gpu.nvidia.com")
+        for _ in range(250):
+            if task.done() or socket.exists():
+                break
+            await asyncio.sleep(0.02)
+        assert not task.done() and socket.exists()
+        assert sorted(p.name for p in smi_dir.iterdir()) == ["devices.json", "nvidia-smi"]
+        uid = apiserver.create_direct(dra_claim("c1", device))["metadata"]["uid"]
+        answer = await prepare(socket, [("default", "c1", uid)])
+        assert answer.claims[uid].error == ""
+        spec: dict[str, Any] = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+        return spec
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
+
+
+async def test_the_dra_daemon_writes_the_files_and_its_cdi_specs_mount_them(apiserver, root):
+    """``fakegpu dra --inject-nvidia-smi``: files written before serving, the claim's CDI spec mounts them
+    and sets FAKEGPU_VISIBLE_DEVICES, and the script with the container's env shows the claim's MIG device."""
+    argv = ["--gpus", "2xh100-80gb", "--mig-layout", "all-1g.10gb"]
+    spec = await run_dra_and_prepare(apiserver, root, argv, "gpu-1-mig-1g10gb-19-3")
+    mounts = cdi_mounts(spec)
+    assert mounts == {
+        CONTAINER_SCRIPT_PATH: str(root / "smi" / "nvidia-smi"),
+        CONTAINER_DEVICES_PATH: str(root / "smi" / "devices.json"),
+    }
+    env = cdi_env(spec, CUDA_IMAGE_ENV)
+    assert env["FAKEGPU_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"]
+    listing, status = smi(mounts[CONTAINER_SCRIPT_PATH], "-L", env=env)
+    assert status == 0 and listing.count("\n") == 2
+    assert listing.endswith(f"Device  0: (UUID: {env['FAKEGPU_VISIBLE_DEVICES']})\n")
+
+
+async def test_the_dra_daemon_in_dynamic_mig_mode_describes_its_dynamic_devices(apiserver, root):
+    """With ``--mig-mode dynamic`` the daemon writes the files with the dynamic MIG devices, so the device a
+    claim prepares (in no inventory) is the one its container sees."""
+    spec = await run_dra_and_prepare(apiserver, root, ["--gpus", "1xh100-80gb"], "gpu-0-mig-1g10gb-19-3", "dynamic")
+    env = cdi_env(spec, CUDA_IMAGE_ENV)
+    listing, status = smi(cdi_mounts(spec)[CONTAINER_SCRIPT_PATH], "-L", env=env)
+    assert (status, listing.count("\n")) == (0, 2)
+    assert listing.endswith(f"  MIG 1g.10gb     Device  0: (UUID: {env['FAKEGPU_VISIBLE_DEVICES']})\n")

@@ -13,6 +13,7 @@ from sharing.nvidia_smi.devices import SmiNode, from_node
 
 NODE = "node-a"
 TS = "Wed Feb  4 10:17:25 2026"
+QTS = "2026/02/04 10:17:25.123"
 
 
 def node(gpus: str = "8xh100-80gb", layout: str | None = None) -> Node:
@@ -51,7 +52,7 @@ def mixed() -> SmiNode:
 
 
 def smi(node: SmiNode, *argv: str, visible: str | None = None) -> Result:
-    return run(list(argv), node, visible, TS)
+    return run(list(argv), node, visible, TS, QTS)
 
 
 def out(node: SmiNode, *argv: str, visible: str | None = None) -> str:

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 
 import pytest
 
-from fakegpu.nvidia_smi_command import add_nvidia_smi_parser, run_nvidia_smi_command
+from fakegpu.cli import _parser, main
+from fakegpu.inventory_options import inventory_inputs
+from fakegpu.nvidia_smi_command import (
+    add_nvidia_smi_parser,
+    apply_inject_flags,
+    check_nvidia_smi_dir,
+    run_nvidia_smi_command,
+)
+from sharing.errors import SpecError
 from sharing.nvidia_smi.devices import to_json
-from tests.unit.nvidia_smi.helpers import TS, mixed
+from sharing.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
+from tests.unit.nvidia_smi.helpers import QTS, TS, mixed
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -63,3 +74,76 @@ def test_bad_devices_file_is_a_usage_error(tmp_path, capsys, argv, message):
     args = parse(*(a.format(path=bad) for a in argv))
     assert run_nvidia_smi_command(args, {"NODE_NAME": "n"}) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fakegpu_visible_devices_wins_and_unset_means_all_on_the_host(capsys):
+    base = {"NODE_NAME": "node-a", "FAKEGPU_NVIDIA_SMI_QUERY_TIME": QTS}
+    args = parse("--gpus", "4xt4", "--query-gpu=index,pci.bus_id,count,timestamp", "--format=csv,noheader")
+    env = {**base, "NVIDIA_VISIBLE_DEVICES": "all", "FAKEGPU_VISIBLE_DEVICES": "2"}
+    assert run_nvidia_smi_command(args, env) == 0
+    assert capsys.readouterr().out == f"0, 00000000:38:00.0, 1, {QTS}\n"
+    assert run_nvidia_smi_command(args, base) == 0
+    assert capsys.readouterr().out.count("\n") == 4
+
+
+def test_nvidia_smi_options_are_never_abbreviated():
+    with pytest.raises(SystemExit) as exited:
+        parse("--gpus", "1xt4", "--list")
+    assert exited.value.code == 2
+
+
+# --- the daemons' --inject-nvidia-smi / --nvidia-smi-dir ------------------------------------------------
+
+
+def daemon_args(command: str, *extra: str) -> argparse.Namespace:
+    return _parser().parse_args([command, "--node-name", "n1", "--gpus", "1xt4", *extra])
+
+
+@pytest.mark.parametrize("command", ["plugin", "dra"])
+def test_inject_flags_reach_the_inputs(command, tmp_path):
+    def inputs(*extra: str) -> str | None:
+        args = daemon_args(command, *extra)
+        return apply_inject_flags(args, inventory_inputs(args, {}), path_env="").nvidia_smi_dir
+
+    assert inputs() is None
+    default = {"plugin": DEFAULT_PLUGIN_DIR, "dra": DEFAULT_DRA_DIR}[command]
+    assert inputs("--inject-nvidia-smi") == default
+    assert inputs("--inject-nvidia-smi", "--nvidia-smi-dir", f"{tmp_path}/smi/") == f"{tmp_path}/smi"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--nvidia-smi-dir", "/var/run/x"], "--nvidia-smi-dir: has no effect without --inject-nvidia-smi"),
+        (["--inject-nvidia-smi", "--nvidia-smi-dir", "smi"], "'smi' is not an absolute path"),
+        (["--inject-nvidia-smi", "--nvidia-smi-dir", "/usr/bin"], "/usr/bin is on the host's PATH"),
+        (["--inject-nvidia-smi", "--nvidia-smi-dir", "/usr/local/bin/"], "/usr/local/bin is on the host's PATH"),
+        (["--inject-nvidia-smi", "--nvidia-smi-dir", "/usr/../bin"], "/usr/../bin is on the host's PATH"),
+        (["--inject-nvidia-smi", "--nvidia-smi-dir", "/sbin"], "/sbin is on the host's PATH"),
+    ],
+)
+@pytest.mark.parametrize("command", ["plugin", "dra"])
+def test_bad_nvidia_smi_dir_is_one_usage_line_through_main(command, extra, message, capsys):
+    """Refused before anything starts: exit 2 and one line, never the script installed as nvidia-smi."""
+    assert main([command, "--node-name", "n1", "--gpus", "1xt4", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fakegpu: error: --nvidia-smi-dir: ") and message in err
+
+
+def test_directories_on_path_or_linked_to_one_are_refused(tmp_path):
+    on_path = tmp_path / "tools"
+    on_path.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to("/usr/bin")
+    for directory in (on_path, link):
+        with pytest.raises(SpecError, match="on the host's PATH"):
+            check_nvidia_smi_dir(str(directory), f"/opt/x{os.pathsep}{on_path}")
+    assert check_nvidia_smi_dir(f"{tmp_path}/smi", f"{on_path}") == f"{tmp_path}/smi"
+    assert check_nvidia_smi_dir(DEFAULT_PLUGIN_DIR, os.environ.get("PATH")) == DEFAULT_PLUGIN_DIR
+
+
+def test_the_cli_builds_daemon_inputs_with_apply_inject_flags():
+    """cli._run has no inline flag handling left to miss: the flags go through apply_inject_flags."""
+    source = Path(__file__).parents[3].joinpath("fakegpu", "cli.py").read_text()
+    assert "apply_inject_flags(args, inventory_inputs(args))" in source
+    assert "nvidia_smi_dir=" not in source

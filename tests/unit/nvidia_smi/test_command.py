@@ -1,4 +1,4 @@
-"""nvidia-smi's command line: options, last mode wins, exit statuses and texts."""
+"""nvidia-smi's command line: options, report modes that exclude one another, exit statuses and texts."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ HINT = "Please run 'nvidia-smi -h' for help.\n\n"
     [
         ([], Request()),
         (["-L"], Request("list")),
-        (["--list-gpus", "-q"], Request("full")),
-        (["--query", "-L"], Request("list")),
+        (["-L", "--list-gpus"], Request("list")),
+        (["--list-gpus", "-q"], Request("full", conflict=True)),
+        (["--query", "-L"], Request("list", conflict=True)),
+        (["-L", "--query-gpu=name", "--format=csv"], Request("query", "name", "csv", conflict=True)),
         (["--query-gpu", "name", "--format", "csv"], Request("query", "name", "csv")),
         (["--query-gpu=a,b", "--format=csv,noheader"], Request("query", "a,b", "csv,noheader")),
         (["-i", "0", "-q"], Request("full", ids="0")),
@@ -40,11 +42,38 @@ def test_parse(argv, expected):
         (["-lms100"], f"ERROR: Option -lms100 is not recognized. {HINT}"),
         (["-i"], f"ERROR: Option -i is missing its value. {HINT}"),
         (["-L", "--query-gpu"], f"ERROR: Option --query-gpu is missing its value. {HINT}"),
+        (["-L", "-q", "-x"], f"ERROR: Option -x is not recognized. {HINT}"),
     ],
 )
-def test_option_errors_stop_at_once_with_status_255(argv, text):
-    assert parse_args(argv) == Result(text, 255)
-    assert smi(smi_node(), *argv) == Result(text, 255)
+def test_option_errors_stop_at_once_with_status_2(argv, text):
+    """The manual page: "2 - A supplied argument or flag is invalid" (never 255, an internal error)."""
+    assert parse_args(argv) == Result(text, 2)
+    assert smi(smi_node(), *argv) == Result(text, 2)
+
+
+INVALID = Result("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n", 2)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-L", "--query-gpu=name", "--format=csv"],
+        ["--query-gpu=name", "--format=csv", "-L"],
+        ["-q", "-L"],
+        ["-L", "-q"],
+        ["--query", "--query-gpu", "index", "--format", "csv"],
+        ["-L", "-L", "-q", "-q"],
+    ],
+)
+def test_two_report_modes_are_an_invalid_combination(argv):
+    assert smi(smi_node(), *argv) == INVALID
+    assert smi(smi_node(), *argv, visible="none") == INVALID  # before any device lookup
+
+
+def test_the_same_mode_twice_and_help_are_no_conflict():
+    node = smi_node("2xt4")
+    assert smi(node, "-L", "--list-gpus") == smi(node, "-L")
+    assert smi(node, "-L", "-q", "-h").stdout.startswith("NVIDIA System Management Interface")
 
 
 @pytest.mark.parametrize("visible", ["none", "void", "", "GPU-00000000-0000-0000-0000-000000000000"])

@@ -1,4 +1,4 @@
-"""The device description (from the node, to and from devices.json) and NVIDIA_VISIBLE_DEVICES."""
+"""The device description (from the node, to and from devices.json) and the visible devices."""
 
 from __future__ import annotations
 
@@ -6,17 +6,20 @@ import json
 
 import pytest
 
+from dra.claim_devices import published_devices
 from sharing.nvidia_smi.devices import (
     VOLUME_MOUNTS_ROOT,
     SmiNode,
     expand_volume_mounts,
     filter_ids,
     from_json,
+    from_node,
     select,
     smi_bus_id,
     to_json,
+    visible_devices,
 )
-from tests.unit.nvidia_smi.helpers import mixed, smi_node
+from tests.unit.nvidia_smi.helpers import mixed, node, smi_node
 
 
 def shown(node: SmiNode, visible: str | None) -> list[tuple[int, list[int]]]:
@@ -62,6 +65,11 @@ def test_json_round_trip_is_lossless_and_plain_json():
         (lambda d: d["gpus"][0].update(memoryMiB="80GB"), "gpus[0].memoryMiB: expected int"),
         (lambda d: d["gpus"][0]["migDevices"][0].update(giId=True), "migDevices[0].giId: expected int"),
         (lambda d: d.update(gpus={}), "gpus: expected a list"),
+        (lambda d: d["gpus"][0].update(uuid="GPU-a\tb"), "gpus[0].uuid: control characters are not allowed"),
+        (lambda d: d["gpus"][1].update(name="x\ny"), "gpus[1].name: control characters are not allowed"),
+        (lambda d: d["gpus"][0].update(busId="bogus"), "gpus[0].busId: expected nvidia-smi's form"),
+        (lambda d: d["gpus"][0]["migDevices"][2].update(index=0), "gpus[0]: MIG device indices must be unique"),
+        (lambda d: d["gpus"][0].update(migOptions=[{}]), "gpus[0].migOptions[0]: missing field 'index'"),
     ],
 )
 def test_bad_devices_json_names_the_field(change, message):
@@ -71,7 +79,7 @@ def test_bad_devices_json_names_the_field(change, message):
         from_json(doc, "devices.json")
 
 
-@pytest.mark.parametrize("visible", [None, "all", " all "])
+@pytest.mark.parametrize("visible", [None, "all", " all ", "\nall\r\n"])
 def test_unset_or_all_shows_every_device(visible):
     node = mixed()
     assert shown(node, visible) == [(0, [0, 1, 2]), (1, [])]
@@ -136,3 +144,76 @@ def test_id_filter_by_index_uuid_and_bus_id():
     assert [v.gpu.index for v in filter_ids(view, "0000:38:00.0, 0")] == [1, 2]
     assert filter_ids(view, "3") == ()
     assert filter_ids(view, "") == ()
+
+
+def test_blanks_around_ids_are_trimmed_as_the_runtime_trims_them():
+    assert shown(mixed(), " 1\r\n,\t0:2\n") == [(0, [2]), (1, [])]
+
+
+def env_visible(env: dict[str, str], unset: str | None) -> str | None:
+    files = {VOLUME_MOUNTS_ROOT: ["GPU-b", "GPU-a"]}
+    return visible_devices(env, files.__getitem__, unset=unset)
+
+
+def test_fakegpu_visible_devices_wins_then_nvidia_visible_devices_then_the_default():
+    both = {"NVIDIA_VISIBLE_DEVICES": "all", "FAKEGPU_VISIBLE_DEVICES": "GPU-x"}
+    assert env_visible(both, unset="") == "GPU-x"
+    assert env_visible({"NVIDIA_VISIBLE_DEVICES": "all", "FAKEGPU_VISIBLE_DEVICES": ""}, unset=None) == ""
+    assert env_visible({"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS_ROOT}, unset="") == "GPU-a,GPU-b"
+    # Neither: nothing inside a container (runc), everything for the host CLI.
+    assert env_visible({}, unset="") == ""
+    assert env_visible({}, unset=None) is None
+    assert shown(mixed(), env_visible({}, unset="")) == []
+
+
+# --- dynamic MIG (DRA --mig-mode dynamic) ---------------------------------------------------------------
+
+
+def test_dynamic_mig_options_are_every_device_the_dra_driver_can_prepare():
+    """Every dynamic MIG device the DRA driver publishes is known by the UUID its prepare hands out, and a
+    container given it sees exactly that device: its profile, GPU-instance ID and memory."""
+    base = node("2xh100-80gb")
+    smi = from_node(base, dynamic_mig=True)
+    dynamic = [d for d in published_devices(base, "dynamic").values() if d.kind == "mig"]
+    assert len(dynamic) == sum(len(g.mig_options) for g in smi.gpus) > 0
+    for device in dynamic:
+        view = select(smi, device.visible_uuid(base.name)).gpus
+        assert len(view) == 1 and not view[0].whole
+        (mig,) = view[0].migs
+        assert (view[0].gpu.index, mig.profile, mig.start, mig.memory_mib) == (
+            device.parent_index,
+            device.profile,
+            device.start,
+            device.memory_mib,
+        )
+    assert from_node(base).gpus[0].mig_options == ()
+
+
+def test_dynamic_options_need_their_uuid_and_skip_existing_instances():
+    base = node("2xa100-40gb", "all-balanced")
+    smi = from_node(base, dynamic_mig=True)
+    gpu = smi.gpus[0]
+    instance_uuids = {m.uuid for m in gpu.migs}
+    assert instance_uuids and not instance_uuids & {m.uuid for m in gpu.mig_options}
+    assert len({m.index for m in (*gpu.migs, *gpu.mig_options)}) == len(gpu.migs) + len(gpu.mig_options)
+    assert [m.gi_id for m in gpu.mig_options] == sorted(m.gi_id for m in gpu.mig_options)
+    # A whole GPU brings its instances only; a <gpu>:<mig> pair never names an option.
+    assert shown(smi, "0") == [(0, [m.index for m in gpu.migs])]
+    assert shown(smi, f"0:{gpu.mig_options[0].index}") == []
+    # Two options of one GPU, in the container's order (instances first, then options).
+    chosen = f"{gpu.mig_options[5].uuid},{gpu.migs[0].uuid},{gpu.mig_options[1].uuid}"
+    assert shown(smi, chosen) == [(0, [gpu.migs[0].index, gpu.mig_options[1].index, gpu.mig_options[5].index])]
+
+
+def test_dynamic_options_round_trip_through_devices_json():
+    smi = from_node(node("1xh100-80gb"), dynamic_mig=True)
+    doc = json.loads(json.dumps(to_json(smi)))
+    assert len(doc["gpus"][0]["migOptions"]) == len(smi.gpus[0].mig_options)
+    assert from_json(doc) == smi
+    assert "migOptions" not in to_json(smi_node("1xh100-80gb"))["gpus"][0]
+
+
+def test_a_gpu_seen_through_some_mig_devices_is_not_whole():
+    node_ = mixed()
+    assert [v.whole for v in select(node_, node_.gpus[0].migs[1].uuid).gpus] == [False]
+    assert [v.whole for v in select(node_, "0").gpus] == [True]

@@ -44,7 +44,12 @@ def test_the_setting_travels_from_inputs_to_the_config(tmp_path):
 
 @pytest.mark.parametrize(
     ("strategy", "nvidia_mounts"),
-    [("envvar", []), ("volume-mounts", ["/var/run/nvidia-container-devices/{g0}"]), ("cdi-cri", [])],
+    [
+        ("envvar", []),
+        ("volume-mounts", ["/var/run/nvidia-container-devices/{g0}"]),
+        ("cdi-cri", []),
+        ("cdi-annotations", []),
+    ],
 )
 def test_allocate_adds_the_mounts_only_with_the_option(tmp_path, strategy, nvidia_mounts):
     cli = {"device_list_strategy": strategy}
@@ -55,7 +60,12 @@ def test_allocate_adds_the_mounts_only_with_the_option(tmp_path, strategy, nvidi
     injected = allocate(on, [g0])
     assert [m[0] for m in plain["mounts"]] == [p.format(g0=g0) for p in nvidia_mounts]
     assert injected["mounts"] == plain["mounts"] + MOUNTS
-    assert injected["envs"] == {**plain["envs"], "FAKEGPU_DEVICES_FILE": "/run/fakegpu/devices.json"}
+    # Whatever the strategy (the CDI ones set no NVIDIA_VISIBLE_DEVICES), the script learns the devices.
+    assert injected["envs"] == {
+        **plain["envs"],
+        "FAKEGPU_DEVICES_FILE": "/run/fakegpu/devices.json",
+        "FAKEGPU_VISIBLE_DEVICES": g0,
+    }
     assert {k: v for k, v in injected.items() if k not in ("mounts", "envs")} == {
         k: v for k, v in plain.items() if k not in ("mounts", "envs")
     }
@@ -70,7 +80,20 @@ def test_replicas_get_the_mounts_and_the_parent_in_visible_devices(tmp_path):
     ids = [d.id for d in res.devices[:2]]
     got = allocate(on, ids)
     assert got["envs"]["NVIDIA_VISIBLE_DEVICES"] == on.node.gpus[0].uuid
+    assert got["envs"]["FAKEGPU_VISIBLE_DEVICES"] == on.node.gpus[0].uuid
     assert got["mounts"] == MOUNTS
+
+
+@pytest.mark.parametrize("id_strategy", ["uuid", "index"])
+def test_fakegpu_visible_devices_uses_the_runtime_ids_of_the_strategy(tmp_path, id_strategy):
+    cli = {"device_list_strategy": "cdi-cri", "device_id_strategy": id_strategy, "mig_strategy": "mixed"}
+    base = inputs(tmp_path, "2xa100-40gb", cli=cli, layout="all-balanced")
+    on = load_inventory(dataclasses.replace(base, nvidia_smi_dir=SMI_DIR))
+    mig = on.node.gpus[1].mig_devices[1]
+    name = f"nvidia.com/mig-{mig.profile.name}"
+    got = allocate(on, [mig.uuid], name)
+    assert got["envs"]["FAKEGPU_VISIBLE_DEVICES"] == (mig.uuid if id_strategy == "uuid" else "1:1")
+    assert "NVIDIA_VISIBLE_DEVICES" not in got["envs"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ UID_DIGIT = "2e800b5e-1111-4000-8000-000000000002"
 def test_cdi_spec_without_the_option_is_unchanged():
     spec = cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES)
     assert "containerEdits" not in spec
+    assert spec["devices"][0]["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-a"]}
     assert spec == cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES, nvidia_smi_dir=None)
 
 
@@ -96,6 +120,9 @@ def test_cdi_spec_mounts_the_script_and_keeps_the_lowest_version(uid, version):
     spec = cdi_spec("k8s.gpu.nvidia.com", uid, DEVICES, nvidia_smi_dir="/var/run/fakegpu/nvidia-smi/dra")
     assert list(spec) == ["cdiVersion", "kind", "devices", "containerEdits"]
     assert spec["cdiVersion"] == version
+    assert spec["devices"][0]["containerEdits"] == {
+        "env": ["NVIDIA_VISIBLE_DEVICES=GPU-a", "FAKEGPU_VISIBLE_DEVICES=GPU-a"]
+    }
     assert spec["containerEdits"] == {
         "env": ["FAKEGPU_DEVICES_FILE=/run/fakegpu/devices.json"],
         "mounts": [

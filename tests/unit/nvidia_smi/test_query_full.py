@@ -91,6 +91,20 @@ def test_container_with_one_mig_device():
     assert value(text, "Minor Number") == "0"
 
 
+def test_a_container_with_only_mig_devices_may_not_read_the_gpus_memory():
+    node = mixed()
+    text = out(node, "-q", visible=node.gpus[0].migs[2].uuid)
+    assert [value(text, k, 8) for k in ("Total", "Reserved", "Used", "Free")] == ["Insufficient Permissions"] * 4
+    assert value(text, "Total", 16) == "9984 MiB"  # the MIG device's own FB memory
+    whole = out(node, "-q", visible="0")
+    assert [value(whole, k, 8) for k in ("Total", "Reserved", "Used", "Free")] == [
+        "81559 MiB",
+        "328 MiB",
+        "74 MiB",
+        "81157 MiB",
+    ]
+
+
 def test_every_key_value_line_is_aligned():
     for gpus, layout in (("1xt4", None), ("1xa30", "all-balanced"), ("2xb200", "all-1g.23gb")):
         kv(out(smi_node(gpus, layout), "-q"))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from sharing.nvidia_smi import table
 from sharing.nvidia_smi.devices import SmiNode, from_node
 from tests.unit.nvidia_smi.helpers import TS, mixed, out, smi_node, spec_node
 
@@ -131,9 +134,16 @@ def test_a_container_with_one_mig_device_sees_gpu_0_and_mig_device_0():
     gpu3 = node.gpus[3]
     mig = gpu3.migs[-1]
     text = out(node, visible=mig.uuid)
+    lines = text.splitlines()
     assert gpu_rows(text) == [
         f"|   0  NVIDIA H100 80GB HBM3          On  |   {gpu3.bus_id} Off |                   On |"
     ]
+    # NVML refuses the parent GPU's memory to a container given only MIG devices: N/A, as real readings show.
+    row = lines.index(gpu_rows(text)[0])
+    assert (
+        lines[row + 1] == "| N/A   34C    P0             69W /  700W |                    N/A |     N/A      Default |"
+    )
+    assert lines[row + 2].endswith("|              Enabled |")
     rows = [line for line in text.splitlines() if "MiB /" in line and line.startswith("|  0 ")]
     assert rows == [
         f"|  0 {mig.gi_id:>4}   0   0  |              37MiB / 40448MiB    | 60      0 |  3   0    3    0    3 |"
@@ -153,3 +163,39 @@ def test_id_filter_keeps_container_indices():
     text = out(node, "-i", "3,1", visible="7,2,4,6")
     assert [row[:6] for row in gpu_rows(text)] == ["|   1 ", "|   3 "]
     assert "00000000:58:00.0" in text and "00000000:88:00.0" in text  # node GPUs 4 and 7
+
+
+def test_the_whole_mig_gpu_still_shows_its_memory():
+    node = smi_node("1xh100-80gb", "all-balanced")
+    assert "|      86MiB /  81559MiB |     N/A      Default |" in out(node, visible="0")
+
+
+def test_a_dynamic_mig_device_shows_its_gpu_in_mig_mode():
+    """DRA dynamic MIG: the GPU is not in MIG mode on the node, but the container's device is a MIG one."""
+    node = from_node(spec_node({"model": "a100-40gb"}), dynamic_mig=True)
+    option = next(m for m in node.gpus[0].mig_options if m.profile == "3g.20gb" and m.start == 4)
+    text = out(node, visible=option.uuid)
+    assert gpu_rows(text) == [
+        "|   0  NVIDIA A100-SXM4-40GB          On  |   00000000:18:00.0 Off |                   On |"
+    ]
+    assert "|                    N/A |     N/A      Default |" in text
+    assert "|              Enabled |" in text
+    rows = [line for line in text.splitlines() if "MiB /" in line and line.startswith("|  0 ")]
+    assert rows == ["|  0    2   0   0  |              37MiB / 19968MiB    | 42      0 |  3   0    2    0    0 |"]
+    assert out(node, visible="0").count("MIG devices") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 3090 Ti   "),
+        ("NVIDIA GeForce RTX 2080 SUPER", "NVIDIA GeForce RTX 2080 ...  "),
+        ("NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX 6000 Ada Gene...  "),
+        ("27 characters, not cut ....", "27 characters, not cut ....  "),
+    ],
+)
+def test_long_names_are_cut_to_24_characters_and_dots(name, shown):
+    """As real 570 readings print them (``|   0  NVIDIA RTX 6000 Ada Gene...    On  |``)."""
+    gpu = dataclasses.replace(smi_node("1xl40s").gpus[0], name=name)
+    row = table.gpu_rows(gpu)[0]
+    assert row == f"|@G4@  {shown}  On  |   00000000:18:00.0 Off |                    0 |"
