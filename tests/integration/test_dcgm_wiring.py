@@ -7,14 +7,11 @@ import asyncio
 import contextlib
 import logging
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -45,13 +42,6 @@ from tests.integration.test_metrics import http_get
 
 NODE = "dcgm-node"
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgdcgm-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def served_url(caplog: pytest.LogCaptureFixture) -> str:

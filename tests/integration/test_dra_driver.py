@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
 from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
+from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
 
@@ -33,24 +32,9 @@ DRIVER = "gpu.nvidia.com"
 
 
 @pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgdra-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE) as server:
         yield server
-    finally:
-        server.stop()
-        # A request cut off by the driver's shutdown arrives with no body; anything else is a real rejection.
-        rejected = [r for r in server.rejections if r.body]
-        assert rejected == [], "the driver sent an object the API server rejected"
-        assert server.errors == []
 
 
 DriverFactory = Callable[..., Any]

@@ -14,10 +14,8 @@ import contextlib
 import json
 import logging
 import re
-import shutil
 import signal
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -43,6 +41,7 @@ from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from sharing.inputs import InventoryInputs
 from telemetry.http_endpoint import ListenAddress
 from telemetry.rpc_metrics import fakegpu_version
+from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
 
@@ -158,13 +157,6 @@ def metrics_url(caplog: pytest.LogCaptureFixture) -> str:
 
 
 # --- the device plugin -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgmx-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -335,12 +327,8 @@ async def test_plugins_registry_registrations_are_counted_from_the_kubelets_noti
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, strict=False) as server:
         yield server
-    finally:
-        server.stop()
         assert server.errors == []
 
 

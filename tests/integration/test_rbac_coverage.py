@@ -14,9 +14,7 @@ import asyncio
 import contextlib
 import importlib
 import io
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from telemetry.http_endpoint import ListenAddress
-from tests.apiserver import FakeApiServer, RequestRecord
+from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.integration.test_metrics import http_get
@@ -204,20 +202,9 @@ def grants(rules: list[Rule]) -> set[Access]:
 
 
 @pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgrbac-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, strict=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def eventually(predicate: Any, what: str, timeout: float = 5.0) -> None:

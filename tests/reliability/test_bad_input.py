@@ -51,6 +51,7 @@ from kubeletapi.kubelet_paths import KubeletPaths
 from sharing.inputs import InventoryInputs, load_inventory
 from sharing.live_inventory import LiveInventory
 from sharing.yaml_source import MAX_INPUT_BYTES
+from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
 
@@ -782,12 +783,8 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, strict=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def published(server: FakeApiServer) -> list[str]:

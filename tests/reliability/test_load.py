@@ -32,6 +32,7 @@ from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from kubeletapi.dra.v1 import api_pb2 as dra
 from kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
 from sharing.health import HEALTHY, UNHEALTHY
+from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.reliability.profile import Profile
 from tests.reliability.raw_calls import (
@@ -201,15 +202,8 @@ def dra_root() -> Iterator[Path]:
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE) as server:
         yield server
-    finally:
-        server.stop()
-        rejected = [r for r in server.rejections if r.body]
-        assert rejected == [], "the driver sent an object the API server rejected"
-        assert server.errors == []
 
 
 @pytest.fixture

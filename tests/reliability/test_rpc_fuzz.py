@@ -51,6 +51,7 @@ from kubeletapi.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubeletapi.drahealth.v1alpha1 import api_pb2 as health
 from kubeletapi.pluginregistration.v1 import api_pb2 as reg
 from sharing.identifiers import strip_replica
+from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.reliability.profile import Profile
 from tests.reliability.raw_calls import (
@@ -200,15 +201,8 @@ def dra_root() -> Iterator[Path]:
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE) as server:
         yield server
-    finally:
-        server.stop()
-        rejected = [r for r in server.rejections if r.body]
-        assert rejected == [], "the driver sent an object the API server rejected"
-        assert server.errors == []
 
 
 @pytest.fixture

@@ -1,0 +1,27 @@
+"""One started FakeApiServer with a node, stopped afterwards and checked: the common test fixture body."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from .fake_apiserver import FakeApiServer
+
+
+@contextlib.contextmanager
+def serving(node: str | None = None, version: str = "1.36", *, strict: bool = True) -> Iterator[FakeApiServer]:
+    """With ``strict``, fail if the code under test sent an object the server rejected or broke the server.
+
+    A request cut off by a driver's shutdown arrives with no body; anything else is a real rejection.
+    """
+    server = FakeApiServer(version).start()
+    if node is not None:
+        server.add_node(node)
+    try:
+        yield server
+    finally:
+        server.stop()
+        if strict:
+            rejected = [r for r in server.rejections if r.body]
+            assert rejected == [], f"the code sent objects the API server rejected: {rejected}"
+            assert server.errors == [], server.errors
