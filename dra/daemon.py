@@ -284,7 +284,8 @@ async def run_dra_daemon(
         if inputs.nvidia_smi_dir
         else None
     )
-    driver = DraDriver(live, paths, settings, client_factory(settings.kubeconfig))
+    make_client = client_factory(settings.kubeconfig)
+    driver = DraDriver(live, paths, settings, make_client)
     admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
     metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
     dcgm = (
@@ -295,7 +296,7 @@ async def run_dra_daemon(
             virtual_gpus=dcgm_virtual_gpus,
             dra_device_uuid=driver.prepared_device_uuid,
             fallback=driver.prepared_claim_holders(),
-            annotations=PodAnnotations(client_factory(settings.kubeconfig)),
+            annotations=PodAnnotations(make_client),
             seed=dcgm_seed,
         )
         if dcgm_address

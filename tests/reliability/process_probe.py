@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,19 +84,6 @@ def listening_unix_sockets(pid: int | None = None, under: Path | None = None) ->
             continue
         found.add(path)
     return found
-
-
-def accepts_connections(path: Path) -> bool:
-    """True when a process accepts on the socket file (it is served, not a stale leftover)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 @dataclass(frozen=True)
