@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 import yaml
+from percentiles import percentile  # bench/ is on sys.path when a script runs
 
 from fakeplugin.fake_node import FakeNode
 from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
@@ -80,17 +81,6 @@ class Row:
     name: str
     samples: list[float]  # seconds
     note: str = ""
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(samples)
-    if not ordered:
-        return float("nan")
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 async def timed(n: int, call: Callable[[int], Awaitable[object]]) -> list[float]:

@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
+from percentiles import percentile  # bench/ is on sys.path when a script runs
 
 from tests.reliability.process_probe import Usage
 from tests.reliability.profile import LONG, SHORT, Profile
@@ -49,17 +50,6 @@ KUBELET_VARIANTS: tuple[tuple[PluginPlacement, str], ...] = (
     ("in-process", "plugins-registry"),
     ("daemon", "kubelet"),
 )
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(samples)
-    if not ordered:
-        return float("nan")
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def latency(samples: Sequence[float]) -> str:
