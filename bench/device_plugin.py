@@ -34,10 +34,10 @@ import grpc
 import yaml
 from percentiles import percentile  # bench/ is on sys.path when a script runs
 
-from fakeplugin.fake_node import FakeNode
-from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
-from sharing.health import HEALTHY, UNHEALTHY
-from sharing.inputs import InventoryInputs
+from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
+from fakegpu.sharing.health import HEALTHY, UNHEALTHY
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.testing.fake_node import FakeNode
 
 WARMUP = 20
 WAIT_TIMEOUT = 10.0

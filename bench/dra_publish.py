@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lightkube import AsyncClient
 
-from dra.resource_slices import SliceOptions
-from dra.slice_publisher import SlicePublisher
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+from fakegpu.dra.resource_slices import SliceOptions
+from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 GPUS = "8xh100-80gb"

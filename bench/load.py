@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpc
 import yaml
 
-from fakeplugin.fake_node import FakeNode
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from kubeletapi.dra.v1 import api_pb2 as dra
-from kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
-from sharing.inputs import InventoryInputs
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.reliability.raw_calls import (
     Burst,

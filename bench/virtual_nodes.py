@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lightkube import AsyncClient
 
+from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.pools import DEFAULT_POOL, Pool, build_virtual_nodes
 from fakegpu.virtual_nodes.report import Outcome
-from sharing.inputs import InventoryInputs
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 

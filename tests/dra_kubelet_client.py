@@ -7,14 +7,14 @@ from pathlib import Path
 
 import grpc
 
-from kubeletapi.dra.v1 import api_pb2 as v1
-from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
-from kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
-from kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from kubeletapi.drahealth.v1alpha1 import api_pb2 as health
-from kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg
-from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
+from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
+from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health
+from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 Claim = tuple[str, str, str]
 """(namespace, name, uid)"""

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from sharing.inputs import InventoryInputs, load_config, load_inventory, load_node
-from sharing.inventory import Inventory
-from sharing.labels import gfd_labels
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_inventory, load_node
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.sharing.labels import gfd_labels
 
 NODE = "node-a"
 

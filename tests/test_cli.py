@@ -10,7 +10,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from fakegpu.cli import main
+from fakegpu.cli.main import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -113,7 +113,7 @@ def test_console_script_never_prints_a_traceback(tmp_path):
     bad = tmp_path / "garbage.yaml"
     bad.write_bytes(b"\x00\x01\x02 not yaml: [")
     proc = subprocess.run(
-        [sys.executable, "-m", "fakegpu.cli", "devices", "--node-spec", str(bad)],
+        [sys.executable, "-m", "fakegpu", "devices", "--node-spec", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,7 @@ def test_demo_runs_and_shows_capacity_labels_and_an_allocation():
         [
             sys.executable,
             "-m",
-            "fakegpu.cli",
+            "fakegpu",
             "demo",
             "--gpus",
             "2xa100-40gb",
@@ -35,7 +35,7 @@ def test_demo_runs_and_shows_capacity_labels_and_an_allocation():
 
 def test_demo_default_node():
     proc = subprocess.run(
-        [sys.executable, "-m", "fakegpu.cli", "demo"], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "fakegpu", "demo"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stderr
     assert "8x NVIDIA H100 80GB HBM3" in proc.stdout
@@ -46,7 +46,7 @@ def test_daemon_with_a_file_as_kubelet_dir_exits_2(tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     proc = subprocess.run(
-        [sys.executable, "-m", "fakegpu.cli", "kubelet", "--dir", str(not_a_dir)],
+        [sys.executable, "-m", "fakegpu", "kubelet", "--dir", str(not_a_dir)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -7,15 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generated_code_is_current():
     proc = subprocess.run(
-        [sys.executable, "-m", "kubeletapi.generate", "--check"],
+        [sys.executable, "-m", "fakegpu.kubeletapi.generate", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

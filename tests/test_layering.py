@@ -1,4 +1,10 @@
-"""Architecture rules: sharing/ is pure; fakeplugin/ and dra/ never import each other; kubeapi/ is below both."""
+"""Architecture rules: which rooms of the ``fakegpu`` package may import which.
+
+``fakegpu.sharing`` is pure; the two faces (``fakeplugin``, ``dra``) never import each other nor the
+harness that drives them (``kubelet``, ``testing``) nor the command line; the plumbing below the faces
+(``kube``, ``runtime``, ``control``, ``telemetry``) never reaches up. A new import that breaks a rule
+fails here with the file that made it.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,47 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ALLOWED_THIRD_PARTY_IN_SHARING = {"pydantic", "yaml"}
+PACKAGE = ROOT / "fakegpu"
+
+ALLOWED: dict[str, set[str]] = {
+    "sharing": set(),
+    "kubeletapi": set(),
+    "runtime": {"kubeletapi"},
+    "kube": {"sharing"},
+    "control": {"sharing", "runtime"},
+    "telemetry": {"sharing", "runtime", "kubeletapi"},
+    "fakeplugin": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
+    "dra": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
+    "kubelet": {"runtime", "kubeletapi"},
+    "virtual_nodes": {"sharing", "runtime", "kube", "dra"},
+    "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra"},
+    "cli": {
+        "sharing",
+        "runtime",
+        "kubeletapi",
+        "kube",
+        "control",
+        "telemetry",
+        "fakeplugin",
+        "dra",
+        "kubelet",
+        "virtual_nodes",
+        "testing",
+    },
+}
+"""Room -> the other rooms it may import. Everything not listed is forbidden."""
+
+THIRD_PARTY: dict[str, set[str]] = {
+    "sharing": {"pydantic", "yaml"},
+    "kubeletapi": {"grpc", "google", "grpc_tools"},
+}
+"""Rooms whose third-party imports are limited too (others may use any declared dependency)."""
 
 
-def imported_roots(package: str) -> dict[str, set[str]]:
+def imports_of(room: str) -> dict[str, set[str]]:
+    """Top-level names a room imports (``fakegpu.<x>`` counted as ``fakegpu.<x>``) -> the files importing them."""
     found: dict[str, set[str]] = {}
-    for path in (ROOT / package).rglob("*.py"):
-        if "generated" in path.parts:
-            continue
+    for path in (PACKAGE / room).rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -26,34 +65,48 @@ def imported_roots(package: str) -> dict[str, set[str]]:
             else:
                 continue
             for name in names:
-                found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+                parts = name.split(".")
+                key = ".".join(parts[:2]) if parts[0] == "fakegpu" and len(parts) > 1 else parts[0]
+                found.setdefault(key, set()).add(str(path.relative_to(ROOT)))
     return found
 
 
-def test_sharing_is_pure():
-    roots = imported_roots("sharing")
-    stdlib = sys.stdlib_module_names
+def test_every_room_has_rules():
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(ALLOWED), "a room was added or removed: give it a row in ALLOWED"
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_room_imports_only_what_it_may(room):
+    imported = imports_of(room)
+    inside = {k.removeprefix("fakegpu."): files for k, files in imported.items() if k.startswith("fakegpu.")}
+    forbidden = {k: sorted(files) for k, files in inside.items() if k != room and k not in ALLOWED[room]}
+    assert forbidden == {}, f"fakegpu.{room} may import only {sorted(ALLOWED[room])}: {forbidden}"
+    assert "fakegpu" not in imported, f"fakegpu.{room} imports the bare package: {imported.get('fakegpu')}"
+
+
+@pytest.mark.parametrize("room", sorted(THIRD_PARTY))
+def test_room_third_party_imports_are_limited(room):
     foreign = {
-        r: files
-        for r, files in roots.items()
-        if r not in stdlib and r != "sharing" and r not in ALLOWED_THIRD_PARTY_IN_SHARING
+        k: sorted(files)
+        for k, files in imports_of(room).items()
+        if not k.startswith("fakegpu.") and k not in sys.stdlib_module_names and k not in THIRD_PARTY[room]
     }
-    assert foreign == {}, f"sharing/ must import only the stdlib, pydantic and yaml: {foreign}"
-    assert "grpc" not in roots and "lightkube" not in roots and "kubernetes" not in roots
+    assert foreign == {}, f"fakegpu.{room} may import only the stdlib and {sorted(THIRD_PARTY[room])}: {foreign}"
 
 
-@pytest.mark.parametrize(("package", "forbidden"), [("fakeplugin", "dra"), ("dra", "fakeplugin")])
-def test_faces_do_not_import_each_other(package, forbidden):
-    assert forbidden not in imported_roots(package)
+def test_sharing_imports_neither_grpc_nor_kubernetes_nor_telemetry():
+    """The design's first rule, spelled out: both faces see the same inventory because the core is pure."""
+    imported = imports_of("sharing")
+    for name in ("grpc", "lightkube", "kubernetes", "prometheus_client", "fakegpu.telemetry"):
+        assert name not in imported, f"fakegpu.sharing imports {name}: {imported[name]}"
 
 
-@pytest.mark.parametrize("forbidden", ["fakeplugin", "dra", "fakegpu", "grpc"])
-def test_kubeapi_serves_both_faces_without_depending_on_them(forbidden):
-    """kubeapi/ is the API-server plumbing both faces share, so it may lean on sharing/ only."""
-    assert forbidden not in imported_roots("kubeapi")
-
-
-@pytest.mark.parametrize("forbidden", ["fakeplugin", "dra", "fakegpu"])
-def test_telemetry_serves_both_faces_without_depending_on_them(forbidden):
-    """telemetry/ (metrics, DCGM exporter, logs) is used by both daemons, so it sits below both."""
-    assert forbidden not in imported_roots("telemetry")
+def test_only_fakegpu_is_installed():
+    """The wheel's one top-level name: nothing beside ``fakegpu/`` holds Python the package would install."""
+    stray = sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir() and (p / "__init__.py").exists() and p.name not in {"fakegpu", "tests"}
+    )
+    assert stray == [], f"top-level Python packages outside fakegpu/: {stray}"

@@ -24,7 +24,7 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
-from dra.slice_publisher import SLICE_KINDS
+from fakegpu.dra.slice_publisher import SLICE_KINDS
 
 JSON = dict[str, Any]
 T = TypeVar("T")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra.resource_slices import MigMode, SliceOptions
+from fakegpu.dra.resource_slices import MigMode, SliceOptions
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.discovery import layout_minor, served_api_version, server_minor
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_value

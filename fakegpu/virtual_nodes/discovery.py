@@ -14,8 +14,8 @@ import httpx2
 from lightkube.config.client_adapter import AsyncClient as adapter_client
 from lightkube.config.client_adapter import ConnectionParams
 
-from dra.resource_slices import SUPPORTED_API_VERSIONS
-from dra.slice_publisher import API_PREFERENCE
+from fakegpu.dra.resource_slices import SUPPORTED_API_VERSIONS
+from fakegpu.dra.slice_publisher import API_PREFERENCE
 from fakegpu.virtual_nodes.api import Api, from_kubeconfig, kubeconfig_problem
 
 _MINOR = re.compile(r"^(\d+)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from sharing.errors import SpecError
+from fakegpu.sharing.errors import SpecError
 
 DEFAULT_PREFIX = "fakegpu-virtual-"
 INDEX_WIDTH = 4

@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra.quantities import decimal_quantity, parse_quantity
+from fakegpu.dra.quantities import decimal_quantity, parse_quantity
+from fakegpu.sharing.errors import SpecError
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.pools import VirtualNode
-from sharing.errors import SpecError
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_VALUE = "fake"

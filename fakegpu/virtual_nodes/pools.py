@@ -8,20 +8,16 @@ pool. Every node gets its own inventory: device UUIDs derive from the node name,
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from fakegpu.inventory_options import inventory_inputs
-from fakegpu.virtual_nodes.names import MAX_NAME_LENGTH, check_node_name, node_name, pool_name_from_stem
-from sharing.errors import SpecError
-from sharing.expansion import build_inventory
-from sharing.inputs import InventoryInputs, load_config, load_node
-from sharing.inventory import Inventory
-from sharing.labels import gfd_labels
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.sharing.labels import gfd_labels
+from fakegpu.virtual_nodes.names import MAX_NAME_LENGTH, check_node_name, node_name
 
 DEFAULT_POOL = "default"
 MAX_NODES = 100_000
@@ -62,45 +58,6 @@ def parse_pool_value(value: str) -> tuple[str, int]:
     if count < 1 or count > MAX_NODES:
         raise SpecError("--pool", f"{value!r}: COUNT must be an integer from 1 to {MAX_NODES}, found {count_text!r}")
     return path, count
-
-
-def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[Pool]:
-    """The pools the command line asks for; every conflict is a SpecError naming the flag."""
-    if args.node_name is not None:
-        raise SpecError("--node-name", "virtual node names come from --name-prefix and the index; drop --node-name")
-    environ = dict(os.environ if env is None else env)
-    base = replace(inventory_inputs(args, environ), node_name="")
-    if not args.pool:
-        count = 1 if args.count is None else args.count
-        if not 1 <= count <= MAX_NODES:
-            raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
-        return [Pool(DEFAULT_POOL, base, count, in_names=False)]
-    conflicts = [
-        flag
-        for flag, given in (
-            ("--count", args.count is not None),
-            ("--node-spec", bool(args.node_spec)),
-            ("--gpus", bool(args.gpus)),
-        )
-        if given
-    ]
-    if conflicts:
-        raise SpecError(
-            "--pool", f"cannot be combined with {', '.join(conflicts)}: each pool's node spec file and count say it"
-        )
-    pools: dict[str, Pool] = {}
-    sources: dict[str, str] = {}
-    for value in args.pool:
-        path, count = parse_pool_value(value)
-        name = pool_name_from_stem(Path(path).stem, "--pool")
-        if name in pools:
-            raise SpecError("--pool", f"two pools are named {name!r} ({sources[name]} and {path}); rename one file")
-        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True, source=path)
-        sources[name] = path
-    total = sum(p.count for p in pools.values())
-    if total > MAX_NODES:
-        raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
-    return list(pools.values())
 
 
 def node_names(pools: list[Pool], prefix: str) -> list[tuple[str, Pool]]:

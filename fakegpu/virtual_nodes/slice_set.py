@@ -1,6 +1,6 @@
 """One virtual node's ResourceSlices: what they should be, and what to write to get there.
 
-The slices are those ``fakegpu dra`` would publish for the same node (``dra.resource_slices`` builds
+The slices are those ``fakegpu dra`` would publish for the same node (``fakegpu.dra.resource_slices`` builds
 both), plus the ``fakegpu.io/virtual-node`` label, and owned by the Node (``controller: true``) so a real
 cluster's garbage collector removes them with it. Slices are compared without the pool generation and in
 any order (before 1.36 their names are random, so name order says nothing); only when they differ is the
@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
 from fakegpu.virtual_nodes.pools import VirtualNode
-from sharing.live_inventory import LiveInventory
 
 JSON = dict[str, Any]
 PLAN_ANNOTATION = "fakegpu.io/slice-plan"

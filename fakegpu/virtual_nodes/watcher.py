@@ -30,13 +30,13 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Node
 
-from dra.slice_publisher import SLICE_KINDS
+from fakegpu.dra.slice_publisher import SLICE_KINDS
+from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
 from fakegpu.virtual_nodes.node_manifest import node_changes
 from fakegpu.virtual_nodes.report import Outcome
 from fakegpu.virtual_nodes.slice_set import stored_signature
-from kubeletapi.background_tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

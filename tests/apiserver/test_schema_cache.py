@@ -9,8 +9,8 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from sharing.inputs import InventoryInputs, load_node
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.sharing.inputs import InventoryInputs, load_node
 from tests.apiserver import schema_cache
 
 VERSION = "1.36.0"

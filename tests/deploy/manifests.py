@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.cli import _parser
+from fakegpu.cli.main import _parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

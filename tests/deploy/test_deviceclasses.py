@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.cli import main
+from fakegpu.cli.main import main
 from tests.deploy.manifests import DEPLOY, find, load_docs, render
 
 OVERLAYS_WITH_CLASSES = ("dra", "kwok")

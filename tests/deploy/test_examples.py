@@ -12,12 +12,12 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from dra.claim_devices import claim_preparation, published_devices
-from dra.resource_slices import build_slice_specs, spec_devices
-from fakegpu.inventory_options import inventory_inputs
-from fakegpu.slice_commands import slice_options
-from sharing.inputs import load_inventory, load_node
-from sharing.node import Node
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.slice_commands import slice_options
+from fakegpu.dra.claim_devices import claim_preparation, published_devices
+from fakegpu.dra.resource_slices import build_slice_specs, spec_devices
+from fakegpu.sharing.inputs import load_inventory, load_node
+from fakegpu.sharing.node import Node
 from tests.deploy.manifests import (
     EXAMPLES,
     KUBERNETES_VERSION,

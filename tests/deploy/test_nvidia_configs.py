@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakegpu.inventory_options import inventory_inputs
-from fakegpu.node_options import node_settings
-from fakeplugin.node_sync import ConfigSelection
-from sharing.errors import SpecError
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.nvidia_config import load_nvidia_config
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.node_options import node_settings
+from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.nvidia_config import load_nvidia_config
 from tests.deploy.manifests import (
     EXAMPLES,
     container_env,

@@ -7,9 +7,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from dra.claim_devices import published_devices
-from fakegpu.inventory_options import inventory_inputs
-from sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.dra.claim_devices import published_devices
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
 from tests.deploy.manifests import (
     DEPLOY,
     ROOT,

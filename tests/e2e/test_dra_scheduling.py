@@ -17,11 +17,11 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
-from dra.device_classes import device_classes
-from dra.resource_slices import SliceOptions
-from dra.slice_publisher import SlicePublisher
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+from fakegpu.dra.device_classes import device_classes
+from fakegpu.dra.resource_slices import SliceOptions
+from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
 
 
 async def test_scheduler_allocates_a_mig_device_from_our_pool():

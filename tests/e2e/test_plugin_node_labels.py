@@ -23,12 +23,12 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from fakeplugin.daemon import NodeSettings, run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from fakeplugin.node_sync import ConfigSelection
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs
-from sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 
 GPU = "nvidia.com/gpu"
 

@@ -24,15 +24,15 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 
-from dra.admin_ops import dra_ops
-from dra.daemon import DraDriver, DraSettings
-from fakeplugin.admin_ops import device_plugin_ops
-from fakeplugin.fake_node import FakeNode
-from kubeletapi.admin_socket import AdminError, AdminServer, admin_call
-from kubeletapi.kubelet_paths import KubeletPaths
-from kubeletapi.unix_socket import SocketPathError
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
+from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.unix_socket import SocketPathError
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
 
@@ -90,7 +90,7 @@ async def ctl(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, st
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "fakegpu.cli",
+        "fakegpu",
         "ctl",
         *args,
         cwd=ROOT,

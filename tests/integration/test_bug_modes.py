@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharing.bug_modes import BugModeError, parse_bug_modes
+from fakegpu.sharing.bug_modes import BugModeError, parse_bug_modes
 
 GPU = "nvidia.com/gpu"
 TS4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 4}]}}}

@@ -84,7 +84,7 @@ def test_daemons_sighup_reload_and_sigterm(fakegpu_dir):
     config.write_text("version: v1\n")
     root = fakegpu_dir / "k"
     kubelet = subprocess.Popen(
-        [sys.executable, "-m", "fakegpu.cli", "kubelet", "--dir", str(root)],
+        [sys.executable, "-m", "fakegpu", "kubelet", "--dir", str(root)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -96,7 +96,7 @@ def test_daemons_sighup_reload_and_sigterm(fakegpu_dir):
             [
                 sys.executable,
                 "-m",
-                "fakegpu.cli",
+                "fakegpu",
                 "plugin",
                 "--kubelet-dir",
                 str(root),
@@ -136,7 +136,7 @@ def test_plugin_daemon_refuses_a_bad_first_config(fakegpu_dir):
         [
             sys.executable,
             "-m",
-            "fakegpu.cli",
+            "fakegpu",
             "plugin",
             "--kubelet-dir",
             str(fakegpu_dir),

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import grpc
 
-from dra.claim_devices import published_devices
-from kubeletapi.podresources.v1 import api_pb2 as pr
-from kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
-from sharing.gpu_activity import UTILIZATION_ANNOTATION
-from telemetry.dcgm.attribution import CallableAttribution, DeviceHolder, DraDevice, PodResourcesAttribution
-from telemetry.dcgm.exporter import CONTENT_TYPE, DcgmExporter
-from telemetry.http_endpoint import MetricsServer, parse_listen_address
+from fakegpu.dra.claim_devices import published_devices
+from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
+from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from fakegpu.telemetry.dcgm.attribution import CallableAttribution, DeviceHolder, DraDevice, PodResourcesAttribution
+from fakegpu.telemetry.dcgm.exporter import CONTENT_TYPE, DcgmExporter
+from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
+from fakegpu.telemetry.http_endpoint import MetricsServer, parse_listen_address
 from tests.inventory_builders import time_slicing
 
 GPU = "nvidia.com/gpu"
@@ -45,9 +45,7 @@ def one(text: bytes, name: str, **where: str) -> tuple[dict[str, str], float]:
 @asynccontextmanager
 async def exporter_for(node, **kw) -> AsyncIterator[DcgmExporter]:
     attribution = PodResourcesAttribution(node.kubelet.pod_resources_socket)
-    exporter = DcgmExporter(
-        node.live, attribution, annotations=node.kubelet.pod_annotations, clock=lambda: 0.0, **kw
-    )
+    exporter = DcgmExporter(node.live, attribution, annotations=node.kubelet.pod_annotations, clock=lambda: 0.0, **kw)
     try:
         yield exporter
     finally:
@@ -248,7 +246,7 @@ async def test_dra_allocations_from_the_pod_resources_api(fakegpu_node, fakegpu_
 
 
 async def test_served_over_http_like_dcgm_exporter(fakegpu_node):
-    """The wiring the daemons use: ``--dcgm-address`` -> telemetry.http_endpoint.MetricsServer rendering
+    """The wiring the daemons use: ``--dcgm-address`` -> fakegpu.telemetry.http_endpoint.MetricsServer rendering
     ``exporter.scrape`` (each scrape re-reads the pod resources API, as dcgm-exporter does)."""
     node = await fakegpu_node("1xh100-80gb")
     async with exporter_for(node) as exporter:

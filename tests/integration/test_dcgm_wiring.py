@@ -19,22 +19,22 @@ import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from dra.claim_devices import published_devices
-from dra.daemon import DraDriver, DraSettings, run_dra_daemon
-from fakegpu.cli import _parser as cli_parser
-from fakeplugin.daemon import NodeSettings, run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from kubeapi.pod_annotations import PodAnnotations, describe_error
-from kubeletapi.kubelet_paths import KubeletPaths
-from kubeletapi.podresources.v1 import api_pb2 as pr
-from kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
-from sharing.gpu_activity import UTILIZATION_ANNOTATION
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
-from telemetry.dcgm.attribution import pod_resources_socket
-from telemetry.dcgm.endpoint import DcgmEndpoint
-from telemetry.dcgm.exporter import DEFAULT_SEED, DEFAULT_STEP_SECONDS
-from telemetry.http_endpoint import ListenAddress
+from fakegpu.cli.main import _parser as cli_parser
+from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakegpu.kube.pod_annotations import PodAnnotations, describe_error
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
+from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.dcgm.attribution import pod_resources_socket
+from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
+from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED, DEFAULT_STEP_SECONDS
+from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
+from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.integration.test_dcgm_exporter import _DraKubelet
@@ -62,7 +62,7 @@ def series(body: str, metric: str) -> list[tuple[dict[str, str], float]]:
 
 async def test_plugin_daemon_serves_dcgm_metrics_for_the_pods_the_kubelet_admitted(root, caplog):
     """Pods from the kubelet's PodResources; the target utilisation from the pod's annotation on the API."""
-    caplog.set_level(logging.INFO, logger="telemetry.http_endpoint")
+    caplog.set_level(logging.INFO, logger="fakegpu.telemetry.http_endpoint")
     apiserver = FakeApiServer("1.36").start()
     apiserver.create_direct(
         {
@@ -135,7 +135,7 @@ async def test_plugin_daemon_serves_dcgm_metrics_for_the_pods_the_kubelet_admitt
 
 def test_a_bad_dcgm_address_is_one_line_and_exit_2(root):
     out = subprocess.run(
-        [sys.executable, "-m", "fakegpu.cli", "plugin", "--kubelet-dir", str(root), "--dcgm-address", "nine"],
+        [sys.executable, "-m", "fakegpu", "plugin", "--kubelet-dir", str(root), "--dcgm-address", "nine"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -196,7 +196,7 @@ async def test_an_unreachable_api_server_keeps_scrapes_fast(api, fakegpu_node, c
             assert took < 0.5, "failed lookups back off instead of being retried on every scrape"
         finally:
             await endpoint.stop()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "kubeapi.pod_annotations"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "fakegpu.kube.pod_annotations"]
     assert len(warnings) == 1, warnings  # once, not per pod or per scrape
     if api == "hung":
         assert "no answer within 2s" in warnings[0]
@@ -216,7 +216,7 @@ async def test_lookups_recover_keep_the_last_answer_and_say_so(fakegpu_node, cap
             }
         )
         annotations = annotations_from(apiserver.url, ttl=0.0, backoff_initial=0.05)
-        caplog.set_level(logging.INFO, logger="kubeapi.pod_annotations")
+        caplog.set_level(logging.INFO, logger="fakegpu.kube.pod_annotations")
         await annotations.prefetch({("ml", "p")})
         assert annotations("ml", "p") == {UTILIZATION_ANNOTATION: "20"}
         apiserver.fail_next("get", "pods", 500, times=3, message="etcd is sad")
@@ -298,7 +298,7 @@ def reserved_claim(name: str, device: str, pods: list[str]) -> dict[str, Any]:
 async def test_dra_daemon_serves_dcgm_metrics_for_prepared_claims(root, caplog):
     """Without ``dynamic_resources`` from the kubelet (before 1.34, or no PodResources socket at all), the
     prepared claims say who holds what: the pods the claim is reserved for, in its namespace."""
-    caplog.set_level(logging.INFO, logger="telemetry.http_endpoint")
+    caplog.set_level(logging.INFO, logger="fakegpu.telemetry.http_endpoint")
     apiserver = FakeApiServer("1.36").start()
     apiserver.add_node(NODE)
     paths = KubeletPaths(root / "kubelet")

@@ -8,13 +8,13 @@ import time
 import grpc
 import pytest
 
-from fakeplugin import device_plugin_service
-from fakeplugin.allocation_error import AllocationError
-from fakeplugin.fake_node import FakeNode
-from fakeplugin.kubelet.plugin_endpoint import PluginEndpoint
-from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from sharing.identifiers import strip_replica
-from sharing.inputs import InventoryInputs
+from fakegpu.fakeplugin import device_plugin_service
+from fakegpu.fakeplugin.allocation_error import AllocationError
+from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from fakegpu.sharing.identifiers import strip_replica
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.testing.fake_node import FakeNode
 
 GPU = "nvidia.com/gpu"
 

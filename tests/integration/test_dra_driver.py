@@ -16,13 +16,13 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 
-from dra import claim_preparer
-from dra.daemon import DraDriver, DraSettings
-from dra.prepared_claims import PreparedClaims
-from kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+from fakegpu.dra import claim_preparer
+from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
@@ -527,7 +527,7 @@ def test_fakegpu_dra_command_publishes_serves_and_cleans_up(root, apiserver):
         [
             sys.executable,
             "-m",
-            "fakegpu.cli",
+            "fakegpu",
             "dra",
             "--node-name",
             NODE,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakeplugin.admin_ops import device_plugin_ops
-from fakeplugin.fake_node import FakeNode
-from kubeletapi.admin_socket import AdminError, AdminServer, admin_call
-from sharing.inputs import CurrentInputs
+from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
+from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.sharing.inputs import CurrentInputs
+from fakegpu.testing.fake_node import FakeNode
 
 GPU = "nvidia.com/gpu"
 

@@ -26,21 +26,21 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra.daemon import DraSettings, run_dra_daemon
-from fakegpu.cli import main
-from fakeplugin.daemon import run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from kubeletapi.admin_socket import admin_call
-from kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from kubeletapi.dra.v1 import api_pb2 as v1
-from kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
-from kubeletapi.kubelet_paths import KubeletPaths
-from kubeletapi.plugin_registration import registry_socket_name
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg
-from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from sharing.inputs import InventoryInputs
-from telemetry.http_endpoint import ListenAddress
-from telemetry.rpc_metrics import fakegpu_version
+from fakegpu.cli.main import main
+from fakegpu.control.admin_socket import admin_call
+from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.plugin_registration import registry_socket_name
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.telemetry.http_endpoint import ListenAddress
+from fakegpu.telemetry.rpc_metrics import fakegpu_version
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
@@ -164,7 +164,7 @@ async def plugin_daemon(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> AsyncIterator[tuple[KubeletEmulator, str, Path]]:
     """The kubelet emulator and ``run_plugin_daemon`` (2 GPUs, metrics on a free port, an admin socket)."""
-    caplog.set_level(logging.INFO, logger="telemetry.http_endpoint")
+    caplog.set_level(logging.INFO, logger="fakegpu.telemetry.http_endpoint")
     kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
     stop = asyncio.Event()
@@ -282,12 +282,18 @@ async def test_every_fake_node_has_its_own_registry(fakegpu_node):
     b = await fakegpu_node("1xt4", node_name="b")
     assert a.plugins.metrics.registry is not b.plugins.metrics.registry
     a.set_health("0", healthy=False)
-    assert a.plugins.metrics.registry.get_sample_value(
-        "fakegpu_device_plugin_devices", {"resource": GPU, "health": "Unhealthy"}
-    ) == 1
-    assert b.plugins.metrics.registry.get_sample_value(
-        "fakegpu_device_plugin_devices", {"resource": GPU, "health": "Healthy"}
-    ) == 1
+    assert (
+        a.plugins.metrics.registry.get_sample_value(
+            "fakegpu_device_plugin_devices", {"resource": GPU, "health": "Unhealthy"}
+        )
+        == 1
+    )
+    assert (
+        b.plugins.metrics.registry.get_sample_value(
+            "fakegpu_device_plugin_devices", {"resource": GPU, "health": "Healthy"}
+        )
+        == 1
+    )
 
 
 async def notify(registration_socket: Path, registered: bool, error: str = "") -> None:
@@ -356,7 +362,7 @@ async def dra_daemon(
     root: Path, apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> AsyncIterator[tuple[Path, str, Path]]:
     """``run_dra_daemon`` for 2 H100s: (DRA socket, metrics URL, admin socket); stopped before the server."""
-    caplog.set_level(logging.INFO, logger="telemetry.http_endpoint")
+    caplog.set_level(logging.INFO, logger="fakegpu.telemetry.http_endpoint")
     paths = KubeletPaths(root / "kubelet")
     settings = DraSettings(cdi_root=root / "cdi", kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")))
     stop = asyncio.Event()
@@ -545,7 +551,7 @@ async def test_json_logs_one_line_per_rpc_at_debug(root):
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "fakegpu.cli",
+        "fakegpu",
         "--log-format",
         "json",
         "--log-level",
@@ -577,10 +583,11 @@ async def test_json_logs_one_line_per_rpc_at_debug(root):
     assert all({"time", "level", "logger", "message"} <= set(d) for d in docs)
     assert any(d["message"] == f"serving {GPU} for node {NODE}" and d["level"] == "info" for d in docs)
     # Debug is fakegpu's own: no library chatter (grpc logs each event loop lookup) between the RPC lines.
-    debug_sources = {d["logger"].split(".")[0] for d in docs if d["level"] == "debug"}
-    assert debug_sources <= {"fakeplugin", "kubeletapi", "sharing", "telemetry"}, debug_sources
+    debug_sources = {".".join(d["logger"].split(".")[:2]) for d in docs if d["level"] == "debug"}
+    own = {"fakegpu.fakeplugin", "fakegpu.runtime", "fakegpu.sharing", "fakegpu.telemetry"}
+    assert debug_sources <= own, debug_sources
     rpcs = [d for d in docs if "method" in d and "code" in d]
-    assert {d["logger"] for d in rpcs} == {"fakeplugin.rpc"}
+    assert {d["logger"] for d in rpcs} == {"fakegpu.fakeplugin.rpc"}
     assert all(d["level"] == "debug" and d["resource"] == GPU and d["duration_seconds"] >= 0 for d in rpcs)
     assert Counter((d["method"], d["code"]) for d in rpcs) == {
         ("GetDevicePluginOptions", "OK"): 1,

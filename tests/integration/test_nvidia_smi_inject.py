@@ -19,23 +19,23 @@ from typing import Any, Literal
 
 import pytest
 
-from dra.claim_devices import published_devices
-from dra.claim_preparer import ClaimPreparer
-from dra.daemon import DraSettings, run_dra_daemon
-from dra.prepared_claims import ClaimRef, PreparedClaims
-from fakegpu.cli import _parser
-from fakegpu.inventory_options import inventory_inputs
-from fakegpu.nvidia_smi_command import apply_inject_flags
-from fakeplugin.daemon import run_plugin_daemon
-from fakeplugin.fake_node import FakeNode
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
-from sharing.nvidia_smi.devices import from_inventory, from_json
-from sharing.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
-from sharing.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
-from telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.main import _parser
+from fakegpu.cli.nvidia_smi_command import apply_inject_flags
+from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.claim_preparer import ClaimPreparer
+from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.nvidia_smi.devices import from_inventory, from_json
+from fakegpu.telemetry.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
+from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
+from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
 from tests.unit.dra.test_claim_devices import claim, result

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fakeplugin.daemon import NodeSettings, run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from fakeplugin.node_sync import ConfigSelection
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs
-from sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 from tests.apiserver import FakeApiServer
 
 NODE = "gpu-node-1"
@@ -245,7 +245,7 @@ async def test_a_configmap_update_of_the_selected_key_reloads(daemon, apiserver,
 def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root):
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "fakegpu.cli", "plugin", "--node-name", NODE, "--kubelet-dir", str(root), *args],
+            [sys.executable, "-m", "fakegpu", "plugin", "--node-name", NODE, "--kubelet-dir", str(root), *args],
             capture_output=True,
             text=True,
             timeout=30,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from kubeletapi.podresources.v1 import api_pb2 as pr
-from kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
-from telemetry.dcgm.attribution import pod_resources_socket
+from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
+from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from fakegpu.telemetry.dcgm.attribution import pod_resources_socket
 from tests.integration.test_raw_grpc_wire import LEN, decode, int64, len_field, messages, string, strings, unary
 
 GPU = "nvidia.com/gpu"

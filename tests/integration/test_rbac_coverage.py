@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 
-from dra.daemon import DraDriver, DraSettings
-from fakegpu.cli import _parser as cli_parser
-from fakegpu.virtual_nodes.command import run_virtual_nodes
-from fakeplugin.daemon import NodeSettings, run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from fakeplugin.node_sync import ConfigSelection
-from kubeapi.pod_annotations import PodAnnotations
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
-from telemetry.http_endpoint import ListenAddress
+from fakegpu.cli.main import _parser as cli_parser
+from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
+from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
+from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.kube.pod_annotations import PodAnnotations
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
@@ -375,9 +375,12 @@ class Component:
 
 
 COMPONENTS = {
-    "device-plugin": (Component("device-plugin", ("fakeplugin", "kubeapi")), exercise_device_plugin),
-    "dra": (Component("dra", ("dra", "kubeapi/client.py", "kubeapi/pod_annotations.py")), exercise_dra),
-    "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "kubeapi/client.py")), exercise_virtual_nodes),
+    "device-plugin": (Component("device-plugin", ("fakegpu/fakeplugin", "fakegpu/kube")), exercise_device_plugin),
+    "dra": (
+        Component("dra", ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/pod_annotations.py")),
+        exercise_dra,
+    ),
+    "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "fakegpu/kube/client.py")), exercise_virtual_nodes),
 }
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli import main
-from fakeplugin.admin_ops import device_plugin_ops
-from fakeplugin.fake_node import FakeNode
-from fakeplugin.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
-from kubeletapi.admin_socket import AdminServer
+from fakegpu.cli.main import main
+from fakegpu.control.admin_socket import AdminServer
+from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.testing.fake_node import FakeNode
+from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
 
 HEADER = "name: live\nissue: example/repo#6\ndescription: a live-daemon scenario\n"
 GPU = "nvidia.com/gpu"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli import main
-from fakeplugin.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
+from fakegpu.cli.main import main
+from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -203,7 +203,7 @@ def test_cli_scenario_run_and_list(capsys, tmp_path):
 def test_cli_entry_point_bad_file_has_no_traceback(tmp_path):
     bad = write(tmp_path, "steps:\n  - allocate: {pod: p1}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "fakegpu.cli", "scenario", "run", str(bad)],
+        [sys.executable, "-m", "fakegpu", "scenario", "run", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,

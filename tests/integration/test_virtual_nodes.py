@@ -14,8 +14,8 @@ import pytest
 import yaml
 from lightkube import AsyncClient
 
-from fakegpu.cli import main as cli_main
-from fakegpu.virtual_nodes.command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.cli.main import main as cli_main
+from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")

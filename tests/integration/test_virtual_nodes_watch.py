@@ -15,7 +15,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import CascadeType, PatchType
 
-from fakegpu.virtual_nodes.command import run_virtual_nodes
+from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.integration.test_virtual_nodes import WRITES, parse, slices_of
 

@@ -28,10 +28,10 @@ from typing import Any, Generic, TypeVar
 import grpc
 from lightkube import AsyncClient
 
-from dra.daemon import DraDriver, DraSettings
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 T = TypeVar("T")

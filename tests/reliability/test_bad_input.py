@@ -8,7 +8,7 @@ Checked for each case:
 
 * CLI (``config``, ``nodespec``, ``migparted``, ``scenario``): exit status 2 and exactly one stderr line
   ``fakegpu: error: <file>: ...`` containing the fragment (which carries the field path where there is
-  one), at most ``MAX_MESSAGE`` characters, no traceback. In-process through ``fakegpu.cli.main`` (fast);
+  one), at most ``MAX_MESSAGE`` characters, no traceback. In-process through ``fakegpu.cli.main.main`` (fast);
   a few cases also through the real console command, to prove nothing reaches stderr around ``main``.
 * ``opaque``: a claim carrying the file as its opaque ``GpuConfig`` parameters, prepared over the DRA
   socket, is answered with one error line naming the claim and containing the fragment; nothing logs a
@@ -43,14 +43,14 @@ import pytest
 import yaml
 from lightkube import AsyncClient
 
-from dra.daemon import DraDriver, DraSettings, run_dra_daemon
-from fakegpu.cli import main
-from fakeplugin.daemon import run_plugin_daemon
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
-from sharing.yaml_source import MAX_INPUT_BYTES
+from fakegpu.cli.main import main
+from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.yaml_source import MAX_INPUT_BYTES
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
@@ -182,7 +182,7 @@ def error_problems(status: int | None, stderr: str, path: Path | str, fragment: 
 
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[list[str]], tuple[int, str]]]:
-    """``status, stderr = run_cli(argv)``: ``fakegpu.cli.main`` in this process; the root logger's level and
+    """``status, stderr = run_cli(argv)``: ``fakegpu.cli.main.main`` in this process; the root logger's level and
     handlers (which ``main`` configures) are put back afterwards."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
@@ -261,7 +261,7 @@ def test_cli_rejects_unreadable_files(kind: str, tmp_path: Path, run_cli):
 
 _AS_NOBODY = (
     "import contextlib, io, json, os, sys\n"
-    "from fakegpu.cli import main\n"
+    "from fakegpu.cli.main import main\n"
     "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
     "answers = []\n"
     "for argv in json.loads(sys.argv[1]):\n"
@@ -276,8 +276,8 @@ interpreter may live under /root); prints ``[[status, stderr], ...]``."""
 
 _OPAQUE = (
     "import json, sys\n"
-    "from dra.claim_devices import ClaimError, claim_preparation, published_devices\n"
-    "from sharing.inputs import InventoryInputs, load_inventory\n"
+    "from fakegpu.dra.claim_devices import ClaimError, claim_preparation, published_devices\n"
+    "from fakegpu.sharing.inputs import InventoryInputs, load_inventory\n"
     "node = load_inventory(InventoryInputs(node_name='node-a', gpus=('1xh100-80gb',))).node\n"
     "claim = json.loads(sys.argv[1])\n"
     "try:\n"
@@ -309,14 +309,14 @@ class Outcome:
 
 _LIMITED = "import os, resource\nresource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
 """Prefix of a child that may hang: lowest CPU priority (the others start first) and at most 2 GiB."""
-_CLI = "import runpy, sys\nsys.argv[0] = 'fakegpu'\nrunpy.run_module('fakegpu.cli', run_name='__main__')\n"
+_CLI = "import runpy, sys\nsys.argv[0] = 'fakegpu'\nrunpy.run_module('fakegpu.cli.main', run_name='__main__')\n"
 
 
 def fakegpu(*args: str, may_hang: bool = False) -> list[str]:
-    """The console command (``python -m fakegpu.cli``), limited when it may hang."""
+    """The console command (``python -m fakegpu.cli.main``), limited when it may hang."""
     if may_hang:
         return [sys.executable, "-c", _LIMITED + _CLI, *args]
-    return [sys.executable, "-m", "fakegpu.cli", *args]
+    return [sys.executable, "-m", "fakegpu", *args]
 
 
 def run_all(runs: dict[str, Run]) -> dict[str, Outcome]:
@@ -719,7 +719,7 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
     kubelet, files, task = plugin_daemon
     stamp = Stamp()
     problems: list[str] = []
-    with recording("fakeplugin", "kubeletapi", "sharing") as log:
+    with recording("fakegpu") as log:
 
         def rejections() -> list[logging.LogRecord]:
             return [r for r in log.records if r.getMessage().startswith("config reload rejected")]
@@ -811,7 +811,7 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: P
     )
     stop = asyncio.Event()
     problems: list[str] = []
-    with recording("dra", "kubeletapi", "sharing") as log:
+    with recording("fakegpu") as log:
         task = asyncio.create_task(run_dra_daemon(inputs, KubeletPaths(daemon_root / "kubelet"), settings, stop=stop))
         try:
             await wait_for(lambda: len(published(apiserver)) == 4 or task.done(), "4 published GPUs", 10.0)

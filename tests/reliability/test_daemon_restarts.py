@@ -51,15 +51,15 @@ from typing import Any
 import grpc
 import pytest
 
-from dra.cdi_specs import cdi_vendor, spec_file_name
-from dra.claim_preparer import PHASE_PAUSE_ENV, phase_pause_from_env
-from dra.prepared_claims import CheckpointCorrupted, PreparedClaim, PreparedClaims
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from fakeplugin.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
-from kubeletapi.admin_socket import admin_call, admin_request
-from kubeletapi.kubelet_paths import KubeletPaths
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
-from sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.control.admin_socket import admin_call, admin_request
+from fakegpu.dra.cdi_specs import cdi_vendor, spec_file_name
+from fakegpu.dra.claim_preparer import PHASE_PAUSE_ENV, phase_pause_from_env
+from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim, PreparedClaims
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import Claim, prepare, unprepare
 from tests.reliability.process_probe import Usage, listening_unix_sockets, settle_self, usage_of
@@ -167,7 +167,7 @@ def schedule(restarts: int, actions: Sequence[str], rng: random.Random) -> list[
 
 @dataclass
 class Daemon:
-    """One run of ``python -m fakegpu.cli ...``, logging JSON lines to ``log_path``."""
+    """One run of ``python -m fakegpu.cli.main ...``, logging JSON lines to ``log_path``."""
 
     proc: asyncio.subprocess.Process
     log_path: Path
@@ -217,7 +217,7 @@ async def spawn(args: Sequence[str], log_path: Path, env: dict[str, str] | None 
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "fakegpu.cli",
+            "fakegpu",
             "--log-format",
             "json",
             *args,

@@ -42,12 +42,12 @@ from typing import Literal, Protocol
 
 import pytest
 
-from fakeplugin.fake_node import FakeNode
-from fakeplugin.kubelet.emulator import KubeletEmulator
-from fakeplugin.plugin_manager import RegistrationMode
-from kubeletapi.kubelet_paths import KUBELET_SOCKET
-from kubeletapi.unix_socket import identity
-from sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.fakeplugin.plugin_manager import RegistrationMode
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KUBELET_SOCKET
+from fakegpu.runtime.unix_socket import identity
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.testing.fake_node import FakeNode
 from tests.reliability.process_probe import Usage, settle_self, usage_of
 from tests.reliability.profile import Profile
 
@@ -171,7 +171,7 @@ class DaemonPlugins:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "fakegpu.cli",
+                "fakegpu",
                 "--log-format",
                 "json",
                 "plugin",

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from dra.prepared_claims import PreparedClaims
-from fakeplugin.fake_node import FakeNode
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from kubeletapi.dra.v1 import api_pb2 as dra
-from kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
-from sharing.health import HEALTHY, UNHEALTHY
+from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
+from fakegpu.sharing.health import HEALTHY, UNHEALTHY
+from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.reliability.profile import Profile

@@ -41,16 +41,16 @@ from google.protobuf.message import DecodeError, Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra.daemon import DraDriver
-from dra.plugin_service import MAX_CONCURRENT_PREPARES
-from dra.prepared_claims import PreparedClaims
-from fakeplugin.fake_node import FakeNode
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.dra.v1 import api_pb2 as dra_v1
-from kubeletapi.dra.v1beta1 import api_pb2 as dra_v1beta1
-from kubeletapi.drahealth.v1alpha1 import api_pb2 as health
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg
-from sharing.identifiers import strip_replica
+from fakegpu.dra.daemon import DraDriver
+from fakegpu.dra.plugin_service import MAX_CONCURRENT_PREPARES
+from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra_v1
+from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as dra_v1beta1
+from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from fakegpu.sharing.identifiers import strip_replica
+from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.reliability.profile import Profile

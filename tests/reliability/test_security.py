@@ -40,18 +40,18 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 
-import kubeletapi.admin_socket as admin_socket
-from dra.claim_devices import ClaimError
-from dra.claim_preparer import ClaimPreparer
-from dra.daemon import DraDriver, DraSettings, run_dra_daemon
-from dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
-from fakeplugin.daemon import run_plugin_daemon
-from kubeletapi.admin_socket import AdminError, admin_call
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from kubeletapi.kubelet_paths import KubeletPaths
-from sharing.inputs import InventoryInputs, load_inventory
-from sharing.live_inventory import LiveInventory
+import fakegpu.control.admin_socket as admin_socket
+from fakegpu.control.admin_socket import AdminError, admin_call
+from fakegpu.dra.claim_devices import ClaimError
+from fakegpu.dra.claim_preparer import ClaimPreparer
+from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare, unprepare
 
@@ -382,7 +382,7 @@ def test_address_parsing():
 def test_subprocess_daemons_own_only_private_sockets_and_listen_on_tcp_only_when_asked(root, apiserver):
     kubeconfig = str(apiserver.kubeconfig(root / "kubeconfig"))
     ports = [free_port() for _ in range(4)]
-    fakegpu = [sys.executable, "-m", "fakegpu.cli"]
+    fakegpu = [sys.executable, "-m", "fakegpu"]
     plugin = [*fakegpu, "plugin", "--gpus", "2xt4", "--node-name", NODE]
     dra = [*fakegpu, "dra", "--gpus", "2xt4", "--kubeconfig", kubeconfig]
     daemons: dict[str, tuple[list[str], list[Path], set[str]]] = {

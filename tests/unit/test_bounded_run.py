@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fakegpu.bounded_run import run_bounded
+from fakegpu.runtime.bounded_run import run_bounded
 
 
 async def _stubborn() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sharing.catalog import CATALOG, lookup_model
-from sharing.labels import gpu_family, sanitize_product
-from sharing.mig_geometry import max_instances
-from sharing.mig_naming import profile_memory_gb, profile_name, resource_suffix
+from fakegpu.sharing.catalog import CATALOG, lookup_model
+from fakegpu.sharing.labels import gpu_family, sanitize_product
+from fakegpu.sharing.mig_geometry import max_instances
+from fakegpu.sharing.mig_naming import profile_memory_gb, profile_name, resource_suffix
 
 REQUIRED = [
     "a100-40gb",

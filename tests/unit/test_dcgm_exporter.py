@@ -13,11 +13,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubeletapi.podresources.v1 import api_pb2 as pr
-from sharing.gpu_activity import UTILIZATION_ANNOTATION
-from sharing.live_inventory import LiveInventory
-from telemetry.dcgm import metric_names as names
-from telemetry.dcgm.attribution import (
+from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.dcgm import metric_names as names
+from fakegpu.telemetry.dcgm.attribution import (
     AnnotationLookup,
     CallableAttribution,
     DeviceHolder,
@@ -27,7 +26,8 @@ from telemetry.dcgm.attribution import (
     pod_resources_socket,
     unix_target,
 )
-from telemetry.dcgm.exporter import DcgmExporter, dcgm_text
+from fakegpu.telemetry.dcgm.exporter import DcgmExporter, dcgm_text
+from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from tests.inventory_builders import inventory, time_slicing
 
 HELP_TYPE = [
@@ -49,7 +49,7 @@ MIG_LABELS = [
 ]  # fmt: skip
 POD = ["container", "namespace", "pod"]
 XID = ["err_code", "err_msg"]
-SERIES = re.compile(r'^(?P<name>[A-Z_]+)\{(?P<labels>.*)\} (?P<value>\S+)$')
+SERIES = re.compile(r"^(?P<name>[A-Z_]+)\{(?P<labels>.*)\} (?P<value>\S+)$")
 LABEL = re.compile(r'([A-Za-z_]+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -345,36 +345,36 @@ def test_counter_types(counter):
 
 
 T4_GOLDEN = [
-    '# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).',
-    '# TYPE DCGM_FI_DEV_GPU_TEMP gauge',
-    'DCGM_FI_DEV_GPU_TEMP{{ID},{POD}} 67',
-    '# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).',
-    '# TYPE DCGM_FI_DEV_POWER_USAGE gauge',
-    'DCGM_FI_DEV_POWER_USAGE{{ID},{POD}} 54.214000',
-    '# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).',
-    '# TYPE DCGM_FI_DEV_GPU_UTIL gauge',
-    'DCGM_FI_DEV_GPU_UTIL{{ID},{POD}} 74',
-    '# HELP DCGM_FI_DEV_MEM_COPY_UTIL Memory utilization (in %).',
-    '# TYPE DCGM_FI_DEV_MEM_COPY_UTIL gauge',
-    'DCGM_FI_DEV_MEM_COPY_UTIL{{ID},{POD}} 31',
-    '# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.',
-    '# TYPE DCGM_FI_DEV_XID_ERRORS gauge',
-    'DCGM_FI_DEV_XID_ERRORS{{ID},{XIDPOD}} 0',
-    '# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).',
-    '# TYPE DCGM_FI_DEV_FB_FREE gauge',
-    'DCGM_FI_DEV_FB_FREE{{ID},{POD}} 4870',
-    '# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).',
-    '# TYPE DCGM_FI_DEV_FB_USED gauge',
-    'DCGM_FI_DEV_FB_USED{{ID},{POD}} 10490',
-    '# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.',
-    '# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge',
-    'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{ID},{POD}} 0.746288',
-    '# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active.',
-    '# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge',
-    'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{ID},{POD}} 0.410459',
-    '# HELP DCGM_FI_PROF_DRAM_ACTIVE Ratio of cycles the device memory interface is active sending or receiving data.',
-    '# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge',
-    'DCGM_FI_PROF_DRAM_ACTIVE{{ID},{POD}} 0.310000',
+    "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).",
+    "# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
+    "DCGM_FI_DEV_GPU_TEMP{{ID},{POD}} 67",
+    "# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).",
+    "# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
+    "DCGM_FI_DEV_POWER_USAGE{{ID},{POD}} 54.214000",
+    "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+    "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+    "DCGM_FI_DEV_GPU_UTIL{{ID},{POD}} 74",
+    "# HELP DCGM_FI_DEV_MEM_COPY_UTIL Memory utilization (in %).",
+    "# TYPE DCGM_FI_DEV_MEM_COPY_UTIL gauge",
+    "DCGM_FI_DEV_MEM_COPY_UTIL{{ID},{POD}} 31",
+    "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.",
+    "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
+    "DCGM_FI_DEV_XID_ERRORS{{ID},{XIDPOD}} 0",
+    "# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).",
+    "# TYPE DCGM_FI_DEV_FB_FREE gauge",
+    "DCGM_FI_DEV_FB_FREE{{ID},{POD}} 4870",
+    "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).",
+    "# TYPE DCGM_FI_DEV_FB_USED gauge",
+    "DCGM_FI_DEV_FB_USED{{ID},{POD}} 10490",
+    "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.",
+    "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{ID},{POD}} 0.746288",
+    "# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active.",
+    "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{ID},{POD}} 0.410459",
+    "# HELP DCGM_FI_PROF_DRAM_ACTIVE Ratio of cycles the device memory interface is active sending or receiving data.",
+    "# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge",
+    "DCGM_FI_PROF_DRAM_ACTIVE{{ID},{POD}} 0.310000",
 ]
 
 
@@ -450,10 +450,10 @@ async def test_a_failing_source_is_logged_once_per_distinct_error(tmp_path, capl
 
     live = LiveInventory(inventory(tmp_path, "1xh100-80gb"))
     exporter = DcgmExporter(live, CallableAttribution(source), clock=lambda: 0.0)
-    caplog.set_level(logging.DEBUG, logger="telemetry.dcgm.exporter")
+    caplog.set_level(logging.DEBUG, logger="fakegpu.telemetry.dcgm.exporter")
     for _ in range(6):
         await exporter.scrape()  # never raises
-    logged = [r for r in caplog.records if r.name == "telemetry.dcgm.exporter"]
+    logged = [r for r in caplog.records if r.name == "fakegpu.telemetry.dcgm.exporter"]
     # boom once (not three times), the KeyError once, and boom again after the source recovered
     assert [repr(r.exc_info[1]) for r in logged if r.exc_info] == [
         "RuntimeError('boom')",
@@ -471,10 +471,10 @@ async def test_a_failing_annotation_lookup_is_logged_once(tmp_path, caplog):
         raise RuntimeError("lookup down")
 
     _, exporter = make(tmp_path, holders=[(gpu0, "ml", "p", "c")], annotations=broken)
-    caplog.set_level(logging.DEBUG, logger="telemetry.dcgm.exporter")
+    caplog.set_level(logging.DEBUG, logger="fakegpu.telemetry.dcgm.exporter")
     for _ in range(3):
         assert of(await exporter.scrape(), "DCGM_FI_DEV_GPU_UTIL", gpu="0")
-    assert len([r for r in caplog.records if r.name == "telemetry.dcgm.exporter"]) == 1
+    assert len([r for r in caplog.records if r.name == "fakegpu.telemetry.dcgm.exporter"]) == 1
 
 
 async def test_the_fallback_adds_what_the_primary_source_missed(tmp_path, caplog):
@@ -493,7 +493,7 @@ async def test_the_fallback_adds_what_the_primary_source_missed(tmp_path, caplog
     assert await attribution.holders() == [*listed, DeviceHolder("GPU-b", "ns", "q", "", dra)]
     assert seen == [listed]
     failing[0] = True
-    caplog.set_level(logging.WARNING, logger="telemetry.dcgm.attribution")
+    caplog.set_level(logging.WARNING, logger="fakegpu.telemetry.dcgm.attribution")
     assert await attribution.holders() == listed
     assert await attribution.holders() == listed
     (warning,) = caplog.records

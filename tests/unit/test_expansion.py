@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from sharing.errors import SpecError
+from fakegpu.sharing.errors import SpecError
 from tests.inventory_builders import counts, inventory, mps, time_slicing
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharing.faults import FaultError, FaultPlan
+from fakegpu.sharing.faults import FaultError, FaultPlan
 
 
 def test_faults_fire_oldest_first_and_run_out():

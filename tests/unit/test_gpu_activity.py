@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sharing import gpu_activity as ga
-from sharing.catalog import CATALOG
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.telemetry.dcgm import gpu_activity as ga
 
 DEV = "GPU-00000000-0000-0000-0000-000000000000"
 H100_MIB = CATALOG["h100-80gb"].memory_mib
@@ -148,8 +148,18 @@ def test_board_load_of_mig_instances():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("25", 25.0), (" 25.5 ", 25.5), ("25%", 25.0), ("0", 0.0), ("150", 100.0), ("-3", 0.0), ("", None),
-     ("busy", None), ("nan", None), (None, None)],
+    [
+        ("25", 25.0),
+        (" 25.5 ", 25.5),
+        ("25%", 25.0),
+        ("0", 0.0),
+        ("150", 100.0),
+        ("-3", 0.0),
+        ("", None),
+        ("busy", None),
+        ("nan", None),
+        (None, None),
+    ],
 )
 def test_parse_target(text, expected):
     assert ga.parse_target(text) == expected

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
-from sharing.errors import SpecError
-from telemetry.http_endpoint import MAX_CONNECTIONS, ListenAddress, MetricsServer, parse_listen_address
+from fakegpu.sharing.errors import SpecError
+from fakegpu.telemetry.http_endpoint import MAX_CONNECTIONS, ListenAddress, MetricsServer, parse_listen_address
 
 EXPECTED = "expected HOST:PORT, [IPV6]:PORT, :PORT or PORT, with PORT from 0 to 65535"
 

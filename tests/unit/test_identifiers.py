@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharing.catalog import CATALOG
-from sharing.identifiers import gpu_uuid, mig_uuid, strip_replica
-from sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid, strip_replica
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 
 MODELS = sorted(CATALOG)
 MIG_MODELS = sorted(k for k, m in CATALOG.items() if m.mig_capable)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharing.label_ownership import OWNED_LABELS_ANNOTATION, label_patch, owned_keys
+from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION, label_patch, owned_keys
 
 
 def test_first_labelling_sets_labels_and_records_them():

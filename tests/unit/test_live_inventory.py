@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharing.live_inventory import LiveInventory, UnknownDeviceError
+from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
 from tests.inventory_builders import inventory, time_slicing
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from telemetry.log_format import CHATTY_LIBRARIES, JsonFormatter, configure_logging, make_formatter, rfc3339
+from fakegpu.telemetry.log_format import CHATTY_LIBRARIES, JsonFormatter, configure_logging, make_formatter, rfc3339
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -96,14 +96,14 @@ def test_configure_logging_json_lines():
     out = io.StringIO()
     with bare_root():
         configure_logging("debug", "json", stream=out)
-        logging.getLogger("dra.rpc").debug("one %s", "rpc", extra={"method": "NodePrepareResources"})
+        logging.getLogger("fakegpu.dra.rpc").debug("one %s", "rpc", extra={"method": "NodePrepareResources"})
         logging.getLogger("grpc._cython.cygrpc").debug("event loop chatter")
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     doc = json.loads(lines[0])
     assert (doc["level"], doc["logger"], doc["message"], doc["method"]) == (
         "debug",
-        "dra.rpc",
+        "fakegpu.dra.rpc",
         "one rpc",
         "NodePrepareResources",
     )

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharing.catalog import CATALOG, GpuModel
-from sharing.mig_geometry import MigLayoutError, check_placements, place
-from sharing.node import gi_id
+from fakegpu.sharing.catalog import CATALOG, GpuModel
+from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements, place
+from fakegpu.sharing.node import gi_id
 
 H100 = CATALOG["h100-80gb"]
 A100 = CATALOG["a100-40gb"]

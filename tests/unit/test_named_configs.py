@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sharing.errors import SpecError
-from sharing.named_configs import available_configs, choose_config, parse_fallback_strategies
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.named_configs import available_configs, choose_config, parse_fallback_strategies
 
 
 def configs(tmp_path: Path, *names: str) -> Path:

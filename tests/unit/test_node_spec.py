@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sharing.errors import SpecError
-from sharing.inputs import InventoryInputs, load_node
-from sharing.node_spec import parse_gpus_shorthand
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import InventoryInputs, load_node
+from fakegpu.sharing.node_spec import parse_gpus_shorthand
 
 
 def node_from(tmp_path, spec: Any, **kw: Any):

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sharing.errors import SpecError
-from sharing.nvidia_config import parse_nvidia_config
-from sharing.plugin_config import resolve_plugin_config
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.nvidia_config import parse_nvidia_config
+from fakegpu.sharing.plugin_config import resolve_plugin_config
 
 SRC = "cfg.yaml"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fakeplugin.scenario import load_scenario
-from fakeplugin.scenario.model import STEP_KINDS, AllocateStep, parse_scenario, step_kind
-from sharing.errors import SpecError
+from fakegpu.sharing.errors import SpecError
+from fakegpu.testing.scenario import load_scenario
+from fakegpu.testing.scenario.model import STEP_KINDS, AllocateStep, parse_scenario, step_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

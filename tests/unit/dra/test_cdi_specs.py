@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dra.cdi_specs import (
+from fakegpu.dra.cdi_specs import (
     cdi_spec,
     cdi_vendor,
     claim_device_name,
@@ -173,7 +173,7 @@ def test_failed_write_keeps_the_old_file_and_removes_the_temp_file(tmp_path, mon
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("dra.cdi_specs.os.replace", broken_replace)
+    monkeypatch.setattr("fakegpu.dra.cdi_specs.os.replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
         write_spec(tmp_path, cdi_spec(VENDOR, UID_LETTER, DEVICES), UID_LETTER)
     assert _files(tmp_path) == [path.name]

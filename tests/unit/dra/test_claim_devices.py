@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from dra.cdi_specs import cdi_spec, validate_spec
-from dra.claim_devices import (
+from fakegpu.dra.cdi_specs import cdi_spec, validate_spec
+from fakegpu.dra.claim_devices import (
     ClaimError,
     PreparedResult,
     claim_preparation,
     published_devices,
     quantity_bytes,
 )
-from sharing.identifiers import gpu_uuid, mig_uuid
-from sharing.node import Node, build_node
-from sharing.node_spec import parse_node_spec
+from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid
+from fakegpu.sharing.node import Node, build_node
+from fakegpu.sharing.node_spec import parse_node_spec
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -124,7 +124,7 @@ def test_dynamic_mig_on_a_mig_enabled_ampere_gpu_does_not_offer_the_whole_gpu():
 
 @pytest.mark.parametrize("mig_mode", ["static", "dynamic"])
 def test_names_match_the_slice_publisher(mig_mode):
-    resource_slices = pytest.importorskip("dra.resource_slices")
+    resource_slices = pytest.importorskip("fakegpu.dra.resource_slices")
     n = node(
         {"model": "a100-40gb", "migEnabled": True, "migDevices": {"1g.5gb": 2, "3g.20gb": 1}},
         {"model": "h100-80gb", "migEnabled": True, "migDevices": {"1g.10gb+me": 1}},

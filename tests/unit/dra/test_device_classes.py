@@ -5,7 +5,7 @@ from __future__ import annotations
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from dra.device_classes import device_classes
+from fakegpu.dra.device_classes import device_classes
 
 VERSIONS = ["resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dra.claim_devices import ClaimPreparation, claim_preparation, published_devices
-from dra.prepared_claims import (
+from fakegpu.dra.claim_devices import ClaimPreparation, claim_preparation, published_devices
+from fakegpu.dra.prepared_claims import (
     CHECKPOINT_FILE,
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -21,8 +21,8 @@ from dra.prepared_claims import (
     ClaimRef,
     PreparedClaims,
 )
-from sharing.node import build_node
-from sharing.node_spec import parse_node_spec
+from fakegpu.sharing.node import build_node
+from fakegpu.sharing.node_spec import parse_node_spec
 
 NODE = "node-a"
 UID = "2e800b5e-0000-4000-8000-000000000001"
@@ -165,7 +165,7 @@ def test_crash_while_writing_complete_keeps_the_started_state(tmp_path, monkeypa
     def crash(src, dst):
         raise OSError("power loss")
 
-    monkeypatch.setattr("dra.cdi_specs.os.replace", crash)
+    monkeypatch.setattr("fakegpu.dra.cdi_specs.os.replace", crash)
     with pytest.raises(OSError, match="power loss"):
         store.complete(UID)
     monkeypatch.undo()

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from dra.quantities import binary_quantity, decimal_quantity, mebibytes, parse_quantity
+from fakegpu.dra.quantities import binary_quantity, decimal_quantity, mebibytes, parse_quantity
 
 
 @pytest.mark.parametrize(

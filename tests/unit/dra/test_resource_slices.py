@@ -15,8 +15,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from dra.quantities import parse_quantity
-from dra.resource_slices import (
+from fakegpu.dra.quantities import parse_quantity
+from fakegpu.dra.resource_slices import (
     SliceOptions,
     build_slice_specs,
     counter_set_name,
@@ -27,10 +27,10 @@ from dra.resource_slices import (
     slice_objects,
     spec_devices,
 )
-from sharing.catalog import CATALOG
-from sharing.inputs import InventoryInputs, load_node
-from sharing.mig_geometry import MigLayoutError, check_placements
-from sharing.node import Node
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.inputs import InventoryInputs, load_node
+from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements
+from fakegpu.sharing.node import Node
 
 V1 = "resource.k8s.io/v1"
 V1BETA2 = "resource.k8s.io/v1beta2"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from fakeplugin.allocate_response import container_allocate_response, mig_cap_minors, validate_request
-from fakeplugin.allocation_error import AllocationError
-from kubeletapi.deviceplugin.v1beta1 import api_pb2
-from sharing.inventory import Inventory, Resource
+from fakegpu.fakeplugin.allocate_response import container_allocate_response, mig_cap_minors, validate_request
+from fakegpu.fakeplugin.allocation_error import AllocationError
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
+from fakegpu.sharing.inventory import Inventory, Resource
 from tests.inventory_builders import inventory, mps, time_slicing
 
 CDI = "k8s.device-plugin.nvidia.com"

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from fakeplugin.kubelet import checkpoint as cp
+from fakegpu.kubelet import checkpoint as cp
 
 # Verbatim from /work/shared/golden/real-kubelet.md, "Kubelet restart" (written by a real kubelet).
 GOLDEN = """{

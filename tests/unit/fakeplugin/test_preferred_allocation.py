@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-import fakeplugin.preferred_allocation as pa
-from fakeplugin.allocation_error import AllocationError
-from fakeplugin.preferred_allocation import preferred_allocation
-from sharing.inventory import Inventory, Resource
+import fakegpu.fakeplugin.preferred_allocation as pa
+from fakegpu.fakeplugin.allocation_error import AllocationError
+from fakegpu.fakeplugin.preferred_allocation import preferred_allocation
+from fakegpu.sharing.inventory import Inventory, Resource
 from tests.inventory_builders import inventory, time_slicing
 
 H100_NVLINK_GROUPS = {"nvlink": [[0, 1, 2, 3], [4, 5, 6, 7]], "gpus": [{"model": "h100-80gb", "count": 8}]}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharing.catalog import CATALOG
-from sharing.mig_parted import choose_generated
-from sharing.node import Node, build_node
-from sharing.node_spec import parse_gpus_shorthand, parse_node_spec
-from sharing.nvidia_smi.command import Result, run
-from sharing.nvidia_smi.devices import SmiNode, from_node
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.mig_parted import choose_generated
+from fakegpu.sharing.node import Node, build_node
+from fakegpu.sharing.node_spec import parse_gpus_shorthand, parse_node_spec
+from fakegpu.telemetry.nvidia_smi.command import Result, run
+from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_node
 
 NODE = "node-a"
 TS = "Wed Feb  4 10:17:25 2026"

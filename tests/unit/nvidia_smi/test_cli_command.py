@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli import _parser, main
-from fakegpu.inventory_options import inventory_inputs
-from fakegpu.nvidia_smi_command import (
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.main import _parser, main
+from fakegpu.cli.nvidia_smi_command import (
     add_nvidia_smi_parser,
     apply_inject_flags,
     check_nvidia_smi_dir,
     run_nvidia_smi_command,
 )
-from sharing.errors import SpecError
-from sharing.nvidia_smi.devices import to_json
-from sharing.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
+from fakegpu.sharing.errors import SpecError
+from fakegpu.telemetry.nvidia_smi.devices import to_json
+from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
 from tests.unit.nvidia_smi.helpers import QTS, TS, mixed
 
 
@@ -144,6 +144,6 @@ def test_directories_on_path_or_linked_to_one_are_refused(tmp_path):
 
 def test_the_cli_builds_daemon_inputs_with_apply_inject_flags():
     """cli._run has no inline flag handling left to miss: the flags go through apply_inject_flags."""
-    source = Path(__file__).parents[3].joinpath("fakegpu", "cli.py").read_text()
+    source = Path(__file__).parents[3].joinpath("fakegpu", "cli", "main.py").read_text()
     assert "apply_inject_flags(args, inventory_inputs(args))" in source
     assert "nvidia_smi_dir=" not in source

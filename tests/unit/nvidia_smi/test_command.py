@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from sharing.nvidia_smi.command import Request, Result, parse_args, timestamp_now
+from fakegpu.telemetry.nvidia_smi.command import Request, Result, parse_args, timestamp_now
 from tests.unit.nvidia_smi.helpers import smi, smi_node
 
 HINT = "Please run 'nvidia-smi -h' for help.\n\n"

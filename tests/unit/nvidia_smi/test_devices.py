@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dra.claim_devices import published_devices
-from sharing.nvidia_smi.devices import (
+from fakegpu.dra.claim_devices import published_devices
+from fakegpu.telemetry.nvidia_smi.devices import (
     VOLUME_MOUNTS_ROOT,
     SmiNode,
     expand_volume_mounts,

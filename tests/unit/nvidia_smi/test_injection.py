@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from dra.cdi_specs import cdi_spec, minimum_version, validate_spec, write_spec
-from fakeplugin.allocate_response import container_allocate_response, validate_request
-from sharing.inputs import load_inventory
-from sharing.inventory import Inventory
-from sharing.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
+from fakegpu.dra.cdi_specs import cdi_spec, minimum_version, validate_spec, write_spec
+from fakegpu.fakeplugin.allocate_response import container_allocate_response, validate_request
+from fakegpu.sharing.inputs import load_inventory
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
 from tests.inventory_builders import inputs, inventory, time_slicing
 from tests.unit.fakeplugin.test_allocate_response import summary
 

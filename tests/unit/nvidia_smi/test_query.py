@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from sharing.nvidia_smi import query
-from sharing.nvidia_smi.devices import from_node
-from sharing.nvidia_smi.query import FIELDS
+from fakegpu.telemetry.nvidia_smi import query
+from fakegpu.telemetry.nvidia_smi.devices import from_node
+from fakegpu.telemetry.nvidia_smi.query import FIELDS
 from tests.unit.nvidia_smi.helpers import QTS, mixed, node, out, smi, smi_node
 
 BRIEF = "index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu,temperature.gpu,power.draw"

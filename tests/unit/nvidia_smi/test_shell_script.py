@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sharing.nvidia_smi.command import run
-from sharing.nvidia_smi.devices import SmiNode, from_node, visible_devices
-from sharing.nvidia_smi.shell_script import (
+from fakegpu.telemetry.nvidia_smi.command import run
+from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_node, visible_devices
+from fakegpu.telemetry.nvidia_smi.shell_script import (
     QUERY_TIME_OVERRIDE_ENV,
     TIME_OVERRIDE_ENV,
     data_records,

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from sharing.nvidia_smi import table
-from sharing.nvidia_smi.devices import SmiNode, from_node
+from fakegpu.telemetry.nvidia_smi import table
+from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_node
 from tests.unit.nvidia_smi.helpers import TS, mixed, out, smi_node, spec_node
 
 # One H100 exactly as driver 570 lays it out (widths checked against real 570 readings of an H100 80GB

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from fakegpu.virtual_nodes.command import add_virtual_nodes_parser
+from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser
 
 
 def build_parser() -> argparse.ArgumentParser:

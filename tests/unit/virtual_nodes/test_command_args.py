@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.virtual_nodes.command import run_virtual_nodes, settings_from_args
-from sharing.errors import SpecError
+from fakegpu.cli.virtual_nodes_command import run_virtual_nodes, settings_from_args
+from fakegpu.sharing.errors import SpecError
 
 
 def test_defaults(parse):

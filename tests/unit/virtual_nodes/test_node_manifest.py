@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
+from fakegpu.sharing.labels import gfd_labels
 from fakegpu.virtual_nodes.node_manifest import (
     KWOK_TAINT,
     MANAGED_ANNOTATION,
@@ -23,10 +27,6 @@ from fakegpu.virtual_nodes.node_manifest import (
     same_quantity,
 )
 from fakegpu.virtual_nodes.pools import VirtualNode
-from sharing.errors import SpecError
-from sharing.expansion import build_inventory
-from sharing.inputs import InventoryInputs, load_config, load_node
-from sharing.labels import gfd_labels
 
 
 def virtual(name: str = "vn-0000", gpus: str = "8xh100-80gb", **kw) -> VirtualNode:

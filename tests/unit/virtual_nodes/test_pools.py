@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from fakegpu.cli.virtual_nodes_command import pools_from_args
+from fakegpu.sharing.errors import SpecError
 from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem, prefix_label_value
-from fakegpu.virtual_nodes.pools import build_virtual_nodes, parse_pool_value, pools_from_args
-from sharing.errors import SpecError
+from fakegpu.virtual_nodes.pools import build_virtual_nodes, parse_pool_value
 
 
 def write_spec(path, model: str, count: int) -> str:

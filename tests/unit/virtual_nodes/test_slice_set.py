@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dra.resource_slices import SliceOptions
+from fakegpu.dra.resource_slices import SliceOptions
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
+from fakegpu.sharing.labels import gfd_labels
 from fakegpu.virtual_nodes.pools import VirtualNode
 from fakegpu.virtual_nodes.slice_set import signatures, slice_writes, stored_signature
-from sharing.expansion import build_inventory
-from sharing.inputs import InventoryInputs, load_config, load_node
-from sharing.labels import gfd_labels
 
 UID = "node-uid-1"
 

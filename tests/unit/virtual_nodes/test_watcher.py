@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import pytest
 
+from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.watcher import MAX_RETRY_PAUSE, RETRY_PAUSE, Watcher, WorkQueue, retry_pause
-from kubeletapi.background_tasks import cancel_and_wait
 
 
 def make_watcher(concurrency: int = 4, resync_interval: float = 60.0) -> Watcher:

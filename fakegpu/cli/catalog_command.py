@@ -1,0 +1,32 @@
+"""``fakegpu catalog``: the boards fakegpu can emulate, with their numbers and what is unverified."""
+
+from __future__ import annotations
+
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.labels import gpu_family, sanitize_product
+
+
+def render_catalog(verbose: bool) -> str:
+    lines = [
+        f"{'KEY':<11} {'PRODUCT NAME':<24} {'MEMORY MiB':>10} {'SMs':>4} {'CC':>5} {'FAMILY':<13} "
+        f"{'PCI ID':<11} MIG PROFILES"
+    ]
+    for m in CATALOG.values():
+        cc = f"{m.compute_capability[0]}.{m.compute_capability[1]}"
+        profiles = ", ".join(p.name for p in m.mig_profiles) or "-"
+        lines.append(
+            f"{m.key:<11} {m.product_name:<24} {m.memory_mib:>10} {m.multiprocessors:>4} {cc:>5} "
+            f"{gpu_family(m.compute_capability):<13} {m.pci_device_id_hex:<11} {profiles}"
+        )
+        if verbose:
+            lines.append(f"    board: {m.board}; gpu.product label: {sanitize_product(m.product_name)}")
+            for p in m.mig_profiles:
+                starts = ",".join(str(s) for s in p.placements)
+                lines.append(
+                    f"    {p.name:<11} {p.gi_profile:<13} {p.memory_mib:>6} MiB {p.multiprocessors:>3} SMs "
+                    f"max {p.max_instances} starts {{{starts}}}:{p.memory_slices} "
+                    f"CE/DEC/ENC/JPG/OFA {p.copy_engines}/{p.decoders}/{p.encoders}/{p.jpeg}/{p.ofa}"
+                )
+            for note in m.unverified:
+                lines.append(f"    unverified: {note}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,310 @@
+"""The ``fakegpu`` command: one subcommand per process shape of the design."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fakegpu.cli.catalog_command import render_catalog
+from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
+from fakegpu.cli.demo_command import run_demo
+from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
+from fakegpu.cli.inventory_output import render_inventory, render_labels
+from fakegpu.cli.node_options import add_node_options, node_settings
+from fakegpu.cli.nvidia_smi_command import (
+    add_inject_options,
+    add_nvidia_smi_parser,
+    apply_inject_flags,
+    run_nvidia_smi_command,
+)
+from fakegpu.cli.scenario_command import add_scenario_parser, run_scenario_command
+from fakegpu.cli.slice_commands import (
+    API_VERSIONS,
+    add_slice_options,
+    render_device_classes,
+    render_slices,
+    server_minor,
+    slice_options,
+)
+from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
+from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubelet.daemon import run_kubelet
+from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT, KubeletPaths
+from fakegpu.runtime.unix_socket import SocketPathError
+from fakegpu.sharing.bug_modes import BUG_MODES, BugModeError, parse_bug_modes
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import load_config, load_node
+from fakegpu.sharing.labels import gfd_labels
+from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
+from fakegpu.telemetry.http_endpoint import add_metrics_address_option, metrics_address
+from fakegpu.telemetry.log_format import LOG_FORMATS, configure_logging
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-format", default="text", choices=LOG_FORMATS, help="text, or JSON with one object per line"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the kubelet emulator and the device plugins together and show the node")
+    add_inventory_options(demo)
+
+    plugin = sub.add_parser("plugin", help="run the device plugin daemon next to a kubelet")
+    add_inventory_options(plugin)
+    plugin.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding device-plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    plugin.add_argument(
+        "--registration",
+        choices=("kubelet", "plugins-registry"),
+        default="kubelet",
+        help="register by calling kubelet.sock (NVIDIA's way) or through the plugin watcher",
+    )
+    plugin.add_argument(
+        "--pre-start-required",
+        action="store_true",
+        help="ask the kubelet to call PreStartContainer before each container start",
+    )
+    plugin.add_argument(
+        "--admin-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
+        "conventionally /var/run/fakegpu/plugin.sock)",
+    )
+    plugin.add_argument(
+        "--bug-compat",
+        action="append",
+        default=[],
+        metavar="MODE",
+        help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
+    )
+    add_node_options(plugin)
+    add_metrics_address_option(plugin)
+    add_dcgm_options(plugin)
+
+    kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
+    kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
+    kubelet.add_argument(
+        "--grace-period",
+        type=float,
+        default=300.0,
+        help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
+    )
+
+    dra = sub.add_parser("dra", help="run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin")
+    add_inventory_options(dra)
+    add_slice_options(dra)
+    dra.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    dra.add_argument(
+        "--plugins-registry-dir",
+        type=Path,
+        default=None,
+        help="where the kubelet watches for registration sockets (default KUBELET_DIR/plugins_registry)",
+    )
+    dra.add_argument(
+        "--plugins-dir",
+        type=Path,
+        default=None,
+        help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
+    )
+    dra.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    dra.add_argument(
+        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go (default %(default)s)"
+    )
+    dra.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=None,
+        help="Kubernetes version of the cluster, 1.34-1.37 (default: the node's kubelet version)",
+    )
+    dra.add_argument(
+        "--admin-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
+        "conventionally /var/run/fakegpu/dra.sock)",
+    )
+    add_metrics_address_option(dra)
+    add_dcgm_options(dra)
+
+    add_inject_options(plugin, "plugin")
+    add_inject_options(dra, "dra")
+    add_nvidia_smi_parser(sub)
+    add_virtual_nodes_parser(sub)
+
+    slices = sub.add_parser("slices", help="print the ResourceSlices the DRA driver would publish")
+    add_inventory_options(slices)
+    add_slice_options(slices)
+    slices.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=36,
+        help="Kubernetes version whose slice layout to use: 1.34, 1.35, 1.36 (default 1.36)",
+    )
+    slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
+
+    classes = sub.add_parser("deviceclasses", help="print the DeviceClasses for the DRA driver")
+    classes.add_argument("--driver-name", default="gpu.nvidia.com")
+    classes.add_argument("--resource-api-version", choices=API_VERSIONS, default="resource.k8s.io/v1")
+    classes.add_argument(
+        "--extended-resource-name",
+        default=None,
+        help="map an extended resource (e.g. nvidia.com/gpu) to the gpu class (resource.k8s.io/v1)",
+    )
+
+    devices = sub.add_parser("devices", help="print the resources and devices a node would advertise")
+    add_inventory_options(devices)
+    devices.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+
+    labels = sub.add_parser("labels", help="print the GPU Feature Discovery labels a node would carry")
+    add_inventory_options(labels)
+    labels.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    labels.add_argument(
+        "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
+    )
+
+    add_ctl_parser(sub)
+
+    catalog = sub.add_parser("catalog", help="list the GPU models fakegpu emulates")
+    catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
+    add_scenario_parser(sub)
+    return parser
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    for w in warnings:
+        print(f"fakegpu: warning: {w}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "catalog":
+        sys.stdout.write(render_catalog(args.verbose))
+        return 0
+    if args.command == "ctl":
+        return run_ctl(args)
+    if args.command == "kubelet":
+        return asyncio.run(run_kubelet(args.dir, args.grace_period))
+    if args.command == "scenario":
+        return run_scenario_command(args)
+    if args.command == "virtual-nodes":
+        return run_virtual_nodes_command(args)
+    if args.command == "nvidia-smi":
+        return run_nvidia_smi_command(args)
+    if args.command == "deviceclasses":
+        sys.stdout.write(
+            render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)
+        )
+        return 0
+    inputs = apply_inject_flags(args, inventory_inputs(args))
+    if args.command == "demo":
+        return asyncio.run(run_demo(inputs, sys.stdout))
+    if args.command == "plugin":
+        paths = KubeletPaths(args.kubelet_dir)
+        return run_bounded(
+            run_plugin_daemon(
+                inputs,
+                paths,
+                registration=args.registration,
+                pre_start_required=args.pre_start_required,
+                bug_modes=parse_bug_modes(args.bug_compat),
+                admin_socket=args.admin_socket,
+                metrics_address=metrics_address(args),
+                dcgm_address=dcgm_address(args),
+                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
+                dcgm_seed=args.dcgm_seed,
+                node=node_settings(args),
+            )
+        )
+    if args.command == "dra":
+        settings = DraSettings(
+            driver=args.driver_name,
+            mig_mode=args.mig_mode,
+            cdi_root=args.cdi_root,
+            kubeconfig=args.kubeconfig,
+            server_minor=args.server_version,
+            api_version=args.resource_api_version,
+        )
+        paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
+        return run_bounded(
+            run_dra_daemon(
+                inputs,
+                paths,
+                settings,
+                admin_socket=args.admin_socket,
+                metrics_address=metrics_address(args),
+                dcgm_address=dcgm_address(args),
+                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
+                dcgm_seed=args.dcgm_seed,
+            )
+        )
+    node = load_node(inputs)
+    if args.command == "slices":
+        sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
+        return 0
+    config = load_config(inputs)
+    if args.command == "labels":
+        _warn(config.warnings)
+        sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
+        return 0
+    inventory = build_inventory(node, config)
+    _warn(inventory.warnings)
+    sys.stdout.write(render_inventory(inventory, gfd_labels(node, config), args.output))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses", "ctl", "nvidia-smi"):
+        logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        return _run(args)
+    except SpecError as exc:
+        print(f"fakegpu: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SocketPathError, BugModeError, ValueError) as exc:
+        print(f"fakegpu: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (NotADirectoryError, PermissionError, FileExistsError) as exc:
+        # A kubelet dir that is a file, or one we may not write: say which path and why.
+        where = exc.filename or ""
+        print(f"fakegpu: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``fakegpu devices | head``): stop quietly, as other CLI tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

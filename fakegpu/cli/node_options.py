@@ -1,0 +1,106 @@
+"""``fakegpu plugin`` flags for its Node: GFD labels (``--label-node``) and per-node config selection.
+
+The selection flags and their environment variables are those of NVIDIA's config-manager sidecar, so a
+DaemonSet written for NVIDIA's chart maps onto ``fakegpu plugin`` one to one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from fakegpu.fakeplugin.daemon import NodeSettings
+from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.named_configs import (
+    DEFAULT_CONFIG_LABEL,
+    DEFAULT_FALLBACKS,
+    available_configs,
+    parse_fallback_strategies,
+)
+
+log = logging.getLogger(__name__)
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the node object (needs an API server: in-cluster config or --kubeconfig)")
+    group.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    group.add_argument(
+        "--label-node",
+        action="store_true",
+        help="write the GPU Feature Discovery labels to this node and keep them current; only labels "
+        "fakegpu wrote are ever removed (they are listed in the fakegpu.io/managed-labels annotation)",
+    )
+    group.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory of named NVIDIA config files (a ConfigMap mounted as a directory); the node label "
+        "--config-label picks one, live (env CONFIG_FILE_SRCDIR)",
+    )
+    group.add_argument(
+        "--config-label",
+        default=None,
+        metavar="KEY",
+        help=f"node label that names the config (env NODE_LABEL, default {DEFAULT_CONFIG_LABEL})",
+    )
+    group.add_argument(
+        "--default-config",
+        default=None,
+        metavar="NAME",
+        help="config to use when the node has no label (env DEFAULT_CONFIG)",
+    )
+    group.add_argument(
+        "--fallback-strategies",
+        default=None,
+        metavar="LIST",
+        help="with no label and no default: comma-separated named (a config called 'default'), single (the only "
+        f"config), empty (built-in defaults); env FALLBACK_STRATEGIES, default {','.join(DEFAULT_FALLBACKS)}",
+    )
+
+
+def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeSettings:
+    env = os.environ if env is None else env
+    directory, source = args.config_dir, "--config-dir"
+    if directory is None and env.get("CONFIG_FILE_SRCDIR"):
+        directory, source = Path(env["CONFIG_FILE_SRCDIR"]), "CONFIG_FILE_SRCDIR"
+    selection = None
+    if directory is not None:
+        if args.config_file:
+            raise SpecError(source, "cannot be combined with --config-file; the node label picks the file")
+        if not directory.is_dir():
+            raise SpecError(source, f"{directory} is not a directory")
+        if env.get("CONFIG_FILE"):
+            log.warning(
+                "CONFIG_FILE=%s is ignored: %s=%s selects the config by node label",
+                env["CONFIG_FILE"],
+                source,
+                directory,
+            )
+        label = args.config_label or env.get("NODE_LABEL") or DEFAULT_CONFIG_LABEL
+        fallbacks_text = args.fallback_strategies
+        source = "--fallback-strategies"
+        if fallbacks_text is None and env.get("FALLBACK_STRATEGIES") is not None:
+            fallbacks_text, source = env["FALLBACK_STRATEGIES"], "FALLBACK_STRATEGIES"
+        fallbacks = DEFAULT_FALLBACKS if fallbacks_text is None else parse_fallback_strategies(fallbacks_text, source)
+        default_config = args.default_config or env.get("DEFAULT_CONFIG", "")
+        names = available_configs(directory)
+        if default_config and default_config not in names:
+            flag = "--default-config" if args.default_config else "DEFAULT_CONFIG"
+            raise SpecError(flag, f"specified config {default_config} does not exist (available: {', '.join(names)})")
+        selection = ConfigSelection(
+            directory=directory, label=label, default_config=default_config, fallbacks=fallbacks
+        )
+    else:
+        for flag in ("config_label", "default_config", "fallback_strategies"):
+            if getattr(args, flag) is not None:
+                raise SpecError("--" + flag.replace("_", "-"), "only applies with --config-dir")
+    return NodeSettings(label_node=args.label_node, selection=selection, kubeconfig=args.kubeconfig)

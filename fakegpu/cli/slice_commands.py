@@ -1,0 +1,65 @@
+"""``fakegpu slices`` and ``fakegpu deviceclasses``: print what the DRA driver would publish, offline."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import yaml
+
+from fakegpu.dra.device_classes import device_classes
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.sharing.node import Node
+
+API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
+
+
+def add_slice_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("DRA")
+    group.add_argument("--driver-name", default="gpu.nvidia.com", help="DRA driver name (default %(default)s)")
+    group.add_argument(
+        "--mig-mode",
+        choices=("static", "dynamic"),
+        default="static",
+        help="static: the node's MIG devices; dynamic: every profile at every placement, with counters",
+    )
+    group.add_argument(
+        "--resource-api-version",
+        choices=API_VERSIONS,
+        default=None,
+        help="resource.k8s.io version to publish (fakegpu dra: discovered; here: v1)",
+    )
+
+
+def slice_options(args: argparse.Namespace, server_minor: int) -> SliceOptions:
+    return SliceOptions(
+        driver=args.driver_name,
+        mig_mode=args.mig_mode,
+        server_minor=server_minor,
+        api_version=args.resource_api_version or "resource.k8s.io/v1",
+    )
+
+
+def server_minor(value: str) -> int:
+    """``1.35`` -> 35; only the versions whose slice layout differs are accepted."""
+    try:
+        major, minor = value.split(".", 1)
+        number = int(minor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a Kubernetes version such as 1.36, found {value!r}") from None
+    if major != "1" or not 32 <= number <= 37:
+        raise argparse.ArgumentTypeError(f"expected a Kubernetes version from 1.32 to 1.37, found {value!r}")
+    return number
+
+
+def render_slices(node: Node, options: SliceOptions, unhealthy: dict[str, int | None], node_uid: str | None) -> str:
+    objects = slice_objects(node, options, build_slice_specs(node, options, unhealthy), node_uid=node_uid)
+    return _yaml_documents(objects)
+
+
+def render_device_classes(driver: str, api_version: str, extended_resource_name: str | None) -> str:
+    return _yaml_documents(device_classes(driver, api_version, extended_resource_name))
+
+
+def _yaml_documents(objects: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True)

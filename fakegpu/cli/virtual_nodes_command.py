@@ -1,0 +1,329 @@
+"""``fakegpu virtual-nodes``: the command line.
+
+Bad flags and files raise ``SpecError`` (``fakegpu``'s main prints one line and exits 2). API failures
+print one line each; the exit status is 1 when a node was refused or failed, or the server could not be
+used at all, and 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import math
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ConfigError
+
+from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
+from fakegpu.cli.slice_commands import add_slice_options, server_minor
+from fakegpu.dra.resource_slices import check_driver_name
+from fakegpu.kube.client import client_factory
+from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.sharing.errors import SpecError
+from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
+from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
+from fakegpu.virtual_nodes.discovery import DiscoveryError
+from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
+from fakegpu.virtual_nodes.node_manifest import NodeShape
+from fakegpu.virtual_nodes.pools import (
+    DEFAULT_POOL,
+    MAX_NODES,
+    Pool,
+    VirtualNode,
+    build_virtual_nodes,
+    parse_pool_value,
+)
+from fakegpu.virtual_nodes.report import calls_line
+from fakegpu.virtual_nodes.watcher import Watcher
+
+DESCRIPTION = """\
+Create (or adopt) KWOK nodes with fake GPUs: device plugin resources in capacity and allocatable, GPU
+Feature Discovery labels, and ResourceSlices owned by each Node, so a real kube-scheduler can be rehearsed
+on many GPU nodes. KWOK must run in the cluster to keep the nodes Ready. The nodes carry the taint
+kwok.x-k8s.io/node=fake:NoSchedule: rehearsal pods need a toleration for it. Re-running with the same
+arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
+label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
+"""
+DEFAULT_RESYNC = 60.0
+
+
+def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[Pool]:
+    """The pools the command line asks for; every conflict is a SpecError naming the flag."""
+    if args.node_name is not None:
+        raise SpecError("--node-name", "virtual node names come from --name-prefix and the index; drop --node-name")
+    environ = dict(os.environ if env is None else env)
+    base = replace(inventory_inputs(args, environ), node_name="")
+    if not args.pool:
+        count = 1 if args.count is None else args.count
+        if not 1 <= count <= MAX_NODES:
+            raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
+        return [Pool(DEFAULT_POOL, base, count, in_names=False)]
+    conflicts = [
+        flag
+        for flag, given in (
+            ("--count", args.count is not None),
+            ("--node-spec", bool(args.node_spec)),
+            ("--gpus", bool(args.gpus)),
+        )
+        if given
+    ]
+    if conflicts:
+        raise SpecError(
+            "--pool", f"cannot be combined with {', '.join(conflicts)}: each pool's node spec file and count say it"
+        )
+    pools: dict[str, Pool] = {}
+    sources: dict[str, str] = {}
+    for value in args.pool:
+        path, count = parse_pool_value(value)
+        name = pool_name_from_stem(Path(path).stem, "--pool")
+        if name in pools:
+            raise SpecError("--pool", f"two pools are named {name!r} ({sources[name]} and {path}); rename one file")
+        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True, source=path)
+        sources[name] = path
+    total = sum(p.count for p in pools.values())
+    if total > MAX_NODES:
+        raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
+    return list(pools.values())
+
+
+def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "virtual-nodes",
+        help="create KWOK nodes with fake GPUs (capacity, labels, ResourceSlices) for scheduler rehearsals",
+        description=DESCRIPTION,
+    )
+    add_inventory_options(parser)
+    add_slice_options(parser)
+    group = parser.add_argument_group("virtual nodes")
+    group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")
+    group.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="FILE=COUNT",
+        help="COUNT nodes described by the node spec FILE, named PREFIX<file stem>-<index> (repeatable, for "
+        "heterogeneous fleets; instead of --count, --node-spec and --gpus)",
+    )
+    group.add_argument(
+        "--name-prefix",
+        default=DEFAULT_PREFIX,
+        metavar="P",
+        help="node names are P<index>, the index zero-padded to 4 digits (default %(default)s)",
+    )
+    group.add_argument("--node-cpu", default="32", metavar="Q", help="cpu capacity of each node (default %(default)s)")
+    group.add_argument(
+        "--node-memory", default="256Gi", metavar="Q", help="memory capacity of each node (default %(default)s)"
+    )
+    group.add_argument(
+        "--node-pods",
+        default="110",
+        metavar="N",
+        help="pod capacity of each node, a whole number (default %(default)s)",
+    )
+    group.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    group.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=None,
+        help="Kubernetes version whose slice layout to use, 1.32-1.37 (default: the API server's /version)",
+    )
+    group.add_argument(
+        "--concurrency", type=int, default=16, metavar="N", help="nodes in flight at once (default %(default)s)"
+    )
+    mode = group.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--watch",
+        action="store_true",
+        help="after bringing the nodes up, keep them as planned until SIGINT/SIGTERM (a node someone deletes "
+        "is not re-created)",
+    )
+    mode.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete the virtual nodes created with --name-prefix and their ResourceSlices, hand back adopted "
+        "ones as they were",
+    )
+    group.add_argument(
+        "--resync-interval",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"with --watch, also re-list everything every S seconds (default {DEFAULT_RESYNC:g})",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    if args.concurrency < 1:
+        raise SpecError("--concurrency", f"must be at least 1, found {args.concurrency}")
+    if args.resync_interval is not None:
+        if not args.watch:
+            raise SpecError("--resync-interval", "only applies with --watch")
+        if not (math.isfinite(args.resync_interval) and args.resync_interval > 0):
+            raise SpecError(
+                "--resync-interval", f"must be a number of seconds above zero, found {args.resync_interval}"
+            )
+    if args.delete:
+        if not args.name_prefix:
+            raise SpecError("--name-prefix", "--delete needs a prefix: an empty one would select every virtual node")
+        planned = [
+            flag
+            for flag, given in (
+                ("--count", args.count is not None),
+                ("--pool", bool(args.pool)),
+                ("--gpus", bool(args.gpus)),
+                ("--node-spec", bool(args.node_spec)),
+            )
+            if given
+        ]
+        if planned:
+            raise SpecError(
+                "--delete",
+                f"removes every virtual node of --name-prefix whatever its GPUs; drop {', '.join(planned)}",
+            )
+    try:
+        check_driver_name(args.driver_name)
+    except ValueError as exc:
+        raise SpecError("--driver-name", str(exc)) from None
+    return Settings(
+        shape=NodeShape(cpu=args.node_cpu, memory=args.node_memory, pods=args.node_pods),
+        driver=args.driver_name,
+        mig_mode=args.mig_mode,
+        server_minor=args.server_version,
+        api_version=args.resource_api_version,
+        concurrency=args.concurrency,
+        name_prefix=args.name_prefix,
+    )
+
+
+def plan_lines(nodes: list[VirtualNode]) -> list[str]:
+    """One line per pool: how many nodes and which GPUs each has."""
+    pools: dict[str, list[VirtualNode]] = collections.defaultdict(list)
+    for node in nodes:
+        pools[node.pool].append(node)
+    lines = []
+    for pool, members in pools.items():
+        models = collections.Counter(g.model.key for g in members[0].inventory.node.gpus)
+        gpus = ", ".join(f"{n}x{key}" for key, n in models.items())
+        resources = ", ".join(f"{r.name}: {len(r.devices)}" for r in members[0].inventory.resources)
+        lines.append(f"pool {pool}: {len(members)} node(s) {members[0].name}..{members[-1].name}, {gpus} ({resources})")
+    return lines
+
+
+def _client(kubeconfig: str | None) -> AsyncClient:
+    """The API client; a missing or malformed kubeconfig is a bad input, named by its flag."""
+    try:
+        return client_factory(kubeconfig)()
+    except SpecError:
+        raise
+    except (ConfigError, OSError) as exc:
+        raise SpecError("--kubeconfig" if kubeconfig else "kubeconfig", " ".join(str(exc).split())) from None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(kubeconfig or "kubeconfig", f"not valid YAML: {first}") from None
+    except (AttributeError, TypeError, ValueError, KeyError):
+        raise SpecError(
+            kubeconfig or "kubeconfig", "not a usable kubeconfig (expected clusters, users and a current context)"
+        ) from None
+
+
+def _kubeconfig_name(kubeconfig: str | None, client: AsyncClient) -> str:
+    """How to name the kubeconfig whose credentials failed: the flag's file, or the file the client read."""
+    if kubeconfig:
+        return kubeconfig
+    fname = getattr(client.config, "fname", None)
+    return str(fname) if fname else "kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)"
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def run_virtual_nodes(
+    args: argparse.Namespace,
+    *,
+    client: AsyncClient | None = None,
+    stop: asyncio.Event | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    retry_pause: float = 0.2,
+) -> int:
+    """The whole command in the caller's event loop; tests pass their own ``client``, ``stop`` and a
+    short ``retry_pause`` (the first pause before retrying a failed request; it doubles each time)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+
+    def say(line: str) -> None:
+        stream = err if line.startswith(("error:", "warning:")) else out
+        print(f"fakegpu: {line}" if stream is err else line, file=stream, flush=True)
+
+    settings = settings_from_args(args)
+    nodes: list[VirtualNode] = []
+    if not args.delete:
+        nodes, warnings = build_virtual_nodes(pools_from_args(args), settings.name_prefix)
+        for warning in warnings:
+            say(f"warning: {warning}")
+    own_client = client is None
+    client = client or _client(args.kubeconfig)
+    api = Api(client, backoff=retry_pause)
+    controller = VirtualNodeController(api, nodes, settings, say)
+    try:
+        if args.delete:
+            deleted = await controller.delete_all()
+            for line in deleted.lines():
+                say(line)
+            say(calls_line(api.calls))
+            return 0 if deleted.ok else 1
+        for line in plan_lines(nodes):
+            say(line)
+        await controller.discover()
+        report = await controller.bring_up()
+        for line in report.lines():
+            say(line)
+        say(calls_line(api.calls))
+        if args.watch:
+            resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
+            watcher = Watcher(controller, resync_interval=resync)
+            say("watching the virtual nodes; stop with Ctrl-C")
+            own_stop = stop is None
+            stop = stop or asyncio.Event()
+            with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
+                await watcher.run(stop)
+            repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
+            say(f"watch stopped: {repaired}")
+            say(calls_line(api.calls))
+        return 0 if report.ok else 1
+    except (ApiCallError, DiscoveryError) as exc:
+        say(f"error: {exc}")
+        return 1
+    except KubeconfigError as exc:
+        raise SpecError(_kubeconfig_name(args.kubeconfig, client), str(exc)) from None
+    finally:
+        if own_client:
+            await client.close()
+
+
+def run_virtual_nodes_command(args: argparse.Namespace) -> int:
+    return run_bounded(run_virtual_nodes(args))

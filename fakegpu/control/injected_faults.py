@@ -1,0 +1,23 @@
+"""Applying a scripted fault inside a gRPC handler: stall, then fail with the chosen status."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from fakegpu.sharing.faults import FaultPlan
+
+
+async def apply_fault(
+    faults: FaultPlan, method: str, scope: str | None, context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """Consume the next fault for ``method`` (and this resource or driver), if one is planned."""
+    fault = faults.take(method, scope)
+    if fault is None:
+        return
+    if fault.delay:
+        await asyncio.sleep(fault.delay)
+    if fault.code is not None:
+        await context.abort(getattr(grpc.StatusCode, fault.code), fault.message)

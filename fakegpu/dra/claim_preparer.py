@@ -1,0 +1,192 @@
+"""NodePrepareResources / NodeUnprepareResources for this node: read the claim, write CDI, checkpoint.
+
+Prepare is two-phase and idempotent: the checkpoint records PrepareStarted (with the devices about to
+be prepared) before the CDI spec is written and PrepareCompleted after, so a crash in between is
+found at the next start and rolled back, and a repeated call for a completed claim returns the stored
+devices without touching anything. Unprepare of an unknown claim succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
+
+from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, write_spec
+from fakegpu.dra.claim_devices import ClaimError, ClaimPreparation, PreparedResult, claim_preparation, published_devices
+from fakegpu.dra.metrics import DraMetrics
+from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
+from fakegpu.sharing.errors import shorten
+from fakegpu.sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+PHASE_PAUSE_ENV = "FAKEGPU_TEST_PREPARE_PHASE_PAUSE"
+"""Test hook, for the restart soaks only: seconds to stall after PrepareStarted is recorded and again after
+the CDI spec is written, so a test can kill the daemon between the checkpoint's two phases on purpose
+(the crash window is otherwise microseconds wide). Unset, or 0, in any real deployment."""
+
+
+def phase_pause_from_env() -> float:
+    """``$FAKEGPU_TEST_PREPARE_PHASE_PAUSE`` as seconds (0 when unset); a bad value is logged and ignored."""
+    raw = os.environ.get(PHASE_PAUSE_ENV, "")
+    if not raw:
+        return 0.0
+    try:
+        pause = float(raw)
+    except ValueError:
+        pause = -1.0
+    if not 0.0 <= pause <= 60.0:
+        log.error("ignoring %s=%r: expected seconds between 0 and 60", PHASE_PAUSE_ENV, raw)
+        return 0.0
+    log.warning("test hook %s: every claim preparation stalls %.3fs between its phases", PHASE_PAUSE_ENV, pause)
+    return pause
+
+
+CLAIM_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.ResourceClaim,
+    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
+    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
+}
+
+
+class ClaimReader(Protocol):
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+
+class LightkubeClaimReader:
+    """Reads ResourceClaims from the API server; the kubelet sends only the claim's identity."""
+
+    def __init__(self, client: AsyncClient, api_version: str = "resource.k8s.io/v1") -> None:
+        self.client = client
+        self.api_version = api_version
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        try:
+            claim = await self.client.get(CLAIM_KINDS[self.api_version], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                raise ClaimError(f"claim {namespace}/{name} not found") from None
+            raise ClaimError(f"reading claim {namespace}/{name} failed: {exc.status.message}") from None
+        except Exception as exc:  # unreachable server, or an answer lightkube cannot read as a ResourceClaim
+            reason = shorten(" ".join(str(exc).split()) or type(exc).__name__, 200)
+            raise ClaimError(f"claim {namespace}/{name}: reading it from the API server failed: {reason}") from None
+        data: dict[str, Any] = claim.to_dict()
+        return data
+
+
+class ClaimPreparer:
+    def __init__(
+        self,
+        reader: ClaimReader,
+        live: LiveInventory,
+        *,
+        driver: str,
+        mig_mode: Literal["static", "dynamic"],
+        cdi_root: Path,
+        checkpoint: PreparedClaims,
+        metrics: DraMetrics | None = None,
+    ) -> None:
+        self.metrics = metrics if metrics is not None else DraMetrics()
+        self.reader = reader
+        self.live = live
+        self.driver = driver
+        self.mig_mode = mig_mode
+        self.cdi_root = cdi_root
+        self.checkpoint = checkpoint
+        self.prepares = 0
+        self.unprepares = 0
+        self.phase_pause = phase_pause_from_env()
+        self._lock = asyncio.Lock()
+
+    @property
+    def pool(self) -> str:
+        return self.live.inventory.node.name
+
+    @property
+    def _nvidia_smi_dir(self) -> str | None:
+        """``--inject-nvidia-smi``: carried in the inventory's config, so a reload keeps it."""
+        return self.live.inventory.config.nvidia_smi_dir
+
+    def recover(self) -> list[str]:
+        """At start: roll back claims a crash left between PrepareStarted and PrepareCompleted (their
+        CDI spec may be half there); the kubelet asks for them again. A checkpoint that cannot be read
+        is reported, not fatal: the driver still serves and each prepare then says why it fails."""
+        try:
+            self.checkpoint.load()
+            started = self.checkpoint.started_only()
+        except (CheckpointCorrupted, OSError, ValueError) as exc:
+            log.error("the claim checkpoint cannot be used: %s", exc)
+            return []
+        rolled_back = []
+        for claim in started:
+            try:
+                remove_spec(self.cdi_root, claim.uid, cdi_vendor(claim.driver))
+            except (ValueError, OSError) as exc:
+                log.error("cannot remove the CDI spec of half-prepared claim %s: %s", claim.uid, exc)
+            self.checkpoint.remove(claim.uid)
+            rolled_back.append(claim.uid)
+            log.warning(
+                "rolled back claim %s/%s (%s): its preparation never completed", claim.namespace, claim.name, claim.uid
+            )
+        return rolled_back
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]:
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            if stored is not None and stored.completed:
+                self._ensure_spec(ref.uid, stored.preparation)
+                return stored.devices
+        claim = await self.reader.get(ref.namespace, ref.name)
+        uid = str((claim.get("metadata") or {}).get("uid", ""))
+        if uid != ref.uid:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
+                f"the kubelet asked for {ref.uid}"
+            )
+        devices = published_devices(self.live.inventory.node, self.mig_mode)
+        prep = claim_preparation(claim, self.driver, self.pool, devices)
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            if stored is not None and stored.completed:
+                return stored.devices
+            self.checkpoint.start(ref, prep)
+            if self.phase_pause:
+                await asyncio.sleep(self.phase_pause)
+            if prep.results:
+                spec = cdi_spec(prep.cdi_vendor, ref.uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
+                write_spec(self.cdi_root, spec, ref.uid)
+            if self.phase_pause:
+                await asyncio.sleep(self.phase_pause)
+            self.checkpoint.complete(ref.uid)
+            self.prepares += 1
+        log.info(
+            "prepared claim %s/%s (%s): %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            ", ".join(r.device for r in prep.results) or "no devices of this driver",
+        )
+        return prep.results
+
+    def _ensure_spec(self, uid: str, prep: ClaimPreparation) -> None:
+        """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains but the spec is gone, and the
+        runtime would fail with 'unresolvable CDI devices'. Write it again from the checkpoint."""
+        if prep.results and not (self.cdi_root / spec_file_name(prep.cdi_vendor, uid)).exists():
+            spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
+            write_spec(self.cdi_root, spec, uid)
+            log.warning("re-created the missing CDI spec of prepared claim %s", uid)
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        async with self._lock:
+            stored = self.checkpoint.get(ref.uid)
+            remove_spec(self.cdi_root, ref.uid, cdi_vendor(stored.driver if stored else self.driver))
+            self.checkpoint.remove(ref.uid)
+            self.unprepares += 1

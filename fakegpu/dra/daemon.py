@@ -1,0 +1,341 @@
+"""``fakegpu dra``: publish the node's ResourceSlices and serve the kubelet's DRA plugin API.
+
+Publishing starts at once and does not wait for the kubelet; the kubelet plugin serves its sockets
+whether or not the API server is reachable (claims then fail with a clear error until it is).
+SIGHUP or a changed input file reloads the inventory (a bad one is reported and the running one
+keeps serving); SIGINT/SIGTERM remove both sockets and stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import grpc
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
+
+from fakegpu.control.admin_socket import AdminServer
+from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.health_service import HealthService
+from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
+from fakegpu.dra.metrics import DraMetrics
+from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
+from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
+from fakegpu.dra.published_health import device_health
+from fakegpu.dra.resource_slices import SliceOptions
+from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.kube.client import client_factory
+from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
+from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
+from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.directories import ensure_dir
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.health import XidPolicy
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.dcgm.attribution import DeviceHolder, DraDevice
+from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
+from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED
+from fakegpu.telemetry.http_endpoint import ListenAddress, MetricsServer
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
+
+log = logging.getLogger(__name__)
+
+
+CLAIM_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.ResourceClaim,
+    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
+    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
+}
+CLAIM_TTL = 10.0
+"""How long a claim's ``status.reservedFor`` is trusted before it is read again (shared claims gain pods)."""
+CLAIM_DEADLINE = 1.0
+"""Total time the claim lookups of one scrape may take; the pods' annotation lookups come after them, within
+their own 2 s, so a scrape stays well inside Prometheus's 10 s timeout whatever the API server does."""
+
+
+def reserved_pods(claim: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pods a claim is reserved for: ``status.reservedFor`` entries of core ``pods``, in order."""
+    status = claim.get("status") or {}
+    out: list[str] = []
+    for consumer in status.get("reservedFor") or ():
+        if consumer.get("resource") == "pods" and not consumer.get("apiGroup") and consumer.get("name"):
+            out.append(str(consumer["name"]))
+    return tuple(out)
+
+
+class PreparedClaimHolders:
+    """The DCGM exporter's fallback attribution from the claims this driver prepared.
+
+    The kubelet lists DRA devices in PodResources ``dynamic_resources`` only from Kubernetes 1.34 (feature
+    gate ``KubeletPodResourcesDynamicResources``). For every prepared claim the kubelet's answer does not
+    name, the claim's devices are held by the pods in its ``status.reservedFor`` (read through the API
+    server, cached ``CLAIM_TTL`` seconds, concurrently under one deadline, failures backing off and keeping
+    the last answer), in the claim's namespace, with an empty container (the claim does not say which
+    container uses it). A claim whose pods are not known (yet) still holds its devices, without a pod.
+    """
+
+    def __init__(
+        self,
+        driver: str,
+        claims: Callable[[], Iterable[PreparedClaim]],
+        read_claim: Callable[[str, str], Awaitable[Mapping[str, Any]]],
+        *,
+        ttl: float = CLAIM_TTL,
+        deadline: float = CLAIM_DEADLINE,
+    ) -> None:
+        self.driver = driver
+        self.claims = claims
+        self.read_claim = read_claim
+        self.lookups: CachedLookups[tuple[str, str, str], tuple[str, ...]] = CachedLookups(
+            self._pods,
+            what="ResourceClaim lookups for DCGM attribution",
+            name=lambda key: f"claim {key[0]}/{key[1]}",
+            ttl=ttl,
+            deadline=deadline,
+        )
+
+    async def _pods(self, key: tuple[str, str, str]) -> tuple[str, ...]:
+        namespace, name, uid = key
+        try:
+            claim = await self.read_claim(namespace, name)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return ()  # deleted while prepared: the kubelet unprepares it soon
+            raise
+        if str((claim.get("metadata") or {}).get("uid", "")) != uid:
+            return ()  # replaced by another claim of the same name: not the one prepared
+        return reserved_pods(claim)
+
+    async def __call__(self, listed: list[DeviceHolder]) -> list[DeviceHolder]:
+        named = {(h.dra.claim_namespace, h.dra.claim_name) for h in listed if h.dra is not None}
+        try:
+            prepared = [
+                c
+                for c in self.claims()
+                if c.completed and c.driver == self.driver and c.devices and (c.namespace, c.name) not in named
+            ]
+        except (ValueError, OSError):  # an unusable checkpoint: nothing to add (the preparer reports it)
+            prepared = []
+        await self.lookups.prefetch((c.namespace, c.name, c.uid) for c in prepared)
+        out: list[DeviceHolder] = []
+        for claim in prepared:
+            pods = self.lookups.get((claim.namespace, claim.name, claim.uid)) or ("",)
+            for pod in pods:
+                for result in claim.devices:
+                    dra = DraDevice(claim.name, claim.namespace, claim.driver, result.pool, result.device)
+                    out.append(DeviceHolder(result.uuid, claim.namespace, pod, "", dra))
+        return out
+
+
+@dataclass(frozen=True)
+class DraSettings:
+    driver: str = "gpu.nvidia.com"
+    mig_mode: Literal["static", "dynamic"] = "static"
+    cdi_root: Path = Path("/var/run/cdi")
+    kubeconfig: str | None = None
+    server_minor: int | None = None
+    api_version: str | None = None
+    resync_interval: float = 30.0
+
+
+class DraDriver:
+    """The whole DRA face in one object: publisher, kubelet plugin, preparer and health stream."""
+
+    def __init__(
+        self,
+        live: LiveInventory,
+        paths: KubeletPaths,
+        settings: DraSettings,
+        client_factory: Callable[[], AsyncClient],
+        reload_inventory: Callable[[], object] | None = None,
+    ) -> None:
+        self.live = live
+        self.paths = paths
+        self.settings = settings
+        self.client = client_factory()
+        self.metrics = DraMetrics(
+            device_health=lambda: (ok for _, _, ok, _ in device_health(live, settings.driver, settings.mig_mode)),
+            prepared_claims=lambda: sum(1 for c in self.preparer.checkpoint.claims() if c.completed),
+        )
+        options = SliceOptions(
+            driver=settings.driver,
+            mig_mode=settings.mig_mode,
+            server_minor=settings.server_minor or 36,
+            api_version=settings.api_version or "resource.k8s.io/v1",
+        )
+        self.publisher = SlicePublisher(
+            self.client,
+            live,
+            options,
+            auto_api_version=settings.api_version is None,
+            auto_server_version=settings.server_minor is None,
+            resync_interval=settings.resync_interval,
+            metrics=self.metrics,
+        )
+        self.reader = LightkubeClaimReader(self.client, options.api_version)
+        self.preparer = ClaimPreparer(
+            self.reader,
+            live,
+            driver=settings.driver,
+            mig_mode=settings.mig_mode,
+            cdi_root=settings.cdi_root,
+            checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
+            metrics=self.metrics,
+        )
+        self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
+        self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
+        # The kubelet's NotifyRegistrationStatus is the registration: count what it says.
+        self.plugin.registration_service.on_status = self.metrics.registration_status
+        self._publish_task: asyncio.Task[None] | None = None
+
+    def _add_services(self, server: grpc.aio.Server) -> None:
+        v1_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer), server)
+        v1beta1_grpc.add_DRAPluginServicer_to_server(DraPluginV1beta1(self.preparer), server)
+        health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
+
+    def prepared_device_uuid(self, driver: str, pool: str, device: str) -> str | None:
+        """The GPU or MIG UUID behind a device this driver prepared (for the DCGM exporter's attribution)."""
+        if driver != self.settings.driver:
+            return None
+        for claim in self.preparer.checkpoint.claims():
+            for result in claim.devices:
+                if (result.pool, result.device) == (pool, device):
+                    return result.uuid
+        return None
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """A ResourceClaim as a dict, in the resource.k8s.io version the publisher settled on."""
+        kind = CLAIM_KINDS[self.publisher.options.api_version]
+        claim = await self.client.get(kind, name, namespace=namespace)
+        data: dict[str, Any] = claim.to_dict()
+        return data
+
+    def prepared_claim_holders(self) -> PreparedClaimHolders:
+        """The DCGM exporter's attribution fallback from this driver's prepared claims."""
+        return PreparedClaimHolders(self.settings.driver, self.preparer.checkpoint.claims, self.read_claim)
+
+    async def start(self) -> None:
+        ensure_dir(self.settings.cdi_root)
+        ensure_dir(self.paths.dra_plugin_dir(self.settings.driver))
+        self.preparer.recover()
+        await self.plugin.start()
+        self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
+
+    async def _start_publishing(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self.publisher.start()
+                self.reader.api_version = self.publisher.options.api_version
+                return
+            except Exception as exc:  # the API server may be unreachable or refuse for a while
+                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def wait_published(self, timeout: float = 10.0) -> None:
+        if self._publish_task is not None:
+            await asyncio.wait_for(asyncio.shield(self._publish_task), timeout)
+
+    async def stop(self) -> None:
+        await cancel_and_wait([self._publish_task])
+        await self.publisher.stop()
+        self.health.stop_streams()
+        await self.plugin.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.client.close(), 2.0)
+
+
+async def run_dra_daemon(
+    inputs: InventoryInputs,
+    paths: KubeletPaths,
+    settings: DraSettings,
+    stop: asyncio.Event | None = None,
+    admin_socket: Path | None = None,
+    metrics_address: ListenAddress | None = None,
+    dcgm_address: ListenAddress | None = None,
+    dcgm_virtual_gpus: bool = False,
+    dcgm_seed: str | int = DEFAULT_SEED,
+) -> int:
+    """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
+    with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``; with ``dcgm_address``, the
+    fake dcgm-exporter (its model seeded with ``dcgm_seed``), attributing claims through the kubelet's
+    PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names."""
+    inventory = load_inventory(inputs)
+    for warning in inventory.warnings:
+        log.warning("%s", warning)
+    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
+    smi_unsubscribe = (
+        NvidiaSmiFiles(Path(inputs.nvidia_smi_dir), dynamic_mig=settings.mig_mode == "dynamic").follow(live)
+        if inputs.nvidia_smi_dir
+        else None
+    )
+    make_client = client_factory(settings.kubeconfig)
+    driver = DraDriver(live, paths, settings, make_client)
+    admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
+    metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
+    dcgm = (
+        DcgmEndpoint(
+            live,
+            paths.root,
+            dcgm_address,
+            virtual_gpus=dcgm_virtual_gpus,
+            dra_device_uuid=driver.prepared_device_uuid,
+            fallback=driver.prepared_claim_holders(),
+            annotations=PodAnnotations(make_client),
+            seed=dcgm_seed,
+        )
+        if dcgm_address
+        else None
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        try:
+            live.replace(load_inventory(inputs))
+            driver.metrics.reloaded(ok=True)
+            log.info("inventory reloaded")
+        except SpecError as exc:
+            driver.metrics.reloaded(ok=False)
+            log.error("reload rejected, still serving the previous inventory: %s", exc)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        if metrics_server is not None:
+            await metrics_server.start()
+        if dcgm is not None:
+            await dcgm.start()
+        if admin is not None:
+            await admin.start()
+        await driver.start()
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        await driver.stop()
+        if admin is not None:
+            await admin.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
+        if dcgm is not None:
+            await dcgm.stop()
+        if smi_unsubscribe is not None:
+            smi_unsubscribe()
+    return 0

@@ -1,0 +1,48 @@
+"""DeviceClasses matching NVIDIA's Helm chart, so claims written for NVIDIA's driver work unchanged.
+
+A claim names a class (``gpu.nvidia.com`` for whole GPUs, ``mig.nvidia.com`` for MIG devices); the
+class's CEL selector picks this driver's devices by their ``type`` attribute.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fakegpu.dra.resource_slices import SUPPORTED_API_VERSIONS, check_driver_name
+
+GPU_CLASS = "gpu.nvidia.com"
+MIG_CLASS = "mig.nvidia.com"
+
+_EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def selector_expression(driver: str, device_type: str) -> str:
+    """NVIDIA's CEL selector: this driver's devices of one ``type`` (its attributes live in the driver's domain)."""
+    return f"device.driver == '{driver}' && device.attributes['{driver}'].type == '{device_type}'"
+
+
+def device_classes(
+    driver: str = "gpu.nvidia.com",
+    api_version: str = "resource.k8s.io/v1",
+    extended_resource_name: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ``gpu.nvidia.com`` and ``mig.nvidia.com`` DeviceClasses for ``driver``.
+
+    ``extended_resource_name`` (e.g. ``nvidia.com/gpu``) goes on the whole-GPU class only, and only for
+    ``resource.k8s.io/v1``: like NVIDIA's chart, it is left out when the cluster is served an older
+    version, so pods asking for the extended resource keep going to the device plugin there."""
+    check_driver_name(driver)
+    if api_version not in SUPPORTED_API_VERSIONS:
+        raise ValueError(
+            f"unsupported API version {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}"
+        )
+    if extended_resource_name is not None and not _EXTENDED_RESOURCE.match(extended_resource_name):
+        raise ValueError(f"extended resource name {extended_resource_name!r} must look like <domain>/<name>")
+    classes = []
+    for name, device_type in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig")):
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector_expression(driver, device_type)}}]}
+        if device_type == "gpu" and extended_resource_name and api_version == "resource.k8s.io/v1":
+            spec["extendedResourceName"] = extended_resource_name
+        classes.append({"apiVersion": api_version, "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec})
+    return classes

@@ -1,0 +1,199 @@
+"""The device plugin daemon's admin ops (served by ``fakegpu.control.admin_socket``, used by ``fakegpu ctl``).
+
+Ops and their fields:
+
+- ``status``: node, resources (capacity, healthy, registered, serving, open streams, devices with
+  health), GPUs with health and XID, pending and fired faults, recent Allocate calls, manager counters.
+- ``health`` (target, healthy, xid=None): set health directly (a device ID, GPU/MIG UUID or GPU index);
+  returns the device IDs marked.
+- ``xid`` (target, xid): an XID event under the ``DP_*`` policy; returns the device IDs made unhealthy
+  (none when the XID is ignored).
+- ``off-bus`` (gpu): XID 79 on a whole GPU (index or UUID): it, its replicas and MIG devices unhealthy.
+- ``fault`` (method, times=1, code=None, message="", delay=0.0, resource=None): fail or delay the next
+  ``times`` calls of a device plugin RPC; ``clear-faults`` (method=None): drop planned faults.
+- ``end-streams`` (resource=None): end the open ListAndWatch streams; returns how many ended.
+- ``plugins`` (action: stop|start|restart): the plugin servers; ``reload``: rebuild from the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Literal, Protocol
+
+from fakegpu.control.admin_socket import (
+    AdminError,
+    Op,
+    fault_ops,
+    fault_status,
+    gpu_status,
+    inject_xid,
+    off_bus,
+    set_health,
+)
+from fakegpu.fakeplugin.node_sync import PluginNodeSync
+from fakegpu.fakeplugin.plugin_manager import PluginManager
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import CurrentInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+
+DEVICE_PLUGIN_RPCS = (
+    "GetDevicePluginOptions",
+    "ListAndWatch",
+    "GetPreferredAllocation",
+    "Allocate",
+    "PreStartContainer",
+)
+RECENT_ALLOCATIONS = 50
+
+
+class CallRecord(Protocol):
+    @property
+    def calls(self) -> Iterable[tuple[str, str, tuple[str, ...]]]: ...
+
+
+class RecentCalls:
+    """The last RPCs the plugins received (resource, method, device IDs), bounded for a long-running
+    daemon; pass ``record`` as the PluginManager's ``on_call``."""
+
+    def __init__(self, limit: int = 500) -> None:
+        self.calls: deque[tuple[str, str, tuple[str, ...]]] = deque(maxlen=limit)
+
+    def record(self, resource: str, method: str, ids: Iterable[str]) -> None:
+        self.calls.append((resource, method, tuple(ids)))
+
+
+def device_plugin_ops(
+    live: LiveInventory,
+    manager: PluginManager,
+    calls: CallRecord | None = None,
+    current: CurrentInputs | None = None,
+    node_sync: PluginNodeSync | None = None,
+) -> dict[str, Op]:
+    def running() -> bool:
+        return manager.running
+
+    def served(resource: str | None) -> list[str]:
+        names = sorted(manager.servers)
+        if resource is not None and resource not in names:
+            raise AdminError(f"unknown resource {resource!r}; this daemon serves: {', '.join(names) or 'nothing'}")
+        return [resource] if resource is not None else names
+
+    def registered(name: str) -> bool:
+        reg = manager.registry.get(name)
+        if reg is not None:  # plugins-registry mode: the kubelet says so through NotifyRegistrationStatus
+            return reg.service.registered is True
+        return manager.registered.get(name, False)
+
+    async def status() -> dict[str, Any]:
+        resources = []
+        for r in live.inventory.resources:
+            server = manager.servers.get(r.name)
+            resources.append(
+                {
+                    "name": r.name,
+                    "capacity": len(r.devices),
+                    "healthy": r.healthy,
+                    "registered": registered(r.name),
+                    "serving": server is not None and server.running,
+                    "streams": server.service.streams if server is not None else 0,
+                    "devices": [{"id": d.id, "health": d.health} for d in r.devices],
+                }
+            )
+        allocations = [
+            {"resource": res, "ids": list(ids)}
+            for res, method, ids in (calls.calls if calls else ())
+            if method == "Allocate"
+        ]
+        stats = manager.stats
+        return {
+            "kind": "device-plugin",
+            "node": live.inventory.node.name,
+            "running": running(),
+            "resources": resources,
+            "gpus": gpu_status(live),
+            "faults": fault_status(live.faults),
+            "allocations": allocations[-RECENT_ALLOCATIONS:],
+            "stats": {
+                "registrations": stats.registrations,
+                "registration_failures": stats.registration_failures,
+                "restarts": stats.restarts,
+                "reloads": stats.reloads,
+                "reload_errors": list(stats.reload_errors),
+                "last_error": stats.last_error,
+            },
+            **({"node_object": dataclasses.asdict(node_sync.stats)} if node_sync is not None else {}),
+        }
+
+    async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:
+        return set_health(live, target, healthy, xid)
+
+    async def xid(target: str, xid: int) -> list[str]:
+        return inject_xid(live, target, xid)
+
+    async def off_bus_op(gpu: str) -> list[str]:
+        return off_bus(live, gpu)
+
+    async def end_streams(resource: str | None = None) -> int:
+        return sum(manager.servers[name].service.end_streams() for name in served(resource))
+
+    async def reconfigure(
+        gpus: str | None = None,
+        mig_layout: str | None = None,
+        mig_strategy: str | None = None,
+        new_ids: bool = False,
+    ) -> dict[str, Any]:
+        """Add or remove GPUs, re-partition MIG, or take fresh device IDs, live: the new inventory is built
+        first, so a bad change is refused and the running one keeps serving."""
+        if current is None:
+            raise AdminError("this daemon cannot be reconfigured (it was started without its inputs)")
+        candidate = current.candidate(gpus=gpus, mig_layout=mig_layout, mig_strategy=mig_strategy, new_ids=new_ids)
+        try:
+            load_inventory(candidate)
+        except SpecError as exc:
+            raise AdminError(f"reconfigure rejected, still serving the previous inventory: {exc}") from None
+        previous, current.inputs = current.inputs, candidate
+        if not await manager.reload():
+            current.inputs = previous
+            raise AdminError("reconfigure rejected, still serving the previous inventory")
+        if new_ids:
+            await manager.restart_all()
+        return {"serving": manager.wanted(), "gpus": len(live.inventory.node.gpus)}
+
+    async def plugins(action: Literal["stop", "start", "restart"]) -> dict[str, Any]:
+        if action == "stop":
+            if not running():
+                raise AdminError("the plugin servers are already stopped")
+            await manager.stop()
+        elif action == "start":
+            if running():
+                raise AdminError("the plugin servers are already running; use 'restart'")
+            await manager.start()
+        elif running():
+            await manager.restart_all()
+        else:
+            await manager.start()
+        return {"action": action, "serving": sorted(manager.servers)}
+
+    async def reload() -> dict[str, Any]:
+        if manager.reload_inventory is None:
+            raise AdminError("this daemon has no input files to reload from")
+        errors = len(manager.stats.reload_errors)
+        if not await manager.reload():
+            new = manager.stats.reload_errors[errors:]
+            detail = new[-1] if new else "unknown error"
+            raise AdminError(f"reload rejected, still serving the previous inventory: {detail}")
+        return {"serving": manager.wanted()}
+
+    return {
+        "status": status,
+        "health": health,
+        "xid": xid,
+        "off-bus": off_bus_op,
+        **fault_ops(live.faults, DEVICE_PLUGIN_RPCS, lambda: [r.name for r in live.inventory.resources]),
+        "end-streams": end_streams,
+        "plugins": plugins,
+        "reload": reload,
+        "reconfigure": reconfigure,
+    }

@@ -1,0 +1,188 @@
+"""``fakegpu plugin``: the device plugin daemon, as a DaemonSet or by hand next to a kubelet.
+
+SIGHUP or a changed config file reloads (a bad config is reported and the running inventory keeps
+serving); SIGINT, SIGTERM and SIGQUIT stop the servers and remove their sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from lightkube import AsyncClient
+
+from fakegpu.control.admin_socket import AdminServer
+from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
+from fakegpu.fakeplugin.metrics import DevicePluginMetrics
+from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
+from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from fakegpu.kube.client import client_factory
+from fakegpu.kube.pod_annotations import PodAnnotations
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.health import XidPolicy
+from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
+from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED
+from fakegpu.telemetry.http_endpoint import ListenAddress, MetricsServer
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSettings:
+    """What the plugin does with its Node object; nothing (and no API client) unless asked."""
+
+    label_node: bool = False
+    selection: ConfigSelection | None = None
+    kubeconfig: str | None = None
+    resync_interval: float = 30.0
+
+    @property
+    def wanted(self) -> bool:
+        return self.label_node or self.selection is not None
+
+
+def watched_files(inputs: InventoryInputs) -> list[Path]:
+    config = inputs.config_file or inputs.env.get("CONFIG_FILE") or None
+    return [Path(p) for p in (config, inputs.node_spec, inputs.mig_config) if p]
+
+
+def pod_annotations(kubeconfig: str | None, make_client: Callable[[], AsyncClient] | None) -> PodAnnotations | None:
+    """Where the DCGM exporter reads pods' fakegpu.io/gpu-utilization annotations: the API server, if any."""
+    if make_client is None:
+        try:
+            make_client = client_factory(kubeconfig)
+        except SpecError as exc:
+            log.info("no API server (%s): the DCGM exporter does not read pod annotations", exc)
+            return None
+    return PodAnnotations(make_client)
+
+
+async def run_plugin_daemon(
+    inputs: InventoryInputs,
+    paths: KubeletPaths,
+    *,
+    registration: RegistrationMode = "kubelet",
+    pre_start_required: bool = False,
+    bug_modes: frozenset[str] = frozenset(),
+    stop: asyncio.Event | None = None,
+    admin_socket: Path | None = None,
+    node: NodeSettings | None = None,
+    metrics_address: ListenAddress | None = None,
+    dcgm_address: ListenAddress | None = None,
+    dcgm_virtual_gpus: bool = False,
+    dcgm_seed: str | int = DEFAULT_SEED,
+) -> int:
+    """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
+
+    With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
+    With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
+    With ``metrics_address``, serve Prometheus metrics at ``http://ADDRESS/metrics`` (none by default).
+    With ``dcgm_address``, serve the fake dcgm-exporter there, attributed through the kubelet's PodResources.
+    """
+    node = node or NodeSettings()
+    # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
+    base_watch = [Path(p) for p in (inputs.node_spec, inputs.mig_config) if p]
+    make_client = client_factory(node.kubeconfig) if node.wanted else None
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    manager: PluginManager | None = None
+    sync: PluginNodeSync | None = None
+    admin: AdminServer | None = None
+    metrics_server: MetricsServer | None = None
+    dcgm: DcgmEndpoint | None = None
+    smi_unsubscribe: Callable[[], None] | None = None
+    try:
+        selected, label_value = "", ""
+        if node.selection is not None and make_client is not None:
+            # As NVIDIA's config-manager init container: nothing is served until the label has been read.
+            chosen = await initial_selection(make_client, inputs.node_name, node.selection, inputs, stop)
+            if chosen is None:
+                return 0
+            inputs, selected, label_value = chosen
+            log.info("selected %s for node %s", selected, inputs.node_name)
+        inventory = load_inventory(inputs)
+        for warning in inventory.warnings:
+            log.warning("%s", warning)
+        if "random-device-ids" in bug_modes:
+            inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
+            inventory = load_inventory(inputs)
+        live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+        if inputs.nvidia_smi_dir:
+            # Before any Allocate can mount them; rewritten on every inventory change.
+            smi_unsubscribe = NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live)
+        current = CurrentInputs(inputs)
+        calls = RecentCalls()
+        metrics = DevicePluginMetrics(live)
+        manager = PluginManager(
+            live,
+            paths,
+            registration=registration,
+            pre_start_required=pre_start_required,
+            reload_inventory=current.load,
+            watch_files=watched_files(inputs),
+            on_call=calls.record,
+            metrics=metrics,
+        )
+        if make_client is not None:
+            sync = PluginNodeSync(
+                make_client,
+                inputs.node_name,
+                manager,
+                current,
+                label_node=node.label_node,
+                selection=node.selection,
+                base_watch_files=base_watch,
+                resync_interval=node.resync_interval,
+            )
+            sync.set_initial(selected, label_value)
+        if admin_socket:
+            admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current, sync))
+        reload_manager = manager
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(reload_manager.reload()))
+        if metrics_address is not None:
+            metrics_server = MetricsServer(metrics_address, metrics.registry)
+            await metrics_server.start()
+        if dcgm_address is not None:
+            dcgm = DcgmEndpoint(
+                live,
+                paths.root,
+                dcgm_address,
+                virtual_gpus=dcgm_virtual_gpus,
+                seed=dcgm_seed,
+                annotations=pod_annotations(node.kubeconfig, make_client),
+            )
+            await dcgm.start()
+        if admin is not None:
+            await admin.start()
+        await manager.start()
+        if sync is not None:
+            await sync.start()
+        log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        if sync is not None:
+            await sync.stop()
+        if manager is not None:
+            await manager.stop()
+        if admin is not None:
+            await admin.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
+        if dcgm is not None:
+            await dcgm.stop()
+        if smi_unsubscribe is not None:
+            smi_unsubscribe()
+    return 0

@@ -1,0 +1,280 @@
+"""The device plugin's own Node: GFD labels written to it, and the config its label selects.
+
+One task follows the Node (``fakegpu.kube.node_watch``) and one reconciles: whenever the node changes, the
+inventory changes, or a resync interval passes, it (1) applies the config the node's
+``nvidia.com/device-plugin.config`` label names, as NVIDIA's config-manager sidecar does but in-process
+and without ever exiting, and (2) patches the GFD label set onto the node, removing only labels it wrote
+before. The API server being away never stops the plugin serving; both steps retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from fakegpu.fakeplugin.plugin_manager import PluginManager
+from fakegpu.kube.node_watch import NodeWatch
+from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
+from fakegpu.sharing.label_ownership import label_patch
+from fakegpu.sharing.labels import gfd_labels
+from fakegpu.sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, FallbackStrategy, choose_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConfigSelection:
+    """``--config-dir`` and friends: where the named configs are and how an unlabelled node picks one."""
+
+    directory: Path
+    label: str = DEFAULT_CONFIG_LABEL
+    default_config: str = ""
+    fallbacks: tuple[FallbackStrategy, ...] = DEFAULT_FALLBACKS
+
+    def inputs_for(self, inputs: InventoryInputs, label_value: str) -> tuple[InventoryInputs, str]:
+        """The inputs with the selected config file, and what was selected; SpecError if nothing fits."""
+        choice = choose_config(
+            label_value, self.directory, default_config=self.default_config, fallbacks=self.fallbacks, label=self.label
+        )
+        return dataclasses.replace(inputs, config_file=choice.path), choice.describe
+
+
+@dataclass
+class NodeSyncStats:
+    label_patches: int = 0
+    label_errors: int = 0
+    selections: int = 0
+    selection_errors: list[str] = field(default_factory=list)
+    selected: str = ""
+
+
+async def initial_selection(
+    make_client: Callable[[], AsyncClient],
+    node_name: str,
+    selection: ConfigSelection,
+    inputs: InventoryInputs,
+    stop: asyncio.Event,
+    retry_interval: float = 1.0,
+    max_retry_interval: float = 10.0,
+) -> tuple[InventoryInputs, str, str] | None:
+    """Before the first inventory, as NVIDIA's config-manager init container does: read the label once.
+
+    Like it, nothing is served until the label is known, so the kubelet never sees a config the node's
+    label does not ask for; an API server that is away is waited for (None if stopped meanwhile). A Node
+    that does not exist has no label. A label naming no config is fatal here: there is nothing to keep.
+    """
+    pause = retry_interval
+    label_value = ""
+    while True:
+        client = make_client()
+        try:
+            node = await asyncio.wait_for(client.get(Node, node_name), 10.0)
+            label_value = ((node.metadata and node.metadata.labels) or {}).get(selection.label, "")
+            break
+        except ApiError as exc:
+            if exc.status.code == 404:
+                log.warning("node %s does not exist; it has no %s label", node_name, selection.label)
+                break
+            log.warning(
+                "reading node %s for its %s label failed (%s); retrying",
+                node_name,
+                selection.label,
+                exc.status.message or exc,
+            )
+        except Exception as exc:
+            log.warning(
+                "reading node %s for its %s label failed (%s: %s); retrying in %.0f s",
+                node_name,
+                selection.label,
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 2.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
+        if stop.is_set():
+            return None
+        pause = min(pause * 2, max_retry_interval)
+    chosen, selected = selection.inputs_for(inputs, label_value)
+    return chosen, selected, label_value
+
+
+class PluginNodeSync:
+    """Keeps the Node's labels and the plugin's selected config in step with each other."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], AsyncClient],
+        node_name: str,
+        manager: PluginManager,
+        current: CurrentInputs,
+        *,
+        label_node: bool,
+        selection: ConfigSelection | None,
+        base_watch_files: Sequence[Path] = (),
+        resync_interval: float = 30.0,
+        retry_interval: float = 1.0,
+    ) -> None:
+        self.client_factory = client_factory
+        self.node_name = node_name
+        self.manager = manager
+        self.current = current
+        self.label_node = label_node
+        self.selection = selection
+        self.base_watch_files = list(base_watch_files)
+        self.resync_interval = resync_interval
+        self.retry_interval = retry_interval
+        self.stats = NodeSyncStats()
+        self.node: Node | None = None
+        self._seen_node = False
+        self._dirty = asyncio.Event()
+        self._selection_key: tuple[str, tuple[tuple[str, int, int], ...]] | None = None
+        self._node_events = 0
+        self._client: AsyncClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def set_initial(self, selected: str, label_value: str) -> None:
+        """Record what the daemon selected before serving, so the first node event does not reload again."""
+        self.stats.selected = selected
+        if self.selection is not None:
+            self._selection_key = (label_value, self._listing())
+
+    async def start(self) -> None:
+        self._client = self.client_factory()
+        watch = NodeWatch(self._client, self.node_name, self._on_node, self.retry_interval)
+        self._unsubscribe = self.manager.live.subscribe(self._dirty.set)
+        self._tasks = [
+            asyncio.create_task(watch.run(), name="node-watch"),
+            asyncio.create_task(self._loop(), name="node-sync"),
+        ]
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        await cancel_and_wait(self._tasks)
+        self._tasks = []
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._client.close(), 2.0)
+            self._client = None
+
+    def _on_node(self, node: Node | None) -> None:
+        self._node_events += 1
+        self.node = node
+        self._seen_node = True
+        self._dirty.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
+            self._dirty.clear()
+            try:
+                await self.sync_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.stats.label_errors += 1
+                log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
+                await asyncio.sleep(self.retry_interval)
+                self._dirty.set()
+
+    async def sync_once(self) -> None:
+        if not self._seen_node:
+            return
+        if self.selection is not None:
+            await self._select()
+        if self.label_node and self.node is not None:
+            await self._label()
+
+    def _listing(self) -> tuple[tuple[str, int, int], ...]:
+        """The configs and their file stamps: a config added to, or fixed in, the ConfigMap makes a failed
+        choice worth retrying. Stamps follow symlinks, so a ConfigMap update (a ``..data`` swap) shows."""
+        if self.selection is None:
+            return ()
+        out = []
+        try:
+            for entry in sorted(self.selection.directory.iterdir()):
+                if entry.name.startswith(".."):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat()
+                    out.append((entry.name, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            return ()
+        return tuple(out)
+
+    async def _select(self) -> None:
+        assert self.selection is not None
+        labels = (self.node and self.node.metadata and self.node.metadata.labels) or {}
+        value = labels.get(self.selection.label, "")
+        key = (value, self._listing())
+        if key == self._selection_key:
+            return
+        if self._selection_key is None or self._selection_key[0] != value:
+            log.info("label change detected: %s=%s", self.selection.label, value)
+        self._selection_key = key
+        try:
+            candidate, selected = self.selection.inputs_for(self.current.inputs, value)
+        except SpecError as exc:
+            self.stats.selection_errors.append(str(exc))
+            log.error(
+                "config selection rejected, still serving %s: %s", self.stats.selected or "the previous config", exc
+            )
+            return
+        if candidate == self.current.inputs:
+            log.info("already configured with %s", selected)
+            return
+        previous, self.current.inputs = self.current.inputs, candidate
+        self._watch_config_of(candidate)
+        try:
+            applied = await self.manager.reload()
+        except BaseException:
+            self.current.inputs = previous
+            self._watch_config_of(previous)
+            raise
+        if not applied:
+            self.current.inputs = previous
+            self._watch_config_of(previous)
+            self.stats.selection_errors.append(self.manager.stats.reload_errors[-1])
+            return
+        self.stats.selections += 1
+        self.stats.selected = selected
+        log.info("updated to %s", selected)
+
+    def _watch_config_of(self, inputs: InventoryInputs) -> None:
+        """Edits to the selected file reload, as with ``--config-file`` (a ConfigMap update swaps it)."""
+        selected = [Path(inputs.config_file)] if inputs.config_file else []
+        self.manager.set_watch_files([*self.base_watch_files, *selected])
+
+    async def _label(self) -> None:
+        assert self.node is not None and self._client is not None
+        meta = self.node.metadata
+        # From the inventory being served, not from the files: a config the reload rejected must not
+        # show up in the labels while the kubelet still gets the previous one.
+        serving = self.manager.live.inventory
+        wanted = gfd_labels(serving.node, serving.config)
+        patch = label_patch(meta.labels if meta else None, meta.annotations if meta else None, wanted)
+        if patch is None:
+            return
+        events = self._node_events
+        patched = await self._client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        if self._node_events == events:
+            # Only if the watch brought nothing newer meanwhile (it may carry a new config label).
+            self.node = patched
+        self.stats.label_patches += 1
+        log.info("node %s labels updated (%d GFD labels)", self.node_name, len(wanted))

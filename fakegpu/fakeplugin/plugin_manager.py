@@ -1,0 +1,322 @@
+"""Runs the device plugin servers for every resource and keeps them registered with the kubelet.
+
+It reacts to both signs of a kubelet restart: ``kubelet.sock`` re-created (NVIDIA restarts all its
+plugins then) and a plugin's own socket deleted (the kubelet removes every socket at start). It
+tolerates a missing ``kubelet.sock`` and registers when it appears. A reload that fails leaves the
+running inventory serving and records the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fakegpu.fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
+from fakegpu.fakeplugin.metrics import DevicePluginMetrics
+from fakegpu.fakeplugin.resource_server import ResourceServer
+from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
+from fakegpu.runtime.unix_socket import identity
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+
+log = logging.getLogger(__name__)
+
+RegistrationMode = Literal["kubelet", "plugins-registry"]
+
+
+@dataclass
+class ManagerStats:
+    registrations: int = 0
+    registration_failures: int = 0
+    restarts: int = 0
+    reloads: int = 0
+    reload_errors: list[str] = field(default_factory=list)
+    last_registered: dict[str, float] = field(default_factory=dict)
+    last_error: str = ""
+
+
+class PluginManager:
+    def __init__(
+        self,
+        live: LiveInventory,
+        paths: KubeletPaths,
+        *,
+        registration: RegistrationMode = "kubelet",
+        pre_start_required: bool = False,
+        reload_inventory: Callable[[], Inventory] | None = None,
+        watch_files: Sequence[Path] = (),
+        retry_interval: float = 30.0,
+        poll_interval: float = 0.05,
+        on_call: Callable[[str, str, Sequence[str]], None] | None = None,
+        metrics: DevicePluginMetrics | None = None,
+    ) -> None:
+        self.live = live
+        self.metrics = metrics if metrics is not None else DevicePluginMetrics(live)
+        self.paths = paths
+        self.registration = registration
+        self.pre_start_required = pre_start_required
+        self.reload_inventory = reload_inventory
+        self.watch_files = list(watch_files)
+        self.retry_interval = retry_interval
+        self.poll_interval = poll_interval
+        self.on_call = on_call
+        self.servers: dict[str, ResourceServer] = {}
+        self.registry: dict[str, RegistryRegistration] = {}
+        self.registered: dict[str, bool] = {}
+        self._next_retry: dict[str, float] = {}
+        self.stats = ManagerStats()
+        self._kubelet_identity: tuple[int, int] | None = None
+        self._file_stamps: dict[Path, float | None] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._kubelet_identity = identity(self.paths.kubelet_socket)
+        self._file_stamps = {p: _mtime(p) for p in self.watch_files}
+        async with self._lock:
+            await self._reconcile()
+        self._task = asyncio.create_task(self._watch(), name="fakegpu-plugin-watch")
+
+    async def stop(self) -> None:
+        await cancel_and_wait([self._task])
+        self._task = None
+        async with self._lock:
+            for name in list(self.servers):
+                await self._stop_one(name)
+
+    @property
+    def running(self) -> bool:
+        """True between start() and stop(): the watch loop serves and re-registers the plugins."""
+        return self._task is not None and not self._task.done()
+
+    def wanted(self) -> list[str]:
+        """Resources to serve: those with at least one device (NVIDIA skips empty ones)."""
+        return [r.name for r in self.live.inventory.resources if r.devices]
+
+    # -- serving ---------------------------------------------------------------------------------
+    def _socket_path(self, name: str) -> Path:
+        return self.paths.device_plugins / ("nvidia-" + name.split("/", 1)[1] + ".sock")
+
+    def _make_server(self, name: str) -> ResourceServer:
+        def record(method: str, ids: Sequence[str]) -> None:
+            if self.on_call is not None:
+                self.on_call(name, method, ids)
+
+        return ResourceServer(
+            self.live,
+            name,
+            self._socket_path(name),
+            pre_start_required=self.pre_start_required,
+            on_call=record,
+            metrics=self.metrics,
+        )
+
+    async def _start_one(self, name: str) -> None:
+        server = self.servers.get(name) or self._make_server(name)
+        self.servers[name] = server
+        await server.start()
+        self.registered[name] = False
+        if self.registration == "plugins-registry":
+            service = RegistrationService(
+                name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
+            )
+            reg = RegistryRegistration(self.paths.plugins_registry / registry_socket_name(name), service)
+            old = self.registry.pop(name, None)
+            if old is not None:
+                await old.stop()
+            await reg.start()
+            self.registry[name] = reg
+        else:
+            await self._register(name)
+
+    async def _stop_one(self, name: str) -> None:
+        server = self.servers.pop(name, None)
+        if server is not None:
+            await server.stop()
+        reg = self.registry.pop(name, None)
+        if reg is not None:
+            await reg.stop()
+        self.registered.pop(name, None)
+        self._next_retry.pop(name, None)
+
+    async def _register(self, name: str) -> None:
+        server = self.servers[name]
+        kubelet = identity(self.paths.kubelet_socket)
+        if kubelet is None:
+            log.info("%s waits for %s", name, self.paths.kubelet_socket)
+            return
+        call = asyncio.create_task(
+            register_with_kubelet(self.paths.kubelet_socket, name, server.socket_path.name, server.service.options),
+            name=f"fakegpu-register-{name}",
+        )
+        try:
+            while not call.done():
+                await asyncio.wait({call}, timeout=self.poll_interval)
+                if not call.done() and (identity(self.paths.kubelet_socket) != kubelet or not server.socket_intact()):
+                    # The kubelet restarted under the call and wiped our socket: it cannot dial us back, so the
+                    # call could only time out, leaving the node without these devices meanwhile. Drop it;
+                    # the watch loop serves and registers again on its next step, with no retry delay.
+                    log.info("%s: the kubelet restarted during registration; registering again", name)
+                    return
+            await call
+        except RegistrationError as exc:
+            self.stats.registration_failures += 1
+            self.metrics.registration_failed(name)
+            self.stats.last_error = str(exc)
+            self._next_retry[name] = time.monotonic() + self.retry_interval
+            log.error("%s; retrying in %.0fs", exc, self.retry_interval)
+            return
+        finally:
+            await cancel_and_wait([call])
+        self.registered[name] = True
+        self._next_retry.pop(name, None)
+        self.stats.registrations += 1
+        self.metrics.registered(name)
+        self.stats.last_registered[name] = time.monotonic()
+        log.info("registered %s with the kubelet", name)
+
+    async def _reconcile(self) -> None:
+        wanted = self.wanted()
+        for name in list(self.servers):
+            if name not in wanted:
+                log.info("stopping %s: no longer in the inventory", name)
+                await self._stop_one(name)
+        for name in wanted:
+            if name not in self.servers:
+                await self._start_one(name)
+
+    async def restart_all(self) -> None:
+        """What NVIDIA does when kubelet.sock is created: stop every plugin, serve and register again."""
+        async with self._lock:
+            self.stats.restarts += 1
+            for name in list(self.servers):
+                await self._stop_one(name)
+            await self._reconcile()
+
+    def set_watch_files(self, paths: Sequence[Path]) -> None:
+        """Watch other files from now on (the node's config label selected another config file)."""
+        self.watch_files = list(paths)
+        self._file_stamps = {p: _mtime(p) for p in self.watch_files}
+
+    # -- reload ----------------------------------------------------------------------------------
+    async def reload(self) -> bool:
+        """Rebuild the inventory from its files; on error keep serving the last good one."""
+        if self.reload_inventory is None:
+            return False
+        try:
+            inventory = self.reload_inventory()
+        except SpecError as exc:
+            self.stats.reload_errors.append(str(exc))
+            self.metrics.reloaded(ok=False)
+            log.error("config reload rejected, still serving the previous inventory: %s", exc)
+            return False
+        async with self._lock:
+            # Stop servers of vanished resources first: their streams end with their last device list,
+            # so the kubelet keeps the capacity and zeroes allocatable (stale until its grace period).
+            remaining = {r.name for r in inventory.resources if r.devices}
+            for name in list(self.servers):
+                if name not in remaining:
+                    await self._stop_one(name)
+            self.live.replace(inventory)
+            self.stats.reloads += 1
+            self.metrics.reloaded(ok=True)
+            await self._reconcile()
+        for w in inventory.warnings:
+            log.warning("%s", w)
+        log.info("config reloaded: serving %s", ", ".join(self.wanted()) or "nothing")
+        return True
+
+    # -- watching --------------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("plugin watch step failed; continuing")
+
+    async def _tick(self) -> None:
+        changed_files = False
+        for path, stamp in self._file_stamps.items():
+            now = _mtime(path)
+            if now != stamp:
+                self._file_stamps[path] = now
+                changed_files = True
+        if changed_files:
+            await self.reload()
+        current = identity(self.paths.kubelet_socket)
+        if "no-reregistration" in self.live.bug_modes:
+            # Bug-compatible: an old plugin that never notices a kubelet restart.
+            self._kubelet_identity = current
+            return
+        if current != self._kubelet_identity:
+            self._kubelet_identity = current
+            if current is not None and self.registration == "kubelet":
+                log.info("%s created, restarting plugins", self.paths.kubelet_socket)
+                await self.restart_all()
+                return
+        async with self._lock:
+            for name, server in list(self.servers.items()):
+                if not server.socket_intact():
+                    log.info("socket of %s was removed, serving and registering again", name)
+                    if self.registration == "plugins-registry" and name in self.registry:
+                        # The kubelet's watcher still knows the registration socket; serving the
+                        # device plugin socket again is enough for it to reconnect. The metrics count
+                        # the kubelet's NotifyRegistrationStatus instead (_registry_status_callback).
+                        await server.stop()
+                        await server.start()
+                        self.stats.registrations += 1
+                        self.stats.last_registered[name] = time.monotonic()
+                    else:
+                        await self._stop_one(name)
+                        await self._start_one(name)
+                elif name in self.registry and not self.registry[name].socket_intact():
+                    await self._start_one_registry(name)
+                elif (
+                    self.registration == "kubelet"
+                    and not self.registered.get(name)
+                    and current is not None
+                    and time.monotonic() >= self._next_retry.get(name, 0.0)
+                ):
+                    await self._register(name)
+
+    async def _start_one_registry(self, name: str) -> None:
+        server = self.servers[name]
+        old = self.registry.pop(name)
+        await old.stop()
+        service = RegistrationService(
+            name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
+        )
+        reg = RegistryRegistration(old.socket_path, service)
+        await reg.start()
+        self.registry[name] = reg
+
+    def _registry_status_callback(self, name: str) -> Callable[[bool, str], None]:
+        """plugins-registry mode: the kubelet's NotifyRegistrationStatus is the registration, so it is what
+        the registration counters count."""
+
+        def on_status(registered: bool, error: str) -> None:
+            if registered:
+                self.metrics.registered(name)
+            else:
+                self.metrics.registration_failed(name)
+
+        return on_status
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None

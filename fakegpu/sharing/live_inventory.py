@@ -1,0 +1,149 @@
+"""The one place a process keeps its runtime device state: the inventory plus health changes.
+
+Both faces read it, so a health change or a config reload made once is seen consistently by every
+ListAndWatch stream and every ResourceSlice. Listeners are plain callbacks (no I/O here); the
+servers turn them into pushes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+from fakegpu.sharing.faults import FaultPlan
+from fakegpu.sharing.health import HEALTHY, UNHEALTHY, XidPolicy
+from fakegpu.sharing.inventory import Device, Inventory, Resource
+
+Listener = Callable[[], None]
+HealthTarget = Literal["device", "gpu"]
+
+
+class UnknownDeviceError(KeyError):
+    """A health change named no device of the inventory."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class LiveInventory:
+    def __init__(
+        self, inventory: Inventory, xid_policy: XidPolicy | None = None, bug_modes: frozenset[str] = frozenset()
+    ) -> None:
+        self._base = inventory
+        self._overrides: dict[str, str] = {}
+        self._uuid_health: dict[str, tuple[bool, int | None]] = {}
+        self._listeners: list[Listener] = []
+        self._view = inventory
+        self.generation = 0
+        self.xid_policy = xid_policy or XidPolicy()
+        self.faults = FaultPlan()
+        self.bug_modes = bug_modes
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._view
+
+    def resource(self, name: str) -> Resource | None:
+        return self._view.resource(name)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` after every change; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def replace(self, inventory: Inventory) -> None:
+        """A new inventory (config reload); health changes of devices that still exist are kept."""
+        self._base = inventory
+        known = {d.id for r in inventory.resources for d in r.devices}
+        self._overrides = {k: v for k, v in self._overrides.items() if k in known}
+        uuids = {u for g in inventory.node.gpus for u in g.uuids}
+        self._uuid_health = {k: v for k, v in self._uuid_health.items() if k in uuids}
+        self._changed()
+
+    def matching(self, target: str) -> list[Device]:
+        """Devices named by ``target``: an advertised ID, a GPU or MIG UUID (all its replicas and, for a
+        GPU, its MIG devices), or a GPU index."""
+        out: list[Device] = []
+        gpu_uuid = None
+        if target.isdigit():
+            index = int(target)
+            if index < len(self._base.node.gpus):
+                gpu_uuid = self._base.node.gpus[index].uuid
+        for r in self._base.resources:
+            for d in r.devices:
+                if target in (d.id, d.base_id, d.parent) or d.parent == gpu_uuid:
+                    out.append(d)
+        return out
+
+    def _physical_uuids(self, target: str) -> list[str]:
+        """GPU and MIG UUIDs named by ``target``, whatever the device plugin's MIG strategy exposes."""
+        for gpu in self._base.node.gpus:
+            if target in (gpu.uuid, str(gpu.index)):
+                return list(gpu.uuids)
+            for mig in gpu.mig_devices:
+                if target == mig.uuid:
+                    return [mig.uuid]
+        base = target.split("::", 1)[0]
+        return [base] if any(d.base_id == base for r in self._base.resources for d in r.devices) else []
+
+    def set_health(self, target: str, healthy: bool, xid: int | None = None) -> list[str]:
+        """Mark the devices named by ``target`` healthy or unhealthy; returns the advertised IDs changed."""
+        devices = self.matching(target)
+        physical = self._physical_uuids(target)
+        if not devices and not physical:
+            raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
+        if not healthy and "health-one-device-per-gpu" in self.bug_modes:
+            # NVIDIA #1929: the health map keeps one device per physical GPU.
+            first_per_gpu: dict[str, Device] = {}
+            for d in devices:
+                first_per_gpu.setdefault(d.parent, d)
+            devices = list(first_per_gpu.values())
+            physical = physical[:1]
+        for d in devices:
+            self._overrides[d.id] = HEALTHY if healthy else UNHEALTHY
+        for uuid in physical:
+            self._uuid_health[uuid] = (healthy, None if healthy else xid)
+        self._changed()
+        return [d.id for d in devices]
+
+    def unhealthy(self) -> dict[str, int | None]:
+        """GPU and MIG UUIDs that are unhealthy now, with the XID that made them so when known; what the
+        DRA face turns into device taints."""
+        out: dict[str, int | None] = {}
+        for gpu in self._base.node.gpus:
+            if gpu.health == UNHEALTHY:
+                for uuid in gpu.uuids:
+                    out[uuid] = gpu.xid
+        for uuid, (healthy, xid) in self._uuid_health.items():
+            if healthy:
+                out.pop(uuid, None)
+            else:
+                out[uuid] = xid
+        return out
+
+    def inject_xid(self, target: str, xid: int) -> list[str]:
+        """An XID event on a device: unhealthy unless the XID is ignored (NVIDIA's health model)."""
+        if not self.matching(target) and not self._physical_uuids(target):
+            raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
+        if not self.xid_policy.is_critical(xid):
+            return []
+        return self.set_health(target, False, xid)
+
+    def _changed(self) -> None:
+        resources = []
+        for r in self._base.resources:
+            devices = tuple(
+                dataclasses.replace(d, health=self._overrides[d.id]) if d.id in self._overrides else d
+                for d in r.devices
+            )
+            resources.append(dataclasses.replace(r, devices=devices))
+        self._view = dataclasses.replace(self._base, resources=tuple(resources))
+        self.generation += 1
+        for listener in list(self._listeners):
+            listener()

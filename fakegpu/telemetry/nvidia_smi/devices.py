@@ -1,0 +1,460 @@
+"""The device description the fake nvidia-smi renders from, and the resolution of the visible devices.
+
+A container never sees the whole node: nvidia-container-runtime hands it the devices named in
+``NVIDIA_VISIBLE_DEVICES``, and NVML then numbers what it sees from 0 in PCI order. ``select`` does the
+same, so ``nvidia-smi`` in a pod shows exactly the devices the kubelet gave it, numbered as a real
+container would number them. ``visible_devices`` picks the list: ``FAKEGPU_VISIBLE_DEVICES`` (set by
+fakegpu with the mounts) before ``NVIDIA_VISIBLE_DEVICES``; with neither, a container sees nothing and the
+host CLI everything.
+
+A GPU the container sees only through some of its MIG devices is shown as a MIG-enabled GPU whose memory
+it may not read (``VisibleGpu.whole`` False), as NVML answers in such a container. With the DRA driver's
+dynamic MIG, a MIG-capable GPU also carries ``mig_options``: every MIG device the driver may create on it
+(every profile at every placement, with the UUID the driver hands out), shown only when named.
+
+``SmiNode`` is complete on its own (every number nvidia-smi prints is in it), so the JSON form
+(``devices.json``) renders identically without the catalog: ``fakegpu nvidia-smi --devices-file`` and
+the injected shell script both work from it.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuid_module
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fakegpu.sharing.catalog import GpuModel, MigProfile
+from fakegpu.sharing.identifiers import mig_uuid
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.sharing.mig_geometry import Placement
+from fakegpu.sharing.node import MigInstance, Node, PhysicalGpu, gi_id
+from fakegpu.telemetry.nvidia_smi.boards import board_facts
+from fakegpu.telemetry.nvidia_smi.injection import NVIDIA_VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_ENV
+
+JSON_KIND: Final = "fakegpu.io/nvidia-smi-devices"
+JSON_VERSION: Final = 1
+VOLUME_MOUNTS_ROOT: Final = "/var/run/nvidia-container-devices"
+"""NVIDIA's ``volume-mounts`` strategy: ``NVIDIA_VISIBLE_DEVICES`` names this directory and the device IDs
+are the names of the files mounted in it."""
+NO_DEVICES: Final = frozenset({"", "none", "void"})
+_BLANKS: Final = " \t\n\r"
+"""Trimmed around the list and each ID (the runtime trims white space; the awk ``trim`` strips the same)."""
+_BUS_ID: Final = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_DIGITS: Final = re.compile(r"[0-9]+")
+_PAIR: Final = re.compile(r"([0-9]+):([0-9]+)")
+
+
+@dataclass(frozen=True)
+class SmiMig:
+    index: int
+    """The MIG device's index on its GPU on the node (NVIDIA's ``<gpu>:<mig>`` form); for a dynamic MIG
+    option, a number after the instances' that only keeps it apart (options have no index form)."""
+    uuid: str
+    profile: str
+    gi_id: int
+    ci_id: int
+    start: int
+    memory_mib: int
+    used_mib: int
+    bar1_mib: int
+    multiprocessors: int
+    copy_engines: int
+    encoders: int
+    decoders: int
+    ofa: int
+    jpeg: int
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    index: int
+    """The GPU's index on the node (its minor number)."""
+    uuid: str
+    name: str
+    brand: str
+    architecture: str
+    serial: str
+    bus_id: str
+    """nvidia-smi's form: ``00000000:18:00.0`` (8-digit domain, upper-case hex)."""
+    pci_device_id: str
+    compute_cap: str
+    memory_mib: int
+    reserved_mib: int
+    used_mib: int
+    bar1_mib: int
+    mig_capable: bool
+    mig_enabled: bool
+    power_draw_w: float
+    power_limit_w: int
+    power_min_w: int
+    temperature_c: int
+    pstate: str
+    fan: str
+    pcie_gen: int
+    migs: tuple[SmiMig, ...]
+    mig_options: tuple[SmiMig, ...] = ()
+    """Dynamic MIG: the devices the DRA driver may create here and not yet in ``migs``; named by UUID only."""
+
+    @property
+    def free_mib(self) -> int:
+        return self.memory_mib - self.reserved_mib - self.used_mib
+
+
+@dataclass(frozen=True)
+class SmiNode:
+    name: str
+    driver_version: str
+    cuda_version: str
+    gpus: tuple[SmiGpu, ...]
+
+
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU as a container sees it: NVML's index in the container and the MIG devices it may use."""
+
+    index: int
+    gpu: SmiGpu
+    migs: tuple[SmiMig, ...]
+    whole: bool = True
+    """False when only some of its MIG devices were given: MIG mode shows Enabled and memory is hidden."""
+
+
+@dataclass(frozen=True)
+class View:
+    gpus: tuple[VisibleGpu, ...]
+
+
+# --- building from the inventory ---------------------------------------------------------------------
+
+
+def smi_bus_id(bus_id: str) -> str:
+    """``0000:18:00.0`` (sysfs form) -> ``00000000:18:00.0`` (what nvidia-smi and NVML print)."""
+    domain, rest = bus_id.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def _serial(gpu_uuid: str) -> str:
+    """A 13-digit board serial that is stable per GPU, like the UUID it derives from."""
+    return f"{uuid_module.UUID(gpu_uuid.removeprefix('GPU-')).int % 10**13:013d}"
+
+
+def _brand(model: GpuModel) -> str:
+    return "NVIDIA" if model.brand.lower() == "nvidia" else model.brand
+
+
+def _mig_used_mib(profile: MigProfile) -> int:
+    """An idle MIG device still shows a few MiB in use (about 12.5 MiB per compute slice on A100/H100)."""
+    return 25 * profile.compute_slices // 2
+
+
+def _mig(model: GpuModel, bar1_mib: int, instance: MigInstance) -> SmiMig:
+    profile = instance.profile
+    return SmiMig(
+        index=instance.index,
+        uuid=instance.uuid,
+        profile=profile.name,
+        gi_id=instance.gi_id,
+        ci_id=instance.ci_id,
+        start=instance.start,
+        memory_mib=profile.memory_mib,
+        used_mib=_mig_used_mib(profile),
+        bar1_mib=bar1_mib * profile.memory_slices // max(model.memory_slices, 1) - 1,
+        multiprocessors=profile.multiprocessors,
+        copy_engines=profile.copy_engines,
+        encoders=profile.encoders,
+        decoders=profile.decoders,
+        ofa=profile.ofa,
+        jpeg=profile.jpeg,
+    )
+
+
+def _options(node_name: str, gpu: PhysicalGpu, bar1_mib: int, migs: tuple[SmiMig, ...]) -> tuple[SmiMig, ...]:
+    """Every (profile, placement) the dynamic-MIG DRA driver publishes for this GPU, with the UUID its
+    prepare hands out (``fakegpu.sharing.identifiers.mig_uuid`` of the node name), in GPU-instance ID order."""
+    model = gpu.model
+    taken = {m.uuid for m in migs}
+    placements = sorted(
+        (gi_id(model, Placement(start, profile)), profile.name, start, profile)
+        for profile in model.mig_profiles
+        for start in profile.placements
+    )
+    out: list[SmiMig] = []
+    for gi, _, start, profile in placements:
+        uuid = mig_uuid(node_name, gpu.index, profile.name, start)
+        if uuid in taken:
+            continue
+        instance = MigInstance(uuid, profile, start, gi, 0, len(migs) + len(out), gpu.index)
+        out.append(_mig(model, bar1_mib, instance))
+    return tuple(out)
+
+
+def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
+    model = gpu.model
+    facts = board_facts(model.key)
+    migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
+    options = _options(node_name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
+    major, minor = model.compute_capability
+    return SmiGpu(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        name=model.product_name,
+        brand=_brand(model),
+        architecture=model.architecture,
+        serial=_serial(gpu.uuid),
+        bus_id=smi_bus_id(gpu.pci_bus_id),
+        pci_device_id=model.pci_device_id_hex,
+        compute_cap=f"{major}.{minor}",
+        memory_mib=model.memory_mib,
+        reserved_mib=facts.reserved_mib,
+        used_mib=sum(m.used_mib for m in migs),
+        bar1_mib=facts.bar1_mib,
+        mig_capable=model.mig_capable,
+        mig_enabled=gpu.mig_enabled,
+        # Small, fixed per-GPU differences, as eight idle boards never read exactly alike.
+        power_draw_w=round(facts.idle_power_w + (gpu.index % 3) * 0.87, 2),
+        power_limit_w=facts.power_limit_w,
+        power_min_w=facts.power_min_w,
+        temperature_c=facts.idle_temp_c + (gpu.index * 3) % 5,
+        pstate=facts.idle_pstate,
+        fan=facts.fan,
+        pcie_gen=facts.pcie_gen,
+        migs=migs,
+        mig_options=options,
+    )
+
+
+def from_node(node: Node, *, dynamic_mig: bool = False) -> SmiNode:
+    """The node as nvidia-smi shows it; ``dynamic_mig`` adds the DRA driver's dynamic MIG devices."""
+    return SmiNode(
+        name=node.name,
+        driver_version=node.driver_version,
+        cuda_version=node.cuda_driver_version,
+        gpus=tuple(_gpu(g, node.name, dynamic_mig) for g in node.gpus),
+    )
+
+
+def from_inventory(inventory: Inventory, *, dynamic_mig: bool = False) -> SmiNode:
+    return from_node(inventory.node, dynamic_mig=dynamic_mig)
+
+
+# --- JSON (devices.json) -------------------------------------------------------------------------------
+
+_MIG_KEYS: Final = (
+    ("index", "index", int),
+    ("uuid", "uuid", str),
+    ("profile", "profile", str),
+    ("gi_id", "giId", int),
+    ("ci_id", "ciId", int),
+    ("start", "start", int),
+    ("memory_mib", "memoryMiB", int),
+    ("used_mib", "usedMiB", int),
+    ("bar1_mib", "bar1MiB", int),
+    ("multiprocessors", "multiprocessors", int),
+    ("copy_engines", "copyEngines", int),
+    ("encoders", "encoders", int),
+    ("decoders", "decoders", int),
+    ("ofa", "ofa", int),
+    ("jpeg", "jpeg", int),
+)
+_GPU_KEYS: Final = (
+    ("index", "index", int),
+    ("uuid", "uuid", str),
+    ("name", "name", str),
+    ("brand", "brand", str),
+    ("architecture", "architecture", str),
+    ("serial", "serial", str),
+    ("bus_id", "busId", str),
+    ("pci_device_id", "pciDeviceId", str),
+    ("compute_cap", "computeCap", str),
+    ("memory_mib", "memoryMiB", int),
+    ("reserved_mib", "reservedMiB", int),
+    ("used_mib", "usedMiB", int),
+    ("bar1_mib", "bar1MiB", int),
+    ("mig_capable", "migCapable", bool),
+    ("mig_enabled", "migEnabled", bool),
+    ("power_draw_w", "powerDrawW", float),
+    ("power_limit_w", "powerLimitW", int),
+    ("power_min_w", "powerMinW", int),
+    ("temperature_c", "temperatureC", int),
+    ("pstate", "pstate", str),
+    ("fan", "fan", str),
+    ("pcie_gen", "pcieGen", int),
+)
+
+
+def _mig_json(m: SmiMig) -> dict[str, Any]:
+    return {key: getattr(m, attr) for attr, key, _ in _MIG_KEYS}
+
+
+def to_json(node: SmiNode) -> dict[str, Any]:
+    """The devices.json document: camelCase keys, GPUs and MIG devices in node order (``migOptions``
+    only where there are dynamic MIG options)."""
+    gpus: list[dict[str, Any]] = []
+    for g in node.gpus:
+        doc = {**{key: getattr(g, attr) for attr, key, _ in _GPU_KEYS}, "migDevices": [_mig_json(m) for m in g.migs]}
+        if g.mig_options:
+            doc["migOptions"] = [_mig_json(m) for m in g.mig_options]
+        gpus.append(doc)
+    return {
+        "kind": JSON_KIND,
+        "version": JSON_VERSION,
+        "node": node.name,
+        "driverVersion": node.driver_version,
+        "cudaVersion": node.cuda_version,
+        "gpus": gpus,
+    }
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in obj:
+        raise ValueError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{where}.{key}: expected {kind.__name__}, found {value!r}")
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise ValueError(f"{where}.{key}: control characters are not allowed, found {value!r}")
+    return value
+
+
+def _migs(raw: Any, where: str) -> tuple[SmiMig, ...]:
+    out = []
+    for j, m in enumerate(_list(raw, where)):
+        entry = _mapping(m, f"{where}[{j}]")
+        out.append(SmiMig(**{attr: _field(entry, key, kind, f"{where}[{j}]") for attr, key, kind in _MIG_KEYS}))
+    return tuple(out)
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list")
+    return value
+
+
+def from_json(data: Any, source: str = "devices.json") -> SmiNode:
+    """Parse a devices.json document; ``ValueError`` names the field that is wrong."""
+    doc = _mapping(data, source)
+    if doc.get("kind") != JSON_KIND or doc.get("version") != JSON_VERSION:
+        raise ValueError(f"{source}: expected kind {JSON_KIND!r} version {JSON_VERSION}")
+    gpus = []
+    for i, raw in enumerate(_list(doc.get("gpus"), f"{source}.gpus")):
+        where = f"{source}.gpus[{i}]"
+        g = _mapping(raw, where)
+        fields = {attr: _field(g, key, kind, where) for attr, key, kind in _GPU_KEYS}
+        if not _BUS_ID.fullmatch(fields["bus_id"]):
+            raise ValueError(f"{where}.busId: expected nvidia-smi's form 00000000:18:00.0, found {fields['bus_id']!r}")
+        migs = _migs(g.get("migDevices"), f"{where}.migDevices")
+        options = _migs(g.get("migOptions", []), f"{where}.migOptions")
+        indices = [m.index for m in (*migs, *options)]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"{where}: MIG device indices must be unique, found {indices}")
+        gpus.append(SmiGpu(**fields, migs=migs, mig_options=options))
+    return SmiNode(
+        name=_field(doc, "node", str, source),
+        driver_version=_field(doc, "driverVersion", str, source),
+        cuda_version=_field(doc, "cudaVersion", str, source),
+        gpus=tuple(gpus),
+    )
+
+
+# --- the visible devices --------------------------------------------------------------------------------
+
+
+def expand_volume_mounts(
+    visible: str | None, listdir: Callable[[str], Iterable[str]], root: str = VOLUME_MOUNTS_ROOT
+) -> str | None:
+    """``volume-mounts`` strategy: the value names a directory whose file names are the device IDs (hidden
+    files aside); nvidia-container-runtime compares the value with the directory exactly."""
+    if visible != root:
+        return visible
+    try:
+        names = sorted(n for n in listdir(root) if not n.startswith("."))
+    except OSError:
+        names = []
+    return ",".join(names)
+
+
+def visible_devices(
+    env: Mapping[str, str],
+    listdir: Callable[[str], Iterable[str]],
+    *,
+    unset: str | None,
+    root: str = VOLUME_MOUNTS_ROOT,
+) -> str | None:
+    """The device list for ``select``: ``FAKEGPU_VISIBLE_DEVICES`` if set, else ``NVIDIA_VISIBLE_DEVICES``
+    (its ``volume-mounts`` directory listed), else ``unset``: ``""`` (nothing) for the script in a
+    container, which is what runc without the NVIDIA hook gives, and None (everything) for the host CLI."""
+    if VISIBLE_DEVICES_ENV in env:
+        return env[VISIBLE_DEVICES_ENV]
+    if NVIDIA_VISIBLE_DEVICES_ENV in env:
+        return expand_volume_mounts(env[NVIDIA_VISIBLE_DEVICES_ENV], listdir, root)
+    return unset
+
+
+def select(node: SmiNode, visible: str | None) -> View:
+    """The devices a container given this device list sees, renumbered as NVML does.
+
+    None or ``all``: everything. ``none``, ``void`` or empty: nothing. Otherwise a comma list of GPU
+    indices, GPU UUIDs, MIG UUIDs or ``<gpu>:<mig>`` pairs; replica IDs (``GPU-...::3``) name their
+    device; IDs of no device are ignored. A whole GPU in MIG mode brings all its MIG devices (not its
+    dynamic options, which only their UUID names). The container sees GPUs in PCI (node) order
+    whatever the order of the list, and a GPU's instances before its options.
+    """
+    whole: set[int] = set()
+    parts: set[tuple[int, int]] = set()
+    value = None if visible is None else visible.strip(_BLANKS)
+    by_index = {g.index: g for g in node.gpus}
+    if value is None or value == "all":
+        whole = set(by_index)
+    elif value not in NO_DEVICES:
+        for raw in value.split(","):
+            token = raw.strip(_BLANKS).split("::", 1)[0]
+            pair = _PAIR.fullmatch(token)
+            for g in node.gpus:
+                if token == g.uuid or (_DIGITS.fullmatch(token) and int(token) == g.index):
+                    whole.add(g.index)
+                for m in g.migs:
+                    if token == m.uuid or (pair and int(pair[1]) == g.index and int(pair[2]) == m.index):
+                        parts.add((g.index, m.index))
+                for m in g.mig_options:
+                    if token == m.uuid:
+                        parts.add((g.index, m.index))
+    visible_gpus: list[VisibleGpu] = []
+    for g in node.gpus:
+        if g.index in whole:
+            visible_gpus.append(VisibleGpu(len(visible_gpus), g, g.migs if g.mig_enabled else ()))
+            continue
+        migs = tuple(m for m in (*g.migs, *g.mig_options) if (g.index, m.index) in parts)
+        if migs:
+            visible_gpus.append(VisibleGpu(len(visible_gpus), g, migs, whole=False))
+    return View(tuple(visible_gpus))
+
+
+def filter_ids(view: View, ids: str) -> tuple[VisibleGpu, ...]:
+    """``nvidia-smi -i``: GPUs by container index, UUID or PCI bus ID (8- or 4-digit domain), keeping
+    their indices; IDs of no GPU are ignored."""
+    wanted = ids.split(",")
+    out = []
+    for v in view.gpus:
+        bus = v.gpu.bus_id.upper()
+        for raw in wanted:
+            token = raw.strip(_BLANKS)
+            upper = token.upper()
+            if (
+                (_DIGITS.fullmatch(token) and int(token) == v.index)
+                or upper == v.gpu.uuid.upper()
+                or upper in (bus, bus[4:])
+            ):
+                out.append(v)
+                break
+    return tuple(out)

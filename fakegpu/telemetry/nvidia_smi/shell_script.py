@@ -1,0 +1,415 @@
+"""One self-contained POSIX ``sh`` + ``awk`` script per node: the fake nvidia-smi injected into containers.
+
+Containers (busybox, ubuntu, CUDA images) have ``/bin/sh`` and ``awk`` but rarely Python and never
+fakegpu, so the script carries everything: the node's pre-rendered fragments (the same ones the Python
+renderer assembles, index placeholders included) after an ``exit`` line, where the shell never reads
+them and awk, given the script's own path (``$0``), finds them; no here-document, so no temporary file
+either (bash writes large ones to $TMPDIR, which a read-only container may not have). The awk program
+does at run time what ``command.run`` does: resolve the visible devices (``FAKEGPU_VISIBLE_DEVICES``, else
+``NVIDIA_VISIBLE_DEVICES``, else none: inside a container nothing unnamed is visible), number them, apply
+``-i``, check ``--format`` and the query fields, and print. The shell part only parses the arguments
+(unknown options and missing values are reported there, as nvidia-smi reports them before anything else)
+and lists the ``volume-mounts`` directory. Only ``date`` is called, for the table's and ``-q``'s
+timestamp and the ``timestamp`` query field (``FAKEGPU_NVIDIA_SMI_TIME`` and
+``FAKEGPU_NVIDIA_SMI_QUERY_TIME`` override them, for reproducible output).
+
+Data records are tab-separated lines: ``S`` fixed sections, ``G``/``GT``/``GL``/``GA``/``GZ``/``GC`` a
+GPU's identity, table rows, ``-L`` line, ``-q`` parts before and after its MIG devices and modelled query
+values (a field without one is ``[N/A]``), ``PT``/``PA``/``PZ``/``PC`` the lines and values that differ
+when the GPU is seen through some of its MIG devices only (by line number or field), ``M`` a MIG device
+(static instance or dynamic option, its UUID, GPU-instance ID and templates), ``TT``/``TQ``/``TL`` the
+table, ``-q`` and ``-L`` templates MIG devices of one shape share, ``QF``/``QA`` query fields and aliases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from fakegpu.telemetry.nvidia_smi import list as gpu_list
+from fakegpu.telemetry.nvidia_smi import query, query_full, table
+from fakegpu.telemetry.nvidia_smi.command import INVALID_COMBINATION, NO_DEVICES, help_text, version_text
+from fakegpu.telemetry.nvidia_smi.devices import VOLUME_MOUNTS_ROOT, SmiNode
+
+TIME_OVERRIDE_ENV: Final = "FAKEGPU_NVIDIA_SMI_TIME"
+QUERY_TIME_OVERRIDE_ENV: Final = "FAKEGPU_NVIDIA_SMI_QUERY_TIME"
+"""Overrides the ``timestamp`` query field (``YYYY/MM/DD HH:MM:SS.mmm``), for reproducible output."""
+_DELIMITER: Final = "FAKEGPU_NVIDIA_SMI_DATA"
+NO_AWK_STATUS: Final = 255
+"""nvidia-smi's "other error": the image has no awk."""
+
+# Mirrors command.run step by step; see the module docstring for the records it reads. Lists are cut with
+# csplit, Python's str.split(","): the one true awk's split() also cuts at newlines, and splits "" into none.
+AWK_PROGRAM: Final = r"""
+function rest(n,   c, i) { c = $0; for (i = 0; i < n; i++) c = substr(c, index(c, "\t") + 1); return c }
+function csplit(s, a,   n, p) {
+  n = 0
+  while ((p = index(s, ",")) > 0) { a[++n] = substr(s, 1, p - 1); s = substr(s, p + 1) }
+  a[++n] = s
+  return n
+}
+function trim(s) { sub(/^[ \t\n\r]+/, "", s); sub(/[ \t\n\r]+$/, "", s); return s }
+function section(name,   i) { for (i = 1; i <= sc[name]; i++) print sl[name, i] }
+function rep(s, t, v,   p, o) {
+  o = ""
+  while ((p = index(s, t)) > 0) { o = o substr(s, 1, p - 1) v; s = substr(s, p + length(t)) }
+  return o s
+}
+function fill(s) {
+  s = rep(s, "@N@", att)
+  s = rep(s, "@G4@", sprintf("%4d", vg)); s = rep(s, "@G3@", sprintf("%3d", vg)); s = rep(s, "@G@", vg)
+  s = rep(s, "@M3@", sprintf("%3d", vm)); s = rep(s, "@M2@", sprintf("%2d", vm)); s = rep(s, "@M@", vm)
+  s = rep(s, "@I4@", sprintf("%4d", vi)); s = rep(s, "@I@", vi); s = rep(s, "@U@", vu)
+  return rep(s, "@TS@", ts)
+}
+function section_filled(name,   i) { for (i = 1; i <= sc[name]; i++) print fill(sl[name, i]) }
+function gpu_line(whole, partial, i) { return ((k in vpart) && ((k, i) in partial)) ? partial[k, i] : whole[k, i] }
+BEGIN { FS = "\t" }
+!data { if ($0 == "FAKEGPU_NVIDIA_SMI_DATA") data = 1; next }
+$1 == "S" { sc[$2]++; sl[$2, sc[$2]] = rest(2); next }
+$1 == "G" { ng++; gid[ng] = $2; guu[ng] = $3; gbus[ng] = $4; gmig[ng] = $5; gat[$2] = ng; next }
+$1 == "GT" { k = gat[$2]; gtc[k]++; gtl[k, gtc[k]] = rest(2); next }
+$1 == "PT" { ptl[gat[$2], $3] = rest(3); next }
+$1 == "GL" { gll[gat[$2]] = rest(2); next }
+$1 == "GA" { k = gat[$2]; gac[k]++; gal[k, gac[k]] = rest(2); next }
+$1 == "PA" { pal[gat[$2], $3] = rest(3); next }
+$1 == "GZ" { k = gat[$2]; gzc[k]++; gzl[k, gzc[k]] = rest(2); next }
+$1 == "PZ" { pzl[gat[$2], $3] = rest(3); next }
+$1 == "GC" { k = gat[$2]; gcu[k, $3] = $4; gcn[k, $3] = $5; next }
+$1 == "PC" { k = gat[$2]; pcu[k, $3] = $4; pcn[k, $3] = $5; next }
+$1 == "M" {
+  k = gat[$2]; mc[k]++; j = mc[k]; mid[k, j] = $3; muu[k, j] = $4; mgi[k, j] = $5; mop[k, j] = $6
+  mtt[k, j] = $7; mtq[k, j] = $8; mtl[k, j] = $9; next
+}
+$1 == "TT" { ttc[$2]++; ttl[$2, ttc[$2]] = rest(2); next }
+$1 == "TL" { tll[$2] = rest(2); next }
+$1 == "TQ" { tqc[$2]++; tql[$2, tqc[$2]] = rest(2); next }
+$1 == "QF" { qh[$2] = $3; next }
+$1 == "QA" { qa[$2] = $3; next }
+END {
+  mode = ENVIRON["FGS_MODE"]; ts = ENVIRON["FGS_TIME"]
+  if (mode == "help") { section("help"); exit 0 }
+  if (mode == "version") { section("version"); exit 0 }
+  if (ENVIRON["FGS_CONFLICT"] == "1") { section("invalid"); exit 2 }
+  hasfmt = (ENVIRON["FGS_HAS_FORMAT"] == "1")
+  if (mode != "query" && hasfmt) { section("invalid"); exit 2 }
+  if (mode == "query") {
+    if (!hasfmt) { section("invalid"); exit 2 }
+    nt = csplit(ENVIRON["FGS_FORMAT"], ft)
+    csv = 0; noheader = 0; nounits = 0; bad = 0
+    for (i = 1; i <= nt; i++) {
+      if (ft[i] == "csv") csv = 1
+      else if (ft[i] == "noheader") noheader = 1
+      else if (ft[i] == "nounits") nounits = 1
+      else bad = 1
+    }
+    if (!csv || bad) { section("invalid"); exit 2 }
+    if (ENVIRON["FGS_FIELDS"] == "") { section("invalid"); exit 2 }
+    nq = csplit(ENVIRON["FGS_FIELDS"], fl)
+    for (i = 1; i <= nq; i++) {
+      f = fl[i]
+      if (f in qh) fc[i] = f
+      else if (f in qa) fc[i] = qa[f]
+      else { print "Field \"" f "\" is not a valid field to query."; print ""; exit 2 }
+    }
+  }
+  if (ENVIRON["FGS_VISIBLE_SET"] == "1") value = trim(ENVIRON["FGS_VISIBLE"]); else value = ""
+  if (value == "all") { for (k = 1; k <= ng; k++) whole[k] = 1 }
+  else if (value != "" && value != "none" && value != "void") {
+    nt = csplit(value, tk)
+    for (i = 1; i <= nt; i++) {
+      t = trim(tk[i]); p = index(t, "::"); if (p) t = substr(t, 1, p - 1)
+      isnum = (t ~ /^[0-9]+$/); ispair = (t ~ /^[0-9]+:[0-9]+$/)
+      if (ispair) { split(t, pr, ":"); pg = pr[1] + 0; pm = pr[2] + 0 }
+      for (k = 1; k <= ng; k++) {
+        if (t == guu[k] || (isnum && t + 0 == gid[k] + 0)) whole[k] = 1
+        for (j = 1; j <= mc[k]; j++)
+          if (t == muu[k, j] || (ispair && mop[k, j] == "0" && pg == gid[k] + 0 && pm == mid[k, j] + 0))
+            part[k, j] = 1
+      }
+    }
+  }
+  nv = 0
+  for (k = 1; k <= ng; k++) {
+    cnt = 0
+    if (k in whole) { if (gmig[k] == "1") for (j = 1; j <= mc[k]; j++) if (mop[k, j] == "0") vmj[k, ++cnt] = j }
+    else {
+      for (j = 1; j <= mc[k]; j++) if ((k, j) in part) vmj[k, ++cnt] = j
+      if (!cnt) continue
+      vpart[k] = 1
+    }
+    nv++; vk[nv] = k; vmc[k] = cnt
+  }
+  if (!nv) { section("nodev"); exit 6 }
+  ns = 0
+  if (ENVIRON["FGS_HAS_IDS"] == "1") {
+    ni = csplit(ENVIRON["FGS_IDS"], il)
+    for (v = 1; v <= nv; v++) {
+      k = vk[v]; bus = toupper(gbus[k])
+      for (i = 1; i <= ni; i++) {
+        t = trim(il[i]); u = toupper(t)
+        if ((t ~ /^[0-9]+$/ && t + 0 == v - 1) || u == toupper(guu[k]) || u == bus || u == substr(bus, 5)) {
+          sel[v] = 1; ns++; break
+        }
+      }
+    }
+  } else for (v = 1; v <= nv; v++) { sel[v] = 1; ns++ }
+  if (!ns) { section("nodev"); exit 6 }
+  att = nv
+  if (mode == "list") {
+    for (v = 1; v <= nv; v++) if (v in sel) {
+      k = vk[v]; vg = v - 1; print fill(gll[k])
+      for (n = 1; n <= vmc[k]; n++) { vm = n - 1; j = vmj[k, n]; vu = muu[k, j]; print fill(tll[mtl[k, j]]) }
+    }
+    exit 0
+  }
+  if (mode == "full") {
+    section_filled("qhead")
+    for (v = 1; v <= nv; v++) if (v in sel) {
+      k = vk[v]
+      for (i = 1; i <= gac[k]; i++) print gpu_line(gal, pal, i)
+      if (vmc[k]) {
+        section("qmig")
+        for (n = 1; n <= vmc[k]; n++) {
+          vm = n - 1; j = vmj[k, n]; vi = mgi[k, j]; t = mtq[k, j]
+          for (i = 1; i <= tqc[t]; i++) print fill(tql[t, i])
+        }
+      }
+      for (i = 1; i <= gzc[k]; i++) print gpu_line(gzl, pzl, i)
+    }
+    exit 0
+  }
+  if (mode == "query") {
+    if (!noheader) {
+      line = ""
+      for (i = 1; i <= nq; i++) line = line (i > 1 ? ", " : "") qh[fc[i]]
+      print line
+    }
+    for (v = 1; v <= nv; v++) if (v in sel) {
+      k = vk[v]; line = ""
+      for (i = 1; i <= nq; i++) {
+        f = fc[i]
+        if (f == "index") x = v - 1
+        else if (f == "count") x = nv
+        else if (f == "timestamp") x = ENVIRON["FGS_QUERY_TIME"]
+        else if ((k in vpart) && ((k, f) in pcu)) x = nounits ? pcn[k, f] : pcu[k, f]
+        else if ((k, f) in gcu) x = nounits ? gcn[k, f] : gcu[k, f]
+        else x = "[N/A]"
+        line = line (i > 1 ? ", " : "") x
+      }
+      print line
+    }
+    exit 0
+  }
+  section_filled("date")
+  section("head")
+  anymig = 0
+  for (v = 1; v <= nv; v++) if (v in sel) {
+    k = vk[v]; vg = v - 1
+    for (i = 1; i <= gtc[k]; i++) print fill(gpu_line(gtl, ptl, i))
+    section("gpusep")
+    if (gmig[k] == "1" || (k in vpart)) anymig = 1
+  }
+  if (anymig) {
+    section("mighead")
+    shown = 0
+    for (v = 1; v <= nv; v++) if (v in sel) {
+      k = vk[v]; vg = v - 1
+      for (n = 1; n <= vmc[k]; n++) {
+        vm = n - 1; j = vmj[k, n]; vi = mgi[k, j]; t = mtt[k, j]
+        for (i = 1; i <= ttc[t]; i++) print fill(ttl[t, i])
+        section("migsep"); shown++
+      }
+    }
+    if (!shown) section("nomig")
+  }
+  section("procs")
+  exit 0
+}
+"""
+
+_SHELL_HEAD: Final = r"""#!/bin/sh
+# nvidia-smi for fakegpu node @NODE@: fake GPUs, generated by fakegpu; every run re-reads
+# FAKEGPU_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES. Needs only sh and awk. Do not edit: the device
+# plugin or DRA driver rewrites it.
+set -f
+mode=table fields= fmt= has_fmt=0 ids= has_ids=0 report= conflict=0
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --query-gpu|--format|-i|--id)
+      if [ "$#" -lt 2 ]; then
+        printf "ERROR: Option %s is missing its value. Please run 'nvidia-smi -h' for help.\n\n" "$1"
+        exit 2
+      fi
+      case $1 in
+        --query-gpu) mode=query fields=$2 ;;
+        --format) fmt=$2 has_fmt=1 ;;
+        *) ids=$2 has_ids=1 ;;
+      esac
+      shift ;;
+    -L|--list-gpus) mode=list ;;
+    -q|--query) mode=full ;;
+    --query-gpu=*) mode=query fields=${1#--query-gpu=} ;;
+    --format=*) fmt=${1#--format=} has_fmt=1 ;;
+    --id=*) ids=${1#--id=} has_ids=1 ;;
+    -h|--help) mode=help ;;
+    --version) mode=version ;;
+    *)
+      printf "ERROR: Option %s is not recognized. Please run 'nvidia-smi -h' for help.\n\n" "$1"
+      exit 2 ;;
+  esac
+  case $mode in
+    list|full|query)
+      if [ -n "$report" ] && [ "$report" != "$mode" ]; then conflict=1; fi
+      report=$mode ;;
+  esac
+  shift
+done
+visible_set=0 visible=
+if [ "${FAKEGPU_VISIBLE_DEVICES+set}" = set ]; then
+  visible_set=1 visible=$FAKEGPU_VISIBLE_DEVICES
+elif [ "${NVIDIA_VISIBLE_DEVICES+set}" = set ]; then
+  visible_set=1 visible=$NVIDIA_VISIBLE_DEVICES
+  if [ "$visible" = '@ROOT@' ]; then
+    visible=
+    set +f
+    for f in '@ROOT@'/*; do
+      [ -e "$f" ] || continue
+      visible=$visible${visible:+,}${f##*/}
+    done
+    set -f
+  fi
+fi
+ts= qts=
+case $mode in
+  table|full) ts=${@TIME_ENV@:-$(LC_ALL=C date '+%a %b %e %H:%M:%S %Y')} ;;
+  query)
+    case ,$fields, in
+      *,timestamp,*)
+        qts=${@QTIME_ENV@-}
+        if [ -z "$qts" ]; then
+          qts=$(LC_ALL=C date '+%Y/%m/%d %H:%M:%S.%N')
+          case ${qts##*.} in
+            [0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]) qts=${qts%??????} ;;
+            *) qts=${qts%.*}.000 ;;
+          esac
+        fi ;;
+    esac ;;
+esac
+if ! command -v awk >/dev/null 2>&1; then
+  echo "nvidia-smi (fakegpu): this image has no awk; the fake nvidia-smi needs sh and awk" >&2
+  exit @NO_AWK@
+fi
+FGS_MODE=$mode FGS_FIELDS=$fields FGS_FORMAT=$fmt FGS_HAS_FORMAT=$has_fmt FGS_IDS=$ids FGS_HAS_IDS=$has_ids \
+FGS_CONFLICT=$conflict FGS_VISIBLE=$visible FGS_VISIBLE_SET=$visible_set FGS_TIME=$ts FGS_QUERY_TIME=$qts \
+awk '@AWK@' "$0"
+exit
+@DELIM@
+"""
+
+
+def _check_line(line: str) -> str:
+    if "\t" in line or "\n" in line or line == _DELIMITER:
+        raise ValueError(f"cannot embed {line!r} in the nvidia-smi script")
+    return line
+
+
+def _records(kind: str, keys: Iterable[object], lines: Iterable[str]) -> list[str]:
+    prefix = "\t".join([kind, *(str(k) for k in keys)])
+    return [f"{prefix}\t{_check_line(line)}" for line in lines]
+
+
+def _text_lines(text: str) -> list[str]:
+    return text.split("\n")[:-1]
+
+
+def _changed(kind: str, gpu: int, whole: tuple[str, ...], partial: tuple[str, ...]) -> list[str]:
+    """The lines of the partial view that differ from the whole GPU's, by line number (from 1)."""
+    if len(whole) != len(partial):
+        raise AssertionError("a GPU's partial view must have as many lines as the whole GPU's")
+    pairs = enumerate(zip(whole, partial, strict=True), 1)
+    return [f"{kind}\t{gpu}\t{i}\t{_check_line(p)}" for i, (w, p) in pairs if w != p]
+
+
+def _template(kind: str, lines: tuple[str, ...], ids: dict[tuple[str, ...], int], out: list[str]) -> int:
+    """The id of these MIG lines, emitting them the first time: devices of one shape share them."""
+    if lines not in ids:
+        ids[lines] = len(ids) + 1
+        out += _records(kind, [ids[lines]], lines)
+    return ids[lines]
+
+
+def data_records(node: SmiNode) -> list[str]:
+    """Everything the awk program reads, in the order it expects (GPU before its MIG devices, a MIG
+    template before the first device using it)."""
+    out: list[str] = []
+    sections: dict[str, Iterable[str]] = {
+        "date": [table.DATE_LINE],
+        "head": table.head(node),
+        "gpusep": [table.GPU_SEPARATOR],
+        "mighead": table.MIG_HEAD,
+        "migsep": [table.MIG_SEPARATOR],
+        "nomig": table.NO_MIG_DEVICES,
+        "procs": table.PROCESSES,
+        "qhead": query_full.head(node),
+        "qmig": [query_full.MIG_DEVICES],
+        "help": _text_lines(help_text(node)),
+        "version": _text_lines(version_text(node)),
+        "invalid": _text_lines(INVALID_COMBINATION),
+        "nodev": _text_lines(NO_DEVICES),
+    }
+    for name, lines in sections.items():
+        out += _records("S", [name], lines)
+    for f in query.FIELDS:
+        out.append(f"QF\t{f.name}\t{f.header}")
+        out += [f"QA\t{alias}\t{f.name}" for alias in f.aliases]
+    table_ids: dict[tuple[str, ...], int] = {}
+    full_ids: dict[tuple[str, ...], int] = {}
+    list_ids: dict[tuple[str, ...], int] = {}
+    for g in node.gpus:
+        out.append("\t".join(["G", str(g.index), _check_line(g.uuid), g.bus_id, "1" if g.mig_enabled else "0"]))
+        out += _records("GT", [g.index], table.gpu_rows(g))
+        out += _records("GL", [g.index], [gpu_list.gpu_line(g)])
+        out += _records("GA", [g.index], query_full.gpu_head(g))
+        out += _records("GZ", [g.index], query_full.gpu_tail(g))
+        whole = query.gpu_values(node, g)
+        for name, (units, nounits) in whole.items():
+            out.append("\t".join(["GC", str(g.index), name, _check_line(units), _check_line(nounits)]))
+        if not g.migs and not g.mig_options:
+            continue
+        # As a container given only some of its MIG devices sees it: only what differs from the whole GPU.
+        out += _changed("PT", g.index, table.gpu_rows(g), table.gpu_rows(g, partial=True))
+        out += _changed("PA", g.index, query_full.gpu_head(g), query_full.gpu_head(g, partial=True))
+        out += _changed("PZ", g.index, query_full.gpu_tail(g), query_full.gpu_tail(g, partial=True))
+        partial = query.gpu_values(node, g, partial=True)
+        if set(partial) != set(whole):
+            raise AssertionError("a GPU's partial view must model the same query fields as the whole GPU")
+        for name, (units, nounits) in partial.items():
+            if (units, nounits) != whole[name]:
+                out.append("\t".join(["PC", str(g.index), name, _check_line(units), _check_line(nounits)]))
+        for option, m in [(False, m) for m in g.migs] + [(True, m) for m in g.mig_options]:
+            tt = _template("TT", table.mig_rows(m), table_ids, out)
+            tq = _template("TQ", query_full.mig_block(m), full_ids, out)
+            tl = _template("TL", (gpu_list.mig_line(m),), list_ids, out)
+            fields = [str(g.index), str(m.index), _check_line(m.uuid), str(m.gi_id), "1" if option else "0"]
+            out.append("\t".join(["M", *fields, str(tt), str(tq), str(tl)]))
+    return out
+
+
+def render_script(node: SmiNode, *, volume_mounts_root: str = VOLUME_MOUNTS_ROOT) -> str:
+    """The script for ``node``; ``volume_mounts_root`` is NVIDIA's directory (tests point it elsewhere)."""
+    if "'" in AWK_PROGRAM:
+        raise AssertionError("the awk program is single-quoted in the script and must not contain '")
+    for value, what in ((volume_mounts_root, "volume-mounts root"), (node.name, "node name")):
+        if "'" in value or "\n" in value:
+            raise ValueError(f"{what} {value!r} cannot be embedded in the nvidia-smi script")
+    head = (
+        _SHELL_HEAD.replace("@ROOT@", volume_mounts_root)
+        .replace("@TIME_ENV@", TIME_OVERRIDE_ENV)
+        .replace("@QTIME_ENV@", QUERY_TIME_OVERRIDE_ENV)
+        .replace("@NO_AWK@", str(NO_AWK_STATUS))
+        .replace("@DELIM@", _DELIMITER)
+        .replace("@AWK@", AWK_PROGRAM.strip("\n"))
+        .replace("@NODE@", node.name)
+    )
+    return head + "".join(line + "\n" for line in data_records(node))

@@ -1,0 +1,88 @@
+"""Keeps the fake nvidia-smi files on the host current: ``<dir>/nvidia-smi`` and ``<dir>/devices.json``.
+
+Used by both daemons with ``--inject-nvidia-smi``: written at start and after every inventory change
+(config reload, new MIG layout, GPUs added), each atomically so a container starting at that moment
+bind-mounts either the old file or the new one, never half of one. A container that already runs keeps
+the file it mounted (a bind mount follows the inode), which matches what it was allocated.
+
+The DRA driver with ``--mig-mode dynamic`` passes ``dynamic_mig=True``: its prepare hands out MIG devices
+that do not exist in the inventory (``fakegpu.dra.claim_devices``: ``fakegpu.sharing.identifiers.mig_uuid`` of every
+profile and placement), and the files then describe them too, shown only to a container given one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from fakegpu.runtime.atomic_files import atomic_write
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.nvidia_smi.devices import from_inventory, to_json
+from fakegpu.telemetry.nvidia_smi.injection import DEVICES_FILE, SCRIPT_FILE
+from fakegpu.telemetry.nvidia_smi.shell_script import render_script
+
+log = logging.getLogger(__name__)
+
+SCRIPT_MODE: Final = 0o755
+"""Executed by whatever user the container runs as."""
+DEVICES_MODE: Final = 0o644
+
+
+def render_files(inventory: Inventory, *, dynamic_mig: bool = False) -> tuple[bytes, bytes]:
+    """(script, devices.json) for the inventory's node (with its dynamic MIG devices if ``dynamic_mig``)."""
+    node = from_inventory(inventory, dynamic_mig=dynamic_mig)
+    devices = json.dumps(to_json(node), indent=2, ensure_ascii=False) + "\n"
+    return render_script(node).encode("utf-8"), devices.encode("utf-8")
+
+
+def _write(directory: Path, rendered: tuple[bytes, bytes]) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    script, devices = rendered
+    # devices.json first: a container that finds the new script finds the matching JSON too.
+    atomic_write(directory / DEVICES_FILE, devices, DEVICES_MODE)
+    atomic_write(directory / SCRIPT_FILE, script, SCRIPT_MODE)
+    return directory / SCRIPT_FILE, directory / DEVICES_FILE
+
+
+def write_nvidia_smi_files(directory: Path, inventory: Inventory, *, dynamic_mig: bool = False) -> tuple[Path, Path]:
+    """Write both files atomically (creating ``directory``); returns (script path, devices.json path)."""
+    return _write(directory, render_files(inventory, dynamic_mig=dynamic_mig))
+
+
+class NvidiaSmiFiles:
+    """The files of one directory, rewritten only when their content changes (health changes, which
+    nvidia-smi does not show, cost a render and no write)."""
+
+    def __init__(self, directory: Path, *, dynamic_mig: bool = False) -> None:
+        self.directory = directory
+        self.dynamic_mig = dynamic_mig
+        self.writes = 0
+        self._written: tuple[bytes, bytes] | None = None
+
+    def update(self, inventory: Inventory) -> bool:
+        """Write the files if they would change; True when written. Errors propagate."""
+        rendered = render_files(inventory, dynamic_mig=self.dynamic_mig)
+        if rendered == self._written and all((self.directory / name).exists() for name in (SCRIPT_FILE, DEVICES_FILE)):
+            return False
+        _write(self.directory, rendered)
+        self._written = rendered
+        self.writes += 1
+        return True
+
+    def follow(self, live: LiveInventory) -> Callable[[], None]:
+        """Write now (an error here is the caller's: containers would fail to mount a missing file) and
+        after every change of ``live``; later errors are logged, never raised into the inventory's other
+        listeners. Returns the unsubscribe function."""
+        self.update(live.inventory)
+
+        def changed() -> None:
+            try:
+                self.update(live.inventory)
+            except (OSError, ValueError) as exc:
+                log.error("cannot update the fake nvidia-smi files in %s: %s", self.directory, exc)
+
+        return live.subscribe(changed)

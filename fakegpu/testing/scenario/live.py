@@ -1,0 +1,147 @@
+"""Runs a scenario's inject steps against a live daemon through its admin socket (``scenario run --socket``).
+
+No node is started: ``xid``, ``health``, ``fault``, ``end_streams`` and ``restart: plugins`` become the
+daemon's admin ops, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
+kubelet emulator, so such a file is refused before anything is sent. The output and exit statuses are
+the embedded runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad
+file or no daemon to talk to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from fakegpu.control.admin_socket import AdminError, admin_call
+from fakegpu.sharing.errors import SpecError
+from fakegpu.testing.scenario.model import (
+    EndStreamsStep,
+    FaultStep,
+    HealthStep,
+    RestartStep,
+    Scenario,
+    Step,
+    WaitStep,
+    XidStep,
+    step_kind,
+)
+from fakegpu.testing.scenario.output import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    STEP_TIMEOUT,
+    describe_step,
+    detail_lines,
+    step_line,
+)
+
+_EMULATOR_ONLY = "needs the embedded kubelet emulator; run without --socket"
+
+
+def _live_capable(step: Step) -> bool:
+    match step:
+        case XidStep() | HealthStep() | FaultStep() | EndStreamsStep() | WaitStep():
+            return True
+        case RestartStep(restart="plugins"):
+            return True
+    return False
+
+
+def check_live(scenario: Scenario) -> None:
+    """SpecError naming the first step (or ``expect_start_error``) a live daemon cannot run."""
+    if scenario.expect_start_error is not None:
+        raise SpecError(scenario.path, f"expect_start_error {_EMULATOR_ONLY}")
+    for index, step in enumerate(scenario.steps):
+        if not _live_capable(step):
+            kind = step_kind(step)
+            if isinstance(step, RestartStep):
+                kind = f"restart: {step.restart}"
+            raise SpecError(scenario.path, f"step {index} ({kind}) {_EMULATOR_ONLY}")
+
+
+class LiveScenarioRun:
+    def __init__(self, scenario: Scenario, socket: Path, out: TextIO) -> None:
+        self.scenario = scenario
+        self.socket = socket
+        self.out = out
+
+    async def _call(self, op: str, **args: Any) -> Any:
+        return await admin_call(self.socket, op, **args)
+
+    async def run(self) -> int:
+        s = self.scenario
+        check_live(s)
+        self.out.write(f"scenario {s.name} ({s.issue}): {s.path}\n")
+        began = time.monotonic()
+        try:
+            status = await asyncio.wait_for(self._call("status"), STEP_TIMEOUT)
+        except (AdminError, TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {STEP_TIMEOUT:.0f} s"
+            raise SpecError(s.path, f"cannot use the admin socket {self.socket}: {reason}") from None
+        kind = status.get("kind", "daemon") if isinstance(status, dict) else "daemon"
+        node = status.get("node", "?") if isinstance(status, dict) else "?"
+        step_line(self.out, "", "connect", f"{kind} on node {node} at {self.socket}", time.monotonic() - began, "PASS")
+        result = await self._run_steps()
+        took = time.monotonic() - began
+        if result == EXIT_PASS:
+            self.out.write(f"PASS {s.name}: {len(s.steps)} step(s) against {self.socket} in {took:.2f} s\n")
+        else:
+            self.out.write(f"FAIL {s.name} after {took:.2f} s\n")
+        return result
+
+    async def _run_steps(self) -> int:
+        for index, step in enumerate(self.scenario.steps):
+            kind = step_kind(step)
+            text = describe_step(step)
+            started = time.monotonic()
+            try:
+                note = await asyncio.wait_for(self._execute(step), STEP_TIMEOUT)
+            except AdminError as exc:
+                step_line(self.out, str(index), kind, text, time.monotonic() - started, "FAIL")
+                detail_lines(self.out, [f"the daemon answered: {exc}"])
+                return EXIT_FAIL
+            except TimeoutError:
+                step_line(self.out, str(index), kind, text, time.monotonic() - started, "FAIL")
+                detail_lines(self.out, [f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
+                return EXIT_FAIL
+            shown = f"{text}: {note}" if note else text
+            step_line(self.out, str(index), kind, shown, time.monotonic() - started, "PASS")
+        return EXIT_PASS
+
+    async def _execute(self, step: Step) -> str:
+        match step:
+            case XidStep(xid=x):
+                changed = await self._call("xid", target=x.target, xid=x.xid)
+                return f"{len(changed)} device(s) unhealthy" if changed else "ignored by the XID policy"
+            case HealthStep(health=h):
+                changed = await self._call("health", target=h.target, healthy=h.healthy)
+                return f"{len(changed)} device(s)"
+            case FaultStep(fault=f):
+                await self._call(
+                    "fault",
+                    method=f.rpc,
+                    times=f.times,
+                    code=f.code,
+                    message=f.message,
+                    delay=f.delay,
+                    resource=f.resource,
+                )
+                return ""
+            case EndStreamsStep(end_streams=name):
+                ended = await self._call("end-streams", resource=name)
+                return f"{ended} stream(s) ended"
+            case RestartStep(restart="plugins"):
+                answer = await self._call("plugins", action="restart")
+                serving = answer.get("serving", []) if isinstance(answer, dict) else []
+                return f"serving {', '.join(serving)}"
+            case WaitStep(wait=seconds):
+                await asyncio.sleep(seconds)
+                return ""
+        raise AssertionError(f"step {step!r} cannot run against a live daemon")  # pragma: no cover
+
+
+async def run_live_scenario(scenario: Scenario, socket: Path, out: TextIO) -> int:
+    """Run one parsed scenario against the daemon on ``socket``; SpecError (exit 2) for a step it cannot
+    run or a daemon that does not answer."""
+    return await LiveScenarioRun(scenario, socket, out).run()

@@ -1,0 +1,366 @@
+"""The scenario file schema: a node to start and a timeline of steps, validated strictly.
+
+Every mistake in a file becomes one ``SpecError`` naming the file, the step and the field, e.g.
+``scenarios/x.yaml: steps[3].allocate.resources.nvidia.com/gpu: Input should be a valid integer (found '2')``.
+Steps are numbered from 0, as the error locations and the runner's output number them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fakegpu.sharing.bug_modes import BUG_MODES
+from fakegpu.sharing.errors import SpecError, error_message, format_location
+from fakegpu.sharing.faults import FAULTABLE_RPCS, STATUS_CODES
+from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS
+from fakegpu.sharing.yaml_source import parse_yaml, read_text
+
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+PositiveCount = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0, le=3600)]
+
+
+class _Model(BaseModel):
+    model_config = _STRICT
+
+
+class NodeModel(_Model):
+    """What the node is made of; the same knobs as the ``fakegpu_node`` pytest fixture."""
+
+    gpus: str | list[str] = "8xh100-80gb"
+    node_spec: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    mig_layout: str | None = None
+    mig_strategy: str | None = None
+    flags: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    node_name: str = Field("fake-node", min_length=1)
+    grace_period: float = Field(300.0, gt=0, le=3600)
+    pre_start_required: bool = False
+    registration: Literal["kubelet", "plugins-registry"] = "kubelet"
+    bugs: list[str] = Field(default_factory=list)
+    """Bug-compatible modes (sharing/bug_modes.py) to reproduce a known bug on purpose."""
+
+    @field_validator("bugs")
+    @classmethod
+    def _known_bugs(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(BUG_MODES))
+        if unknown:
+            raise ValueError(
+                f"unknown bug-compatible mode(s) {', '.join(unknown)}; expected some of: {', '.join(BUG_MODES)}"
+            )
+        return value
+
+    @field_validator("flags")
+    @classmethod
+    def _known_flags(cls, value: dict[str, str]) -> dict[str, str]:
+        known = [f.key for f in PLUGIN_FLAGS]
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown plugin flag(s) {', '.join(unknown)}; expected some of: {', '.join(known)}")
+        return value
+
+
+class _Target(_Model):
+    gpu: int | None = Field(None, ge=0)
+    device: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> _Target:
+        if (self.gpu is None) == (self.device is None):
+            raise ValueError("give exactly one of 'gpu' (an index) or 'device' (an advertised ID or UUID)")
+        return self
+
+    @property
+    def target(self) -> str:
+        return str(self.gpu) if self.gpu is not None else str(self.device)
+
+
+class XidArgs(_Target):
+    xid: int = Field(ge=0)
+
+
+class HealthArgs(_Target):
+    healthy: bool
+
+
+class FaultArgs(_Model):
+    rpc: str
+    times: PositiveCount = 1
+    code: str | None = None
+    message: str = ""
+    delay: Seconds = 0.0
+    resource: str | None = None
+
+    @field_validator("rpc")
+    @classmethod
+    def _known_rpc(cls, value: str) -> str:
+        if value not in FAULTABLE_RPCS:
+            raise ValueError(f"unknown RPC {value!r}; expected one of: {', '.join(FAULTABLE_RPCS)}")
+        return value
+
+    @field_validator("code")
+    @classmethod
+    def _known_code(cls, value: str | None) -> str | None:
+        if value is not None and value not in STATUS_CODES:
+            raise ValueError(f"unknown gRPC status code {value!r}; expected one of: {', '.join(STATUS_CODES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _does_something(self) -> FaultArgs:
+        if self.code is None and self.delay <= 0:
+            raise ValueError("a fault needs a 'code' to fail with or a 'delay' in seconds")
+        return self
+
+
+class AllocateArgs(_Model):
+    pod: str = Field(min_length=1)
+    container: str = Field("main", min_length=1)
+    resources: dict[str, PositiveCount] = Field(min_length=1)
+    expect: Literal["admitted", "rejected"] | None = None
+    expect_error: str | None = Field(None, min_length=1)
+    expect_reason: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AllocateArgs:
+        rejected = self.expect_error is not None or self.expect_reason is not None
+        if self.expect == "admitted" and rejected:
+            raise ValueError("'expect: admitted' cannot be combined with 'expect_error' or 'expect_reason'")
+        return self
+
+    @property
+    def wants_admission(self) -> bool:
+        return self.expect != "rejected" and self.expect_error is None and self.expect_reason is None
+
+
+class ReconfigureArgs(_Model):
+    gpus: str | list[str] | None = None
+    config: dict[str, Any] | None = None
+    mig_layout: str | None = None
+    mig_strategy: str | None = None
+    expect_error: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> ReconfigureArgs:
+        if self.gpus is None and self.config is None and self.mig_layout is None and self.mig_strategy is None:
+            raise ValueError("give at least one of gpus, config, mig_layout, mig_strategy")
+        return self
+
+
+class EnvExpect(_Model):
+    pod: str = Field(min_length=1)
+    container: str = Field("main", min_length=1)
+    vars: dict[str, str] = Field(default_factory=dict)
+    distinct: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    """Number of distinct comma-separated entries, e.g. ``NVIDIA_VISIBLE_DEVICES: 1``."""
+
+    @model_validator(mode="after")
+    def _checks_something(self) -> EnvExpect:
+        if not self.vars and not self.distinct:
+            raise ValueError("give 'vars' (exact values) or 'distinct' (entry counts)")
+        return self
+
+
+class ExpectArgs(_Model):
+    capacity: dict[str, int] | None = None
+    allocatable: dict[str, int] | None = None
+    resources_absent: list[str] | None = None
+    labels: dict[str, str | None] | None = None
+    env: EnvExpect | None = None
+    checkpoint_pods: list[str] | None = None
+    same_devices: list[str] | None = Field(None, min_length=2)
+    serving: list[str] | None = None
+    within: float = Field(2.0, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _checks_something(self) -> ExpectArgs:
+        checks = (
+            self.capacity,
+            self.allocatable,
+            self.resources_absent,
+            self.labels,
+            self.env,
+            self.checkpoint_pods,
+            self.same_devices,
+            self.serving,
+        )
+        if all(c is None for c in checks):
+            raise ValueError(
+                "give at least one of capacity, allocatable, resources_absent, labels, env, checkpoint_pods, "
+                "same_devices, serving"
+            )
+        return self
+
+
+# -- one wrapper model per step kind: the YAML step is a mapping with exactly that one key --------
+class ExpectStep(_Model):
+    expect: ExpectArgs
+
+
+class XidStep(_Model):
+    xid: XidArgs
+
+
+class HealthStep(_Model):
+    health: HealthArgs
+
+
+class FaultStep(_Model):
+    fault: FaultArgs
+
+
+class AllocateStep(_Model):
+    allocate: AllocateArgs
+
+
+class DeletePodStep(_Model):
+    delete_pod: str = Field(min_length=1)
+
+
+class RestartStep(_Model):
+    restart: Literal["kubelet", "plugins"]
+
+
+class EndStreamsStep(_Model):
+    end_streams: str = Field(min_length=1)
+
+
+class AdvanceClockStep(_Model):
+    advance_clock: Seconds
+
+
+class ReconfigureStep(_Model):
+    reconfigure: ReconfigureArgs
+
+
+class DeleteCheckpointStep(_Model):
+    delete_checkpoint: Literal[True]
+
+
+class WaitStep(_Model):
+    wait: float = Field(ge=0, le=60)
+
+
+Step = (
+    ExpectStep
+    | XidStep
+    | HealthStep
+    | FaultStep
+    | AllocateStep
+    | DeletePodStep
+    | RestartStep
+    | EndStreamsStep
+    | AdvanceClockStep
+    | ReconfigureStep
+    | DeleteCheckpointStep
+    | WaitStep
+)
+
+STEP_KINDS: dict[str, type[Step]] = {
+    "expect": ExpectStep,
+    "xid": XidStep,
+    "health": HealthStep,
+    "fault": FaultStep,
+    "allocate": AllocateStep,
+    "delete_pod": DeletePodStep,
+    "restart": RestartStep,
+    "end_streams": EndStreamsStep,
+    "advance_clock": AdvanceClockStep,
+    "reconfigure": ReconfigureStep,
+    "delete_checkpoint": DeleteCheckpointStep,
+    "wait": WaitStep,
+}
+
+
+def step_kind(step: Step) -> str:
+    return next(iter(type(step).model_fields))
+
+
+class ScenarioHeader(_Model):
+    name: str = Field(min_length=1)
+    issue: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    node: NodeModel = Field(default_factory=NodeModel)
+    expect_start_error: str | None = Field(None, min_length=1)
+    steps: list[Any] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: str
+    name: str
+    issue: str
+    description: str
+    node: NodeModel
+    expect_start_error: str | None
+    steps: tuple[Step, ...]
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+def _error(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()) -> SpecError:
+    """pydantic's report as one line: ``file: steps[3].allocate.pod: message`` (several joined by ``; ``)."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = format_location((*prefix, *err["loc"]))
+        parts.append((loc, error_message(err)))
+    if len(parts) == 1:
+        loc, msg = parts[0]
+        return SpecError(source, msg, loc or None)
+    return SpecError(source, "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in parts))
+
+
+def parse_step(source: str, index: int, raw: Any) -> Step:
+    where = f"steps[{index}]"
+    if not isinstance(raw, dict):
+        raise SpecError(source, f"a step is a mapping with one key (its kind), found {type(raw).__name__}", where)
+    if len(raw) != 1:
+        keys = ", ".join(str(k) for k in raw) or "none"
+        raise SpecError(source, f"a step has exactly one key (its kind), found {len(raw)}: {keys}", where)
+    kind = next(iter(raw))
+    model = STEP_KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise SpecError(source, f"unknown step kind {kind!r}; expected one of: {', '.join(STEP_KINDS)}", where)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise _error(source, exc, ("steps", index)) from None
+
+
+def parse_scenario(data: Any, source: str) -> Scenario:
+    if data is None:
+        raise SpecError(source, "scenario file is empty")
+    if not isinstance(data, dict):
+        raise SpecError(
+            source, f"expected a mapping at the top level of the scenario file, found {type(data).__name__}"
+        )
+    try:
+        header = ScenarioHeader.model_validate(data)
+    except ValidationError as exc:
+        raise _error(source, exc) from None
+    steps = tuple(parse_step(source, i, raw) for i, raw in enumerate(header.steps))
+    if header.expect_start_error is None and not steps:
+        raise SpecError(source, "a scenario needs steps, or expect_start_error for a node that must fail", "steps")
+    if header.expect_start_error is not None and steps:
+        raise SpecError(source, "a node expected to fail at start runs no steps; remove them", "steps")
+    return Scenario(
+        path=source,
+        name=header.name,
+        issue=header.issue,
+        description=header.description,
+        node=header.node,
+        expect_start_error=header.expect_start_error,
+        steps=steps,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate one scenario file; every problem raises a one-line SpecError."""
+    source = str(path)
+    return parse_scenario(parse_yaml(read_text(path, "scenario file"), source), source)

@@ -1,0 +1,85 @@
+"""What both scenario runners print: one line per step (number, kind, what, milliseconds, status)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TextIO
+
+from fakegpu.testing.scenario.expectations import describe
+from fakegpu.testing.scenario.model import (
+    AdvanceClockStep,
+    AllocateStep,
+    DeleteCheckpointStep,
+    DeletePodStep,
+    EndStreamsStep,
+    ExpectStep,
+    FaultStep,
+    HealthStep,
+    ReconfigureStep,
+    RestartStep,
+    Step,
+    WaitStep,
+    XidStep,
+)
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_BAD_FILE = 2
+STEP_TIMEOUT = 30.0
+POLL_INTERVAL = 0.01
+_TEXT_WIDTH = 72
+
+
+def _target_name(gpu: int | None, device: str | None) -> str:
+    return f"GPU {gpu}" if gpu is not None else f"device {device}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 3] + "..."
+
+
+def step_line(out: TextIO, number: str, kind: str, text: str, seconds: float, status: str) -> None:
+    """One step's output line: number, kind, what it did, milliseconds, PASS/FAIL/ERROR."""
+    out.write(f"  {number:>4}  {kind:<17} {_short(text):<{_TEXT_WIDTH}} {seconds * 1000:>7.0f} ms  {status}\n")
+
+
+def detail_lines(out: TextIO, details: Sequence[str]) -> None:
+    for d in details:
+        out.write(f"          {d}\n")
+
+
+def describe_step(step: Step) -> str:
+    """What a step does, for its output line."""
+    match step:
+        case ExpectStep(expect=e):
+            return describe(e)
+        case XidStep(xid=x):
+            return f"XID {x.xid} on {_target_name(x.gpu, x.device)}"
+        case HealthStep(health=h):
+            return f"{_target_name(h.gpu, h.device)} -> {'healthy' if h.healthy else 'unhealthy'}"
+        case FaultStep(fault=f):
+            what = f"fail with {f.code}" if f.code else ""
+            if f.delay:
+                what = f"take {f.delay:g} s" + (f" then {what}" if what else "")
+            return f"next {f.times} {f.rpc} call(s) {what}"
+        case AllocateStep(allocate=a):
+            wanted = ", ".join(f"{k}: {v}" for k, v in a.resources.items())
+            return f"pod {a.pod}/{a.container} asks {wanted}"
+        case DeletePodStep(delete_pod=pod):
+            return f"pod {pod}"
+        case RestartStep(restart=target):
+            return "the kubelet emulator" if target == "kubelet" else "the device plugins"
+        case EndStreamsStep(end_streams=name):
+            return f"ListAndWatch streams of {name}"
+        case AdvanceClockStep(advance_clock=seconds):
+            return f"kubelet clock +{seconds:g} s"
+        case ReconfigureStep(reconfigure=r):
+            changed = [f"{k}={v}" for k in ("gpus", "mig_layout", "mig_strategy") if (v := getattr(r, k)) is not None]
+            if r.config is not None:
+                changed.append("config")
+            return ", ".join(changed)
+        case DeleteCheckpointStep():
+            return "kubelet_internal_checkpoint"
+        case WaitStep(wait=seconds):
+            return f"{seconds:g} s"
+    raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
