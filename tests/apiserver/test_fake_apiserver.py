@@ -7,7 +7,7 @@ import contextlib
 import re
 import socket
 import threading
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -22,6 +22,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from lightkube.types import PatchType
 
 from tests.apiserver import FakeApiServer
+from tests.eventually import eventually
 
 DRIVER = "gpu.example.com"
 T = TypeVar("T", bound=DictMixin)
@@ -91,12 +92,6 @@ def claim_dict(name: str = "claim-a", namespace: str = "default", **extra: Any) 
     }
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 class WatchCollector:
     """Consumes a lightkube watch in a task and records (event type, object name, object)."""
 
@@ -116,7 +111,9 @@ class WatchCollector:
             self.error = exc
 
     async def wait_for(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
-        await wait_until(lambda: len(self.events) >= count or self.error is not None, timeout)
+        await eventually(
+            lambda: len(self.events) >= count or self.error is not None, f"{count} watch event(s)", timeout
+        )
         return self.events
 
     async def close(self) -> None:
@@ -128,7 +125,7 @@ class WatchCollector:
 async def start_watch(server: FakeApiServer, stream: AsyncIterable[tuple[str, Any]]) -> WatchCollector:
     before = server.open_watches
     collector = WatchCollector(stream)
-    await wait_until(lambda: server.open_watches > before)
+    await eventually(lambda: server.open_watches > before, "the watch to open")
     return collector
 
 
@@ -516,7 +513,7 @@ async def test_watch_added_modified_deleted_with_field_selector(server: FakeApiS
     deleted_rv = int(watch.objects[-1].metadata.resourceVersion)
     assert deleted_rv == int(server.resource_version)
     await watch.close()
-    await wait_until(lambda: server.open_watches == 0)
+    await eventually(lambda: server.open_watches == 0, "no open watch")
 
 
 async def test_watch_from_resource_version_replays_history_and_410_after_compaction(
@@ -692,7 +689,7 @@ async def test_stop_closes_everything_without_leaking_threads() -> None:
     before = len(_server_threads())
     assert before >= 3  # acceptor + watch + keep-alive connection
     idle = socket.create_connection(("127.0.0.1", port), timeout=5)  # an idle keep-alive connection
-    await wait_until(lambda: len(_server_threads()) > before)
+    await eventually(lambda: len(_server_threads()) > before, "a new server thread")
     await asyncio.wait_for(asyncio.to_thread(srv.stop), 5)
     assert _server_threads() == []
     assert idle.recv(1) == b""  # closed by the server

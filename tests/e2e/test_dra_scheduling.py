@@ -7,7 +7,6 @@ targets the first node and is deleted after the scheduler allocated the claim.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from typing import Any
@@ -22,6 +21,7 @@ from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_publisher import SlicePublisher
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+from tests.eventually import eventually
 
 
 async def test_scheduler_allocates_a_mig_device_from_our_pool():
@@ -85,15 +85,15 @@ async def test_scheduler_allocates_a_mig_device_from_our_pool():
             }
         )
         await client.create(pod)
-        for _ in range(60):
+
+        async def allocation() -> Any:
             got: Any = await client.get(ResourceClaim, claim_name, namespace="default")
-            if got.status and got.status.allocation:
-                (result,) = got.status.allocation.devices.results
-                assert result.driver == driver and result.pool == node_name
-                assert result.device.startswith("gpu-0-mig-1g10gb-")
-                return
-            await asyncio.sleep(1)
-        raise AssertionError("the scheduler did not allocate the claim within 60 s")
+            return got.status and got.status.allocation
+
+        allocated = await eventually(allocation, "the scheduler to allocate the claim", 60.0, interval=1.0)
+        (result,) = allocated.devices.results
+        assert result.driver == driver and result.pool == node_name
+        assert result.device.startswith("gpu-0-mig-1g10gb-")
     finally:
         for kind, name, ns in ((Pod, claim_name, "default"), (ResourceClaim, claim_name, "default")):
             with contextlib.suppress(ApiError):

@@ -29,6 +29,7 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 
@@ -53,14 +54,18 @@ async def throwaway_node() -> AsyncIterator[tuple[AsyncClient, str]]:
 async def wait_labels(
     client: AsyncClient, name: str, key: str, value: str | None, timeout: float = 20.0
 ) -> dict[str, str]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    labels: dict[str, str] = {}
+
+    async def matched() -> bool:
         node = await client.get(Node, name)
-        labels = dict((node.metadata and node.metadata.labels) or {})
-        if labels.get(key) == value:
-            return labels
-        assert asyncio.get_running_loop().time() < deadline, f"{key} never became {value!r}: {labels.get(key)!r}"
-        await asyncio.sleep(0.2)
+        labels.clear()
+        labels.update((node.metadata and node.metadata.labels) or {})
+        return labels.get(key) == value
+
+    await eventually(
+        matched, f"{key} to become {value!r}", timeout, interval=0.2, detail=lambda: f"{key}: {labels.get(key)!r}"
+    )
+    return labels
 
 
 async def test_plugin_labels_its_node_and_follows_the_config_label(throwaway_node):

@@ -35,6 +35,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
+from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 ROOT = Path(__file__).resolve().parents[2]
@@ -559,11 +560,7 @@ async def test_dra_health_by_device_name_taints_the_published_device(dra_admin):
             for d in s["spec"].get("devices", [])
         }
 
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 3.0
-    while not taints()["gpu-1"]:
-        assert loop.time() < end, "gpu-1 was never tainted"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: bool(taints()["gpu-1"]), "gpu-1 tainted", 3.0)
     assert not taints()["gpu-0"]
     status = await admin_call(sock, "status")
     assert (status["kind"], status["node"], status["slices"]["count"]) == ("dra", NODE, 1)

@@ -37,6 +37,7 @@ from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare, unprepare
+from tests.eventually import eventually
 from tests.integration.test_dcgm_exporter import _DraKubelet
 from tests.integration.test_metrics import http_get
 
@@ -315,9 +316,11 @@ async def test_dra_daemon_serves_dcgm_metrics_for_prepared_claims(root, caplog):
         )
     )
     try:
-        while not paths.dra_socket(DRIVER).exists() or "serving metrics" not in caplog.text:
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: task.done() or (paths.dra_socket(DRIVER).exists() and "serving metrics" in caplog.text),
+            "the DRA socket and the metrics endpoint",
+        )
+        assert not task.done(), task
         url = served_url(caplog)
         _, _, body = await http_get(url)
         assert all("pod" not in lbl for lbl, _ in series(body, "DCGM_FI_DEV_GPU_UTIL"))

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
+from tests.eventually import eventually
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -87,14 +87,6 @@ def slices(server: FakeApiServer) -> list[dict[str, Any]]:
 
 def devices(server: FakeApiServer) -> list[str]:
     return sorted(d["name"] for s in slices(server) for d in s["spec"].get("devices", []))
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < end, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 # --- publishing --------------------------------------------------------------------------------------
@@ -219,7 +211,9 @@ async def test_slices_wiped_by_the_kubelet_come_back(apiserver, make_driver):
     before = devices(apiserver)
     apiserver.delete_direct("resourceslices", field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
     assert slices(apiserver) == []
-    await wait_until(lambda: devices(apiserver) == before and driver.publisher.stats.publishes >= 2, 3.0)
+    await eventually(
+        lambda: devices(apiserver) == before and driver.publisher.stats.publishes >= 2, "the slices republished", 3.0
+    )
     assert slices(apiserver)[0]["spec"]["pool"]["generation"] == 2
 
 
@@ -233,7 +227,7 @@ async def test_stale_slices_of_this_driver_and_node_are_removed(apiserver, make_
     other["spec"]["driver"] = "other.example.com"
     apiserver.create_direct(other)
     driver.publisher.request_publish()
-    await wait_until(lambda: len(slices(apiserver)) == 1, 3.0)
+    await eventually(lambda: len(slices(apiserver)) == 1, "the stale slice removed", 3.0)
     assert apiserver.get_object("resourceslices", "other-driver") is not None
 
 
@@ -246,13 +240,15 @@ async def test_health_change_taints_the_device_and_bumps_the_generation(apiserve
         found = {d["name"]: d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]}
         return bool(found["gpu-1"]) and not found["gpu-0"]
 
-    await wait_until(tainted, 3.0)
+    await eventually(tainted, "gpu-1 tainted", 3.0)
     (s,) = slices(apiserver)
     taint = next(d for d in s["spec"]["devices"] if d["name"] == "gpu-1")["taints"][0]
     assert (taint["key"], taint["value"], taint["effect"]) == ("gpu.nvidia.com/xid", "79", "NoSchedule")
     assert s["spec"]["pool"]["generation"] == 2
     driver.live.set_health(gpu1, True)
-    await wait_until(lambda: not any(d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]), 3.0)
+    await eventually(
+        lambda: not any(d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]), "no taint", 3.0
+    )
 
 
 async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
@@ -417,7 +413,10 @@ async def test_deleted_sockets_are_served_again(apiserver, make_driver):
     driver = await make_driver(apiserver)
     Path(driver.plugin.registration_socket).unlink()
     driver.plugin.dra_socket.unlink()
-    await wait_until(lambda: Path(driver.plugin.registration_socket).exists() and driver.plugin.dra_socket.exists())
+    await eventually(
+        lambda: Path(driver.plugin.registration_socket).exists() and driver.plugin.dra_socket.exists(),
+        "both sockets served again",
+    )
     info = await get_info(Path(driver.plugin.registration_socket))
     assert info.name == DRIVER
 
@@ -520,7 +519,7 @@ async def test_missing_cdi_spec_of_a_prepared_claim_is_written_again(apiserver, 
     assert spec.read_text() == content
 
 
-def test_fakegpu_dra_command_publishes_serves_and_cleans_up(root, apiserver):
+async def test_fakegpu_dra_command_publishes_serves_and_cleans_up(root, apiserver):
     kubeconfig = apiserver.kubeconfig(root / "kubeconfig")
     kubelet = root / "k"
     proc = subprocess.Popen(
@@ -547,11 +546,13 @@ def test_fakegpu_dra_command_publishes_serves_and_cleans_up(root, apiserver):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while len(devices(apiserver)) < 4:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "fakegpu dra published nothing"
-            time.sleep(0.1)
+        await eventually(
+            lambda: proc.poll() is not None or len(devices(apiserver)) >= 4,
+            "fakegpu dra to publish",
+            20.0,
+            interval=0.1,
+        )
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert (kubelet / "plugins_registry" / "gpu.nvidia.com-reg.sock").exists()
         assert (kubelet / "plugins" / "gpu.nvidia.com" / "dra.sock").exists()
     finally:

@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from fakegpu.telemetry.rpc_metrics import fakegpu_version
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
+from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 NODE = "metrics-node"
@@ -83,7 +84,7 @@ HISTOGRAM_SAMPLES = {"_bucket", "_count", "_sum"}
 
 
 class Scrape:
-    """One scrape: ``scrape["name", {"label": "value"}]`` is a sample's value (KeyError if absent)."""
+    """One scrape: ``scrape["name", {"label": "value"}]`` is a sample's value (an assertion fails if absent)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -97,7 +98,9 @@ class Scrape:
 
     def __getitem__(self, key: tuple[str, dict[str, str]]) -> float:
         name, labels = key
-        return self.samples[name, frozenset(labels.items())]
+        value = self.samples.get((name, frozenset(labels.items())))
+        assert value is not None, f"no sample {name} {labels} in the scrape"
+        return value
 
     def get(self, name: str, labels: dict[str, str], default: float = 0.0) -> float:
         return self.samples.get((name, frozenset(labels.items())), default)
@@ -135,19 +138,6 @@ async def scrape(url: str) -> Scrape:
     status, headers, body = await http_get(url)
     assert (status, headers["content-type"]) == (200, CONTENT_TYPE_LATEST)
     return Scrape(body)
-
-
-async def eventually(check: Callable[[], Any], what: str, timeout: float = 5.0) -> None:
-    """Retry an async check until it stops failing its assertions."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            await check()
-            return
-        except (AssertionError, KeyError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}") from None
-            await asyncio.sleep(0.02)
 
 
 def metrics_url(caplog: pytest.LogCaptureFixture) -> str:
@@ -378,10 +368,10 @@ async def dra_daemon(
         )
     )
     try:
-        for _ in range(250):
-            if task.done() or any(r.getMessage().startswith("serving metrics") for r in caplog.records):
-                break
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: task.done() or any(r.getMessage().startswith("serving metrics") for r in caplog.records),
+            "serving metrics",
+        )
         if task.done():
             task.result()
         url = metrics_url(caplog)

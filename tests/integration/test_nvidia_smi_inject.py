@@ -38,6 +38,7 @@ from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
+from tests.eventually import eventually
 from tests.unit.dra.test_claim_devices import claim, result
 
 GPU = "nvidia.com/gpu"
@@ -427,10 +428,7 @@ async def run_dra_and_prepare(
     task = asyncio.create_task(run_dra_daemon(inputs, paths, settings, stop=stop))
     try:
         socket = paths.dra_socket("gpu.nvidia.com")
-        for _ in range(250):
-            if task.done() or socket.exists():
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: task.done() or socket.exists(), "the DRA socket")
         assert not task.done() and socket.exists()
         assert sorted(p.name for p in smi_dir.iterdir()) == ["devices.json", "nvidia-smi"]
         uid = apiserver.create_direct(dra_claim("c1", device))["metadata"]["uid"]

@@ -24,6 +24,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 from tests.apiserver import FakeApiServer
+from tests.eventually import eventually
 
 NODE = "gpu-node-1"
 GPU = "nvidia.com/gpu"
@@ -97,14 +98,6 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
 
 def settings(apiserver: FakeApiServer, root: Path, **kw: Any) -> NodeSettings:
     return NodeSettings(kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")), resync_interval=0.2, **kw)
-
-
-async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_label_node_writes_the_gfd_labels_and_records_them(daemon, apiserver, root):

@@ -37,6 +37,7 @@ from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
+from tests.eventually import eventually
 from tests.integration.test_metrics import http_get
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,14 +206,6 @@ def grants(rules: list[Rule]) -> set[Access]:
 def apiserver() -> Iterator[FakeApiServer]:
     with serving(NODE, strict=False) as server:
         yield server
-
-
-async def eventually(predicate: Any, what: str, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from fakegpu.control.admin_socket import AdminServer
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.testing.fake_node import FakeNode
 from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
+from tests.eventually import eventually
 
 HEADER = "name: live\nissue: example/repo#6\ndescription: a live-daemon scenario\n"
 GPU = "nvidia.com/gpu"
@@ -51,15 +50,6 @@ async def run(path: Path, socket: Path) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
 async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
     node, socket = daemon
     assert node.allocatable()[GPU] == 2
@@ -85,7 +75,7 @@ async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
     unhealthy = node.live.unhealthy()
     assert unhealthy.get(gpus[0].uuid) == 94  # the xid step, with its XID
     assert gpus[1].uuid in unhealthy  # the health step
-    assert await eventually(lambda: node.allocatable().get(GPU) == 0), node.allocatable()
+    await eventually(lambda: node.allocatable().get(GPU) == 0, "0 allocatable GPU(s)", 3.0, detail=node.allocatable)
     assert node.capacity()[GPU] == 2  # the node section was ignored: still the daemon's 2 GPUs
     [fault] = node.live.faults.faults
     assert (fault.method, fault.remaining, fault.code, fault.message) == ("Allocate", 2, "INTERNAL", "injected live")
@@ -94,12 +84,12 @@ async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
 async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, short_dir):
     node, socket = daemon
     server = node.plugins.servers[GPU]
-    assert await eventually(lambda: server.service.streams == 1)
+    await eventually(lambda: server.service.streams == 1, "one ListAndWatch stream", 3.0)
     status, out, err = await run(scenario(short_dir, f"  - end_streams: {GPU}\n"), socket)
     assert status == EXIT_PASS, out + err
     assert "1 stream(s) ended" in out.splitlines()[2]
     # The kubelet saw EOF: the resource is not allocatable until the plugin registers again.
-    assert await eventually(lambda: node.allocatable().get(GPU) == 0), node.allocatable()
+    await eventually(lambda: node.allocatable().get(GPU) == 0, "0 allocatable GPU(s)", 3.0, detail=node.allocatable)
 
     restarts = node.plugins.stats.restarts
     status, out, err = await run(scenario(short_dir, "  - restart: plugins\n", "r.yaml"), socket)
@@ -107,7 +97,7 @@ async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, shor
     assert f"serving {GPU}" in out.splitlines()[2]
     assert node.plugins.stats.restarts == restarts + 1
     assert node.plugins.servers[GPU] is not server  # stopped and served again
-    assert await eventually(lambda: node.allocatable().get(GPU) == 2), node.allocatable()
+    await eventually(lambda: node.allocatable().get(GPU) == 2, "2 allocatable GPU(s)", 3.0, detail=node.allocatable)
 
 
 async def test_a_refused_op_fails_with_the_daemons_error(daemon, short_dir):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,17 +17,10 @@ from lightkube.types import CascadeType, PatchType
 
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.eventually import eventually
 from tests.integration.test_virtual_nodes import WRITES, parse, slices_of
 
 NODES = [f"fakegpu-virtual-000{i}" for i in range(3)]
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 @dataclass
@@ -66,7 +59,7 @@ async def watching(server: FakeApiServer) -> AsyncIterator[Watching]:
     out = io.StringIO()
     args = parse("--count", "3", "--gpus", "2xh100-80gb", "--watch", "--resync-interval", "30")
     task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
-    await wait_for(lambda: server.open_watches >= 2 or task.done())
+    await eventually(lambda: server.open_watches >= 2 or task.done(), "two watches")
     assert not task.done(), out.getvalue()
     try:
         yield Watching(server, client, out)
@@ -83,7 +76,7 @@ async def test_a_deleted_node_is_not_recreated_and_its_slices_go(watching):
     # Orphan the slices, as a cluster whose garbage collector is slow would: the watcher deletes them.
     await client.delete(Node, NODES[1], cascade=CascadeType.ORPHAN)
     assert len(slices_of(server, NODES[1])) == 1
-    await wait_for(lambda: slices_of(server, NODES[1]) == [])
+    await eventually(lambda: slices_of(server, NODES[1]) == [], "the orphaned slices deleted")
     await watching.settled()
     assert server.get_object("nodes", NODES[1]) is None
     assert [n["metadata"]["name"] for n in server.objects("nodes")] == [NODES[0], NODES[2]]
@@ -96,7 +89,7 @@ async def test_a_deleted_slice_of_a_live_node_is_recreated(watching):
     server = watching.server
     (old,) = slices_of(server, NODES[2])
     server.delete_direct("resourceslices", old["metadata"]["name"])
-    await wait_for(lambda: len(slices_of(server, NODES[2])) == 1)
+    await eventually(lambda: len(slices_of(server, NODES[2])) == 1, "the slice re-created")
     (new,) = slices_of(server, NODES[2])
     assert new["metadata"]["name"] != old["metadata"]["name"]
     assert new["spec"]["devices"] == old["spec"]["devices"]
@@ -127,7 +120,7 @@ async def test_labels_capacity_and_the_ownership_label_are_put_back(watching):
             and node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
         )
 
-    await wait_for(repaired)
+    await eventually(repaired, "the node repaired")
     await watching.settled()
     node = server.get_object("nodes", NODES[0])
     assert node is not None and node["metadata"]["labels"]["team"] == "ml"  # not ours: kept
@@ -150,9 +143,9 @@ async def test_an_expired_watch_lists_again_and_still_repairs(watching):
     server.close_watches()  # they come back from their last resourceVersion: 410 Expired
     (old,) = slices_of(server, NODES[0])
     server.delete_direct("resourceslices", old["metadata"]["name"])
-    await wait_for(lambda: server.count("list", "resourceslices") > lists)
-    await wait_for(lambda: len(slices_of(server, NODES[0])) == 1)
-    await wait_for(lambda: server.open_watches >= 2)
+    await eventually(lambda: server.count("list", "resourceslices") > lists, "a new list")
+    await eventually(lambda: len(slices_of(server, NODES[0])) == 1, "one slice")
+    await eventually(lambda: server.open_watches >= 2, "two watches")
     assert server.get_object("nodes", "unrelated") is not None
 
 
@@ -170,7 +163,7 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
         task = asyncio.create_task(
             run_virtual_nodes(parse(*argv, "--watch"), client=client, stop=stop, out=out, err=out)
         )
-        await wait_for(lambda: server.open_watches >= 2)
+        await eventually(lambda: server.open_watches >= 2, "two watches")
         await asyncio.sleep(0.5)
         stop.set()
         assert await asyncio.wait_for(task, 5) == 0
@@ -195,7 +188,7 @@ async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.Strin
     args = parse(*argv, "--watch")
     task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
     try:
-        await wait_for(lambda: server.open_watches >= 2 or task.done())
+        await eventually(lambda: server.open_watches >= 2 or task.done(), "two watches")
         assert not task.done(), out.getvalue()
         yield out
     finally:
@@ -216,7 +209,7 @@ async def test_slices_deleted_one_after_another_are_recreated_once(server):
         for obj in planned:
             server.delete_direct("resourceslices", obj["metadata"]["name"])
             await asyncio.sleep(0.005)
-        await wait_for(lambda: len(slices_of(server, name)) >= 5)
+        await eventually(lambda: len(slices_of(server, name)) >= 5, "five slices")
         await asyncio.sleep(0.5)
         assert len(slices_of(server, name)) == 5
         assert devices(slices_of(server, name)) == devices(planned)
@@ -250,7 +243,7 @@ async def test_a_slice_of_the_old_driver_showing_up_is_deleted_and_the_watch_goe
         stale["metadata"] = {"generateName": "stale-", "labels": ours["metadata"]["labels"]}
         stale["spec"]["driver"] = "gpu.example.com"
         server.create_direct(stale)
-        await wait_for(lambda: len(slices_of(server, NODES[0])) == 1)
+        await eventually(lambda: len(slices_of(server, NODES[0])) == 1, "one slice")
         await asyncio.sleep(0.3)
         reads = server.count("get", "nodes")
         await asyncio.sleep(0.5)

@@ -54,6 +54,7 @@ from fakegpu.sharing.yaml_source import MAX_INPUT_BYTES
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
+from tests.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -679,14 +680,6 @@ def daemon_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def plugin_daemon(daemon_root: Path) -> AsyncIterator[tuple[KubeletEmulator, DaemonFiles, asyncio.Task[int]]]:
     """The kubelet emulator and ``run_plugin_daemon`` (8x H100, time slicing 2, a mig-parted file) in this
@@ -704,7 +697,7 @@ async def plugin_daemon(daemon_root: Path) -> AsyncIterator[tuple[KubeletEmulato
     )
     task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(daemon_root / "kubelet"), stop=stop))
     try:
-        await wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 16 or task.done(), "16 devices")
+        await eventually(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 16 or task.done(), "16 devices")
         if task.done():
             task.result()
         yield kubelet, files, task
@@ -730,7 +723,7 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
         # A good change first: what must survive is the last good inventory, not the first.
         files.config.write_text(good_config(3))
         stamp.touch(files.config)
-        await wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 24, "the good reload (24 devices)")
+        await eventually(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 24, "the good reload (24 devices)")
         served = (kubelet.capacity(), kubelet.allocatable())
 
         handed: list[str] = []
@@ -739,7 +732,7 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
             handed.append(label)
             before = len(rejections())
             try:
-                await wait_for(lambda: len(rejections()) > before or task.done(), f"{label} to be rejected", 3.0)
+                await eventually(lambda: len(rejections()) > before or task.done(), f"{label} to be rejected", 3.0)
             except AssertionError as exc:
                 problems.append(f"{label}: {exc}")
                 return
@@ -755,7 +748,7 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
             replace_with(target, files.good(kind, 3))
             stamp.touch(target)
             good_before = reloads()
-            await wait_for(lambda: reloads() > good_before, f"{kind}: the good file back after {after}")
+            await eventually(lambda: reloads() > good_before, f"{kind}: the good file back after {after}")
 
         for kind in ("config", "nodespec", "migparted"):
             target = files.of(kind)
@@ -778,7 +771,7 @@ async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon
     # Still alive and following its files: a new good config is served.
     files.config.write_text(good_config(4))
     stamp.touch(files.config)
-    await wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 32, "the last good reload (32 devices)")
+    await eventually(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 32, "the last good reload (32 devices)")
 
 
 @pytest.fixture
@@ -814,7 +807,7 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: P
     with recording("fakegpu") as log:
         task = asyncio.create_task(run_dra_daemon(inputs, KubeletPaths(daemon_root / "kubelet"), settings, stop=stop))
         try:
-            await wait_for(lambda: len(published(apiserver)) == 4 or task.done(), "4 published GPUs", 10.0)
+            await eventually(lambda: len(published(apiserver)) == 4 or task.done(), "4 published GPUs", 10.0)
             assert not task.done()
 
             def rejections() -> list[logging.LogRecord]:
@@ -833,7 +826,7 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: P
                 before = len(rejections())
                 send_sighup()
                 try:
-                    await wait_for(lambda: len(rejections()) > before, f"{label} to be rejected", 3.0)
+                    await eventually(lambda: len(rejections()) > before, f"{label} to be rejected", 3.0)
                 except AssertionError as exc:
                     problems.append(f"{label}: {exc}")
                     return False
@@ -842,7 +835,7 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: P
             # A good reload first (4 -> 8 GPUs): the last good inventory is what must survive.
             files.node.write_text(GOOD_NODE)
             send_sighup()
-            await wait_for(lambda: len(published(apiserver)) == 8, "8 published GPUs after the good reload")
+            await eventually(lambda: len(published(apiserver)) == 8, "8 published GPUs after the good reload")
             good = published(apiserver)
             for case in cases_of("config", "nodespec", "migparted"):
                 target = files.of(case.kind)

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import Claim, prepare, unprepare
+from tests.eventually import eventually
 from tests.reliability.process_probe import Usage, listening_unix_sockets, settle_self, usage_of
 from tests.reliability.profile import Profile
 
@@ -165,6 +166,10 @@ def schedule(restarts: int, actions: Sequence[str], rng: random.Random) -> list[
 # --- one daemon process ----------------------------------------------------------------------------------
 
 
+class DaemonExited(Exception):
+    """Not an AssertionError on purpose: :func:`tests.eventually.eventually` stops polling on it."""
+
+
 @dataclass
 class Daemon:
     """One run of ``python -m fakegpu.cli.main ...``, logging JSON lines to ``log_path``."""
@@ -179,6 +184,12 @@ class Daemon:
 
     def alive(self) -> bool:
         return self.proc.returncode is None
+
+    def still_running(self) -> bool:
+        """True while the daemon runs; once it has exited, raise (a poll on it fails at once, not at its timeout)."""
+        if not self.alive():
+            raise DaemonExited(f"the daemon exited ({self.proc.returncode}):\n{self.tail()}")
+        return True
 
     async def kill(self, sig: signal.Signals) -> int:
         """Send ``sig`` and wait for the exit; returns the exit status (negative: killed by that signal)."""
@@ -229,33 +240,16 @@ async def spawn(args: Sequence[str], log_path: Path, env: dict[str, str] | None 
     return Daemon(proc, log_path, time.monotonic())
 
 
-async def wait_for(
-    predicate: Callable[[], bool], what: str, daemon: Daemon | None = None, timeout: float = READY_TIMEOUT
-) -> float:
-    """Poll every 5 ms; a daemon that exits or a timeout fails with the daemon's last log lines."""
-    began = time.monotonic()
-    while not predicate():
-        if daemon is not None and not daemon.alive():
-            raise AssertionError(
-                f"the daemon exited ({daemon.proc.returncode}) while waiting for {what}:\n{daemon.tail()}"
-            )
-        if time.monotonic() - began > timeout:
-            tail = f":\n{daemon.tail()}" if daemon is not None else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{tail}")
-        await asyncio.sleep(0.005)
-    return time.monotonic() - began
-
-
 async def wait_fired(admin: Path, method: str, daemon: Daemon) -> None:
     """Until the daemon's admin status shows the injected fault of ``method`` fired: the RPC is in flight."""
-    began = time.monotonic()
-    while True:
+
+    async def fired() -> bool:
         status = await admin_request(admin, {"op": "status"}, timeout=5.0)
-        if any(f.get("method") == method for f in status.get("faults", {}).get("fired", [])):
-            return
-        if not daemon.alive() or time.monotonic() - began > READY_TIMEOUT:
-            raise AssertionError(f"the {method} fault never fired:\n{daemon.tail()}")
-        await asyncio.sleep(0.005)
+        return daemon.still_running() and any(
+            f.get("method") == method for f in status.get("faults", {}).get("fired", [])
+        )
+
+    await eventually(fired, f"the {method} fault to fire", READY_TIMEOUT, interval=0.005, detail=daemon.tail)
 
 
 def expected_exit(sig: str, status: int) -> bool:
@@ -403,7 +397,13 @@ class PluginSoak:
         stale = {p for p in self.sockets if p.is_socket()}
         registrations = len(self.kubelet.registration.requests)
         daemon = await spawn(self.args(), self.base / f"plugin-{self.figures.restarts}.log")
-        await wait_for(lambda: plugin_registered(self.kubelet, self.ids, registrations), "registration", daemon)
+        await eventually(
+            lambda: daemon.still_running() and plugin_registered(self.kubelet, self.ids, registrations),
+            "registration",
+            READY_TIMEOUT,
+            interval=0.005,
+            detail=daemon.tail,
+        )
         self.figures.ready.append(time.monotonic() - daemon.spawned)
         check_sockets_after_start(self.figures, daemon, self.sockets, stale)
         now = {name: sorted(self.kubelet.devices(name)) for name in self.ids}
@@ -448,7 +448,12 @@ class PluginSoak:
             self.figures.cut_off += 1
         self.figures.kills[f"{sig} {action}"] += 1
         # The kubelet notices the streams end: every device unhealthy until the plugin is back.
-        await wait_for(lambda: not any(self.kubelet.allocatable().values()), "the kubelet to see the plugin gone")
+        await eventually(
+            lambda: not any(self.kubelet.allocatable().values()),
+            "the kubelet to see the plugin gone",
+            READY_TIMEOUT,
+            interval=0.005,
+        )
 
 
 async def soak_plugin_restarts(restarts: int, *, seed: int = SEED, root: Path | None = None) -> DaemonSoakFigures:
@@ -667,7 +672,13 @@ class DraSoak:
         registrations = self.registrations
         env = {PHASE_PAUSE_ENV: str(PHASE_PAUSE)} if pause else {}
         daemon = await spawn(self.args(), self.base / f"dra-{self.figures.restarts}.log", env)
-        await wait_for(lambda: self.registrations > registrations, "registration through plugins_registry", daemon)
+        await eventually(
+            lambda: daemon.still_running() and self.registrations > registrations,
+            "registration through plugins_registry",
+            READY_TIMEOUT,
+            interval=0.005,
+            detail=daemon.tail,
+        )
         self.figures.ready.append(time.monotonic() - daemon.spawned)
         check_sockets_after_start(self.figures, daemon, self.sockets, stale)
         self.check_disk(serving=True)
@@ -692,9 +703,21 @@ class DraSoak:
             await wait_fired(self.admin, "NodePrepareResources", daemon)
             await asyncio.sleep(self.rng.uniform(0, 0.05))
         elif action == "after-prepare-started":
-            await wait_for(started, f"PrepareStarted of {uid}", daemon, timeout=5.0)
+            await eventually(
+                lambda: daemon.still_running() and started(),
+                f"PrepareStarted of {uid}",
+                5.0,
+                interval=0.005,
+                detail=daemon.tail,
+            )
         else:
-            await wait_for(lambda: uid in self.cdi_uids(), f"the CDI spec of {uid}", daemon, timeout=5.0)
+            await eventually(
+                lambda: daemon.still_running() and uid in self.cdi_uids(),
+                f"the CDI spec of {uid}",
+                5.0,
+                interval=0.005,
+                detail=daemon.tail,
+            )
             if not started():
                 self.figures.problem(f"claim {uid}: CDI spec written but the checkpoint does not say PrepareStarted")
         return task

@@ -48,6 +48,7 @@ from fakegpu.runtime.kubelet_paths import KUBELET_SOCKET
 from fakegpu.runtime.unix_socket import identity
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.testing.fake_node import FakeNode
+from tests.eventually import eventually
 from tests.reliability.process_probe import Usage, settle_self, usage_of
 from tests.reliability.profile import Profile
 
@@ -196,15 +197,15 @@ class DaemonPlugins:
         capacity, allocatable = self.kubelet.capacity(), self.kubelet.allocatable()
         return all(capacity.get(r, 0) > 0 and allocatable.get(r) == capacity[r] for r in self.resources)
 
-    async def _wait_synced(self, timeout: float) -> float:
-        began = time.monotonic()
-        while not self._synced():
-            if self.proc is not None and self.proc.returncode is not None:
-                raise AssertionError(f"fakegpu plugin exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            if time.monotonic() - began > timeout:
-                raise AssertionError(f"fakegpu plugin did not re-register within {timeout}s")
-            await asyncio.sleep(0.005)
-        return time.monotonic() - began
+    def _exited(self) -> bool:
+        return self.proc is not None and self.proc.returncode is not None
+
+    async def _wait_synced(self, timeout: float) -> None:
+        await eventually(
+            lambda: self._exited() or self._synced(), "fakegpu plugin to re-register", timeout, interval=0.005
+        )
+        if self.proc is not None and self._exited():
+            raise AssertionError(f"fakegpu plugin exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
 
     def _registrations(self) -> int:
         return len(self.kubelet.registration.requests) + sum(
@@ -217,10 +218,7 @@ class DaemonPlugins:
         wanted = self._registrations() + len(self.resources)
         await self.kubelet.start()
         began = time.monotonic()
-        while self._registrations() < wanted:
-            if time.monotonic() - began > 5.0:
-                raise AssertionError("fakegpu plugin did not re-register within 5s")
-            await asyncio.sleep(0.005)
+        await eventually(lambda: self._registrations() >= wanted, "fakegpu plugin to re-register", 5.0, interval=0.005)
         await self._wait_synced(5.0)
         return time.monotonic() - began
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,8 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare, unprepare
+from tests.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "node-a"
@@ -104,14 +105,6 @@ def exposed(sock: Path) -> str | None:
     if mode & 0o077 == 0 or parent & 0o077 == 0:
         return None
     return f"{sock}: mode {mode:04o} in a {parent:04o} directory"
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Records(logging.Handler):
@@ -197,7 +190,9 @@ async def daemons(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemons
         dra_admin,
     ]
     try:
-        await wait_for(lambda: all(p.is_socket() for p in expected) or plugin.done() or dra.done(), "every socket")
+        await eventually(
+            lambda: all(p.is_socket() for p in expected) or plugin.done() or dra.done(), "every socket", 10.0
+        )
         for task in (plugin, dra):
             if task.done():
                 task.result()
@@ -266,7 +261,7 @@ async def test_sockets_are_owner_only_from_the_moment_they_are_bound(root, apise
             )
         )
         try:
-            await wait_for(lambda: len(at_bind) >= 6 or plugin.done() or dra.done(), "six sockets bound")
+            await eventually(lambda: len(at_bind) >= 6 or plugin.done() or dra.done(), "six sockets bound", 10.0)
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(plugin, dra, return_exceptions=True), 10.0)
@@ -285,7 +280,7 @@ async def test_directories_the_daemons_create_are_not_writable_by_others_under_u
         settings = DraSettings(cdi_root=root / "cdi", kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")))
         dra = asyncio.create_task(run_dra_daemon(inputs, paths, settings, stop=stop))
         try:
-            await wait_for(lambda: len(sockets_under(root)) >= 4 or plugin.done() or dra.done(), "four sockets")
+            await eventually(lambda: len(sockets_under(root)) >= 4 or plugin.done() or dra.done(), "four sockets", 10.0)
             writable = {
                 str(p.relative_to(root)): f"{stat.S_IMODE(p.stat().st_mode):04o}"
                 for p in root.rglob("*")
@@ -374,12 +369,16 @@ def tcp_listeners(pid: int) -> set[str]:
     return found
 
 
+def ended_or_bound(proc: subprocess.Popen[bytes], sockets: list[Path]) -> bool:
+    return proc.poll() is not None or all(s.is_socket() for s in sockets)
+
+
 def test_address_parsing():
     assert _address("0100007F:1F90") == "127.0.0.1:8080"
     assert _address("00000000000000000000000001000000:0050") == "[::1]:80"
 
 
-def test_subprocess_daemons_own_only_private_sockets_and_listen_on_tcp_only_when_asked(root, apiserver):
+async def test_subprocess_daemons_own_only_private_sockets_and_listen_on_tcp_only_when_asked(root, apiserver):
     kubeconfig = str(apiserver.kubeconfig(root / "kubeconfig"))
     ports = [free_port() for _ in range(4)]
     fakegpu = [sys.executable, "-m", "fakegpu"]
@@ -460,13 +459,12 @@ def test_subprocess_daemons_own_only_private_sockets_and_listen_on_tcp_only_when
     }
     problems: list[str] = []
     try:
-        deadline = time.monotonic() + 30
         for name, (_, sockets, listeners) in daemons.items():
             proc = procs[name]
-            while not all(s.is_socket() for s in sockets):
-                assert proc.poll() is None, f"{name} ended: {proc.stderr.read().decode() if proc.stderr else ''}"
-                assert time.monotonic() < deadline, f"{name} never created {sockets}"
-                time.sleep(0.05)
+            await eventually(
+                functools.partial(ended_or_bound, proc, sockets), f"{name} to create {sockets}", 30.0, interval=0.05
+            )
+            assert proc.poll() is None, f"{name} ended: {proc.stderr.read().decode() if proc.stderr else ''}"
             # The TCP endpoints start before the sockets: what listens now is all that will.
             got = tcp_listeners(proc.pid)
             if got != listeners:

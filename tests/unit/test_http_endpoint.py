@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from fakegpu.sharing.errors import SpecError
 from fakegpu.telemetry.http_endpoint import MAX_CONNECTIONS, ListenAddress, MetricsServer, parse_listen_address
+from tests.eventually import eventually
 
 EXPECTED = "expected HOST:PORT, [IPV6]:PORT, :PORT or PORT, with PORT from 0 to 65535"
 
@@ -240,13 +241,6 @@ async def test_stopped_means_closed(server):
 # --- limits: connections, deadlines, shutdown, dual stack ----------------------------------------------
 
 
-async def wait_until(check, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 async def test_connections_beyond_the_cap_are_closed_at_once():
     metrics = MetricsServer(ListenAddress("127.0.0.1", 0), registry_with_counter(), max_connections=4)
     await metrics.start()
@@ -254,7 +248,7 @@ async def test_connections_beyond_the_cap_are_closed_at_once():
     try:
         for _ in range(4):  # connected, saying nothing: each holds a slot until its read timeout
             idle.append(await asyncio.open_connection("127.0.0.1", metrics.port))
-        await wait_until(lambda: metrics.open_connections == 4)
+        await eventually(lambda: metrics.open_connections == 4, "4 open connection(s)", 3.0)
         reader, writer = await asyncio.open_connection("127.0.0.1", metrics.port)
         writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
         started = time.monotonic()
@@ -264,7 +258,7 @@ async def test_connections_beyond_the_cap_are_closed_at_once():
         assert metrics.refused == 1
         writer.close()
         idle.pop()[1].close()  # a slot frees up: served again
-        await wait_until(lambda: metrics.open_connections == 3)
+        await eventually(lambda: metrics.open_connections == 3, "3 open connection(s)", 3.0)
         assert (await exchange(metrics.port, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
     finally:
         for _, w in idle:
@@ -284,9 +278,9 @@ async def test_a_client_that_does_not_read_its_answer_is_cut_off_at_the_deadline
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", metrics.port, limit=1024)
         writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
-        await wait_until(lambda: metrics.open_connections == 1)
+        await eventually(lambda: metrics.open_connections == 1, "1 open connection(s)", 3.0)
         started = time.monotonic()
-        await wait_until(lambda: metrics.open_connections == 0, timeout=5.0)
+        await eventually(lambda: metrics.open_connections == 0, "0 open connection(s)", 5.0)
         assert time.monotonic() - started < 2.0
         writer.close()
         assert (await exchange(metrics.port, b"HEAD /metrics HTTP/1.1\r\n\r\n"))[0] == 200
@@ -320,7 +314,7 @@ async def test_stopping_with_open_connections_logs_no_error(caplog):
     await metrics.start()
     _, stalled = await asyncio.open_connection("127.0.0.1", metrics.port)
     stalled.write(b"GET /metrics HTTP/1.1\r\n")
-    await wait_until(lambda: metrics.open_connections == 1)
+    await eventually(lambda: metrics.open_connections == 1, "1 open connection(s)", 3.0)
     await metrics.stop()
     await asyncio.sleep(0.05)  # the done callbacks run
     stalled.close()

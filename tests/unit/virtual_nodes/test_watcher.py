@@ -14,6 +14,7 @@ from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.watcher import MAX_RETRY_PAUSE, RETRY_PAUSE, Watcher, WorkQueue, retry_pause
+from tests.eventually import eventually
 
 
 def make_watcher(concurrency: int = 4, resync_interval: float = 60.0) -> Watcher:
@@ -62,10 +63,9 @@ async def test_events_during_a_repair_never_start_a_second_repair_of_the_node():
         assert most["node-a"] == 1, "two workers repaired the same node at once"
         assert running["node-b"] == 1, "another node waits for no one"
         release.set()
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if not any(running.values()) and len(watcher.queue) == 0:
-                break
+        await eventually(
+            lambda: not any(running.values()) and len(watcher.queue) == 0, "the workers idle", 1.0, interval=0.01
+        )
         # The events that came during the first repair are handled by exactly one more.
         assert repairs == {"node-a": 2, "node-b": 1}
         assert most["node-a"] == 1
@@ -106,10 +106,7 @@ async def test_a_resync_that_breaks_unexpectedly_does_not_end_the_resyncs(caplog
     watcher.resync = resync  # type: ignore[method-assign]
     task = asyncio.create_task(watcher._resync_loop())
     try:
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if attempts >= 3:
-                break
+        await eventually(lambda: attempts >= 3, "three resyncs", 1.0, interval=0.01)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
