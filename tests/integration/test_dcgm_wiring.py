@@ -178,7 +178,7 @@ async def timed_scrape(url: str) -> tuple[float, str]:
 
 
 @pytest.mark.parametrize("api", ["hung", "refusing"])
-async def test_an_unreachable_api_server_keeps_scrapes_fast(api, fakegpu_node, caplog):
+async def test_an_unreachable_api_server_keeps_scrapes_fast(api, fakegpu_node, caplog, timing):
     node = await fakegpu_node("4xa100-40gb")
     for i in range(4):  # four pods: four lookups, which used to run one after the other with 5 s each
         assert (await node.run_pod(f"uid-{i}", {"c": {GPU: 1}}, name=f"p{i}", namespace="ml")).admitted
@@ -190,11 +190,11 @@ async def test_an_unreachable_api_server_keeps_scrapes_fast(api, fakegpu_node, c
         await endpoint.start()
         try:
             took, body = await timed_scrape(endpoint.server.url)
-            assert took < 2.5, f"the first scrape took {took:.1f}s"
+            timing.within(took, 2.5, "the first scrape")
             held = [lbl["pod"] for lbl, _ in series(body, "DCGM_FI_DEV_GPU_UTIL") if lbl.get("pod")]
             assert sorted(held) == ["p0", "p1", "p2", "p3"]  # served, with the default target
             took, _ = await timed_scrape(endpoint.server.url)
-            assert took < 0.5, "failed lookups back off instead of being retried on every scrape"
+            timing.within(took, 0.5, "the second scrape (failed lookups back off, not retried on every scrape)")
         finally:
             await endpoint.stop()
     warnings = [r.getMessage() for r in caplog.records if r.name == "fakegpu.kube.pod_annotations"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 import pytest
@@ -49,14 +48,14 @@ async def test_one_server_per_resource(fakegpu_node):
     assert sockets == ["nvidia-mig-1g.10gb.sock", "nvidia-mig-2g.20gb.sock", "nvidia-mig-3g.40gb.sock"]
 
 
-async def test_kubelet_restart_reregisters_within_a_second_with_the_same_ids(fakegpu_node):
+async def test_kubelet_restart_reregisters_within_a_second_with_the_same_ids(fakegpu_node, timing):
     node = await fakegpu_node("8xh100-80gb")
     ids = node.kubelet.devices(GPU)
     pod = await node.run_pod("p1", {"c": {GPU: 2}})
     assert pod.admitted
     for _ in range(3):
         took = await node.restart_kubelet()
-        assert took < 1.0
+        timing.within(took, 1.0, "re-registration after a kubelet restart")
         assert node.kubelet.devices(GPU) == ids
     checkpoint = node.kubelet.checkpoint()
     assert checkpoint is not None
@@ -64,31 +63,30 @@ async def test_kubelet_restart_reregisters_within_a_second_with_the_same_ids(fak
     assert node.kubelet.manager.in_use(GPU) == set(pod.env("c")["NVIDIA_VISIBLE_DEVICES"].split(","))
 
 
-async def test_kubelet_restart_in_plugins_registry_mode(fakegpu_node):
+async def test_kubelet_restart_in_plugins_registry_mode(fakegpu_node, timing):
     node = await fakegpu_node("2xl4", registration="plugins-registry")
     ids = node.kubelet.devices(GPU)
     for _ in range(3):
         await node.kubelet.stop()
         await node.kubelet.start()
         took = await node.wait_synced(2.0)
-        assert took < 1.0
+        timing.within(took, 1.0, "re-registration after a kubelet restart")
         assert node.kubelet.devices(GPU) == ids
     kinds = [e[0] for e in node.kubelet.watcher.events]
     assert kinds == ["register"] * 4, "exactly one registration per kubelet start, none rejected or repeated"
 
 
-async def test_plugin_socket_deleted_serves_and_registers_again(fakegpu_node):
+async def test_plugin_socket_deleted_serves_and_registers_again(fakegpu_node, timing):
     node = await fakegpu_node("2xt4")
     sock = node.kubelet.paths.device_plugins / "nvidia-gpu.sock"
     before = node.plugins.stats.registrations
-    started = time.monotonic()
-    sock.unlink()
-    await node.kubelet.wait_for(lambda: node.plugins.stats.registrations > before and sock.exists(), 1.0)
-    assert time.monotonic() - started < 1.0
+    with timing.at_most(1.0, "serving and registering again after the socket was deleted"):
+        sock.unlink()
+        await node.kubelet.wait_for(lambda: node.plugins.stats.registrations > before and sock.exists(), 5.0)
     await node.wait_synced()
 
 
-async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir):
+async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir, timing):
     node = FakeNode(fakegpu_dir / "k", InventoryInputs(node_name="n", gpus=("2xt4",)))
     node.kubelet.paths.device_plugins.mkdir(parents=True)
     await node.plugins.start()
@@ -97,21 +95,20 @@ async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir):
         assert node.plugins.registered == {GPU: False}
         await node.kubelet.start()
         took = await node.wait_synced(2.0)
-        assert took < 1.0
+        timing.within(took, 1.0, "registration once the kubelet socket appeared")
     finally:
         await node.stop()
 
 
-async def test_health_change_is_pushed(fakegpu_node):
+async def test_health_change_is_pushed(fakegpu_node, timing):
     node = await fakegpu_node("4xh100-80gb")
     sends = node.plugins.servers[GPU].service.sends
     await asyncio.sleep(0.3)
     assert node.plugins.servers[GPU].service.sends == sends, "ListAndWatch must not resend without a change"
     gpu = node.inventory.node.gpus[2].uuid
-    started = time.monotonic()
-    node.set_health("2", False)
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 3}, 1.0)
-    assert time.monotonic() - started < 0.5
+    with timing.at_most(0.5, "the health change to reach the kubelet"):
+        node.set_health("2", False)
+        await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 3}, 5.0)
     assert node.capacity() == {GPU: 4}
     assert node.kubelet.devices(GPU)[gpu] == "Unhealthy"
     node.set_health(gpu, True)
@@ -154,13 +151,13 @@ async def test_stream_end_marks_unhealthy_then_drops_after_grace(fakegpu_node):
     assert node.kubelet.checkpoint().registered_devices == {}
 
 
-async def test_ids_stable_across_plugin_restart(fakegpu_node):
+async def test_ids_stable_across_plugin_restart(fakegpu_node, timing):
     node = await fakegpu_node(
         "2xh100-80gb", mig_layout="all-1g.10gb", mig_strategy="mixed", config=ts(2, "nvidia.com/mig-1g.10gb")
     )
     before = node.kubelet.devices("nvidia.com/mig-1g.10gb")
     took = await node.restart_plugins()
-    assert took < 1.0
+    timing.within(took, 1.0, "re-registration after a plugin restart")
     assert node.kubelet.devices("nvidia.com/mig-1g.10gb") == before
     assert len(before) == 28
 
