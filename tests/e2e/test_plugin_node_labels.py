@@ -29,6 +29,7 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
@@ -98,8 +99,8 @@ async def test_plugin_labels_its_node_and_follows_the_config_label(throwaway_nod
         labels = await wait_labels(client, name, "nvidia.com/gpu.replicas", "4")
         assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10.0)
-        await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            await stop_and_wait(stop, task, timeout=10.0)
+        finally:
+            await kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)

@@ -36,6 +36,7 @@ from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED, DEFAULT_STEP_SECONDS
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer
+from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
 from tests.integration.test_dcgm_exporter import _DraKubelet
@@ -126,11 +127,11 @@ async def test_plugin_daemon_serves_dcgm_metrics_for_the_pods_the_kubelet_admitt
         if same_step:
             assert held_again == value
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
-        await kubelet.stop()
-        apiserver.stop()
+        try:
+            await stop_and_wait(stop, task)
+        finally:
+            await kubelet.stop()
+            apiserver.stop()
     assert apiserver.count("get", "pods") == 1, "one lookup, then the cache"
 
 

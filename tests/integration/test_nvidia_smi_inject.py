@@ -4,7 +4,6 @@ by CDI specs, and the mounted script showing a pod exactly the devices it was gi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -37,6 +36,7 @@ from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
 from tests.unit.dra.test_claim_devices import claim, result
@@ -357,11 +357,11 @@ async def test_the_plugin_daemon_writes_and_mounts_it_with_the_flag(tmp_path):
         listing, code = smi(mounts[CONTAINER_SCRIPT_PATH], "-L", env=env)
         assert code == 0 and gpu_uuids(listing) == [response.cdi_devices[0].name.rsplit("=", 1)[1]]
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
-        await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            await stop_and_wait(stop, task)
+        finally:
+            await kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 DRA_NODE = "smi-node"

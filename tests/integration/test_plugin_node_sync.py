@@ -7,7 +7,6 @@ sockets) and the in-process API server (the Node object), as it would on a kind 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -24,6 +23,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 from tests.apiserver import FakeApiServer
+from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
 
 NODE = "gpu-node-1"
@@ -89,11 +89,12 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
         return kubelet
 
     yield start
-    for stop, task, kubelet in stops:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
-        await kubelet.stop()
+    try:
+        for stop, task, _ in stops:
+            await stop_and_wait(stop, task)
+    finally:
+        for _, _, kubelet in stops:
+            await kubelet.stop()
 
 
 def settings(apiserver: FakeApiServer, root: Path, **kw: Any) -> NodeSettings:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import importlib
 import io
 import socket
@@ -35,6 +34,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer, RequestRecord, serving
+from tests.daemon_tasks import stop_and_wait
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
@@ -250,10 +250,10 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             "labels",
         )
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
-        await kubelet.stop()
+        try:
+            await stop_and_wait(stop, task)
+        finally:
+            await kubelet.stop()
 
 
 async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:

@@ -53,6 +53,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.yaml_source import MAX_INPUT_BYTES
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
 
@@ -702,10 +703,10 @@ async def plugin_daemon(daemon_root: Path) -> AsyncIterator[tuple[KubeletEmulato
             task.result()
         yield kubelet, files, task
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10.0)
-        await kubelet.stop()
+        try:
+            await stop_and_wait(stop, task, timeout=10.0)
+        finally:
+            await kubelet.stop()
 
 
 async def test_plugin_daemon_keeps_serving_its_last_good_inventory(plugin_daemon):

@@ -53,6 +53,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
 
@@ -198,8 +199,7 @@ async def daemons(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemons
                 task.result()
         yield root, plugin_admin, dra_admin
     finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(plugin, dra, return_exceptions=True), 10.0)
+        await stop_and_wait(stop, plugin, dra, timeout=10.0)
 
 
 async def test_every_socket_of_both_daemons_is_owner_only(daemons: Daemons):
@@ -263,8 +263,7 @@ async def test_sockets_are_owner_only_from_the_moment_they_are_bound(root, apise
         try:
             await eventually(lambda: len(at_bind) >= 6 or plugin.done() or dra.done(), "six sockets bound", 10.0)
         finally:
-            stop.set()
-            await asyncio.wait_for(asyncio.gather(plugin, dra, return_exceptions=True), 10.0)
+            await stop_and_wait(stop, plugin, dra, timeout=10.0)
     assert len(at_bind) == 6, at_bind
     assert {p: f"{m:04o}" for p, m in at_bind.items() if m & 0o077} == {}
 
@@ -287,8 +286,7 @@ async def test_directories_the_daemons_create_are_not_writable_by_others_under_u
                 if p.is_dir() and stat.S_IMODE(p.stat().st_mode) & 0o022
             }
         finally:
-            stop.set()
-            await asyncio.wait_for(asyncio.gather(plugin, dra, return_exceptions=True), 10.0)
+            await stop_and_wait(stop, plugin, dra, timeout=10.0)
     assert writable == {}
 
 
