@@ -45,10 +45,10 @@ from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.reliability.raw_calls import (
     Burst,
     Figures,
-    allocated_claim,
     burst,
     percentile,
     published_device_names,

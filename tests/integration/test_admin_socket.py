@@ -34,6 +34,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
 
@@ -513,28 +514,9 @@ async def dra_admin(sockdir, serve) -> AsyncIterator[tuple[FakeApiServer, DraDri
         apiserver.stop()
 
 
-def claim_object(name: str, device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 async def test_dra_fault_makes_node_prepare_resources_fail(dra_admin):
     apiserver, driver, sock = dra_admin
-    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c", NODE))["metadata"]["uid"]
     await admin_call(sock, "fault", method="NodePrepareResources", code="UNAVAILABLE", message="injected outage")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await prepare(driver.plugin.dra_socket, [("default", "c", uid)])

@@ -36,6 +36,7 @@ from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED, DEFAULT_STEP_SECONDS
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
@@ -275,26 +276,10 @@ DRIVER = "gpu.nvidia.com"
 
 
 def reserved_claim(name: str, device: str, pods: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            },
-            "reservedFor": [
-                *({"resource": "pods", "name": pod, "uid": f"uid-{pod}"} for pod in pods),
-                {"apiGroup": "batch", "resource": "jobs", "name": "not-a-pod", "uid": "uid-job"},
-            ],
-        },
-    }
+    """A claim in namespace ``ml`` reserved for ``pods`` and for a Job (not a pod: no DCGM attribution)."""
+    consumers = [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"} for pod in pods]
+    consumers.append({"apiGroup": "batch", "resource": "jobs", "name": "not-a-pod", "uid": "uid-job"})
+    return allocated_claim(name, NODE, [device], namespace="ml", reserved_for=consumers)
 
 
 async def test_dra_daemon_serves_dcgm_metrics_for_prepared_claims(root, caplog):

@@ -24,6 +24,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
 
@@ -277,26 +278,6 @@ async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
 # --- kubelet plugin ----------------------------------------------------------------------------------
 
 
-def claim_object(
-    name: str, device: str, *, driver: str = DRIVER, pool: str = NODE, config: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    allocation: dict[str, Any] = {
-        "devices": {"results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}]},
-        "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
-        },
-    }
-    if config:
-        allocation["devices"]["config"] = config
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {"allocation": allocation},
-    }
-
-
 async def test_registration_info(apiserver, make_driver, root):
     driver = await make_driver(apiserver)
     assert driver.plugin.registration_socket == str(root / "kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
@@ -309,7 +290,7 @@ async def test_registration_info(apiserver, make_driver, root):
 
 async def test_prepare_and_unprepare_over_the_socket(apiserver, make_driver, root):
     driver = await make_driver(apiserver, "2xh100-80gb")
-    claim = apiserver.create_direct(claim_object("c1", "gpu-1"))
+    claim = apiserver.create_direct(allocated_claim("c1", NODE, ["gpu-1"]))
     uid = claim["metadata"]["uid"]
     ref = ("default", "c1", uid)
     response = await prepare(driver.plugin.dra_socket, [ref])
@@ -335,8 +316,8 @@ async def test_prepare_and_unprepare_over_the_socket(apiserver, make_driver, roo
 
 async def test_every_claim_gets_an_answer(apiserver, make_driver):
     driver = await make_driver(apiserver, "2xh100-80gb")
-    good = apiserver.create_direct(claim_object("good", "gpu-0"))["metadata"]["uid"]
-    foreign = apiserver.create_direct(claim_object("foreign", "gpu-9"))["metadata"]["uid"]
+    good = apiserver.create_direct(allocated_claim("good", NODE, ["gpu-0"]))["metadata"]["uid"]
+    foreign = apiserver.create_direct(allocated_claim("foreign", NODE, ["gpu-9"]))["metadata"]["uid"]
     response = await prepare(
         driver.plugin.dra_socket,
         [
@@ -357,7 +338,7 @@ async def test_static_mig_claim_and_v1beta1(apiserver, make_driver):
     driver = await make_driver(apiserver, "1xh100-80gb", layout="all-3g.40gb")
     names = devices(apiserver)
     assert names == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
-    uid = apiserver.create_direct(claim_object("m", names[1]))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("m", NODE, [names[1]]))["metadata"]["uid"]
     response = await prepare_v1beta1(driver.plugin.dra_socket, [("default", "m", uid)])
     assert response.claims[uid].error == ""
     assert [d.device_name for d in response.claims[uid].devices] == [names[1]]
@@ -367,7 +348,7 @@ async def test_restart_between_prepare_started_and_completed(apiserver, make_dri
     """A crash after PrepareStarted: the next start rolls the claim back; preparing again works and the
     CDI files and the checkpoint agree."""
     driver = await make_driver(apiserver, "2xh100-80gb")
-    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
 
     def crash(*args: Any, **kwargs: Any) -> None:
         raise OSError("simulated crash while writing the CDI spec")
@@ -423,24 +404,9 @@ async def test_deleted_sockets_are_served_again(apiserver, make_driver):
 
 async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, root):
     driver = await make_driver(apiserver, "1xh100-80gb")
-    config = [
-        {
-            "source": "FromClaim",
-            "requests": ["gpu"],
-            "opaque": {
-                "driver": DRIVER,
-                "parameters": {
-                    "apiVersion": "resource.nvidia.com/v1beta1",
-                    "kind": "GpuConfig",
-                    "sharing": {
-                        "strategy": "MPS",
-                        "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"},
-                    },
-                },
-            },
-        }
-    ]
-    uid = apiserver.create_direct(claim_object("mps", "gpu-0", config=config))["metadata"]["uid"]
+    mps = {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}
+    config = [opaque_config(gpu_config({"strategy": "MPS", "mpsConfig": mps}))]
+    uid = apiserver.create_direct(allocated_claim("mps", NODE, ["gpu-0"], config=config))["metadata"]["uid"]
     response = await prepare(driver.plugin.dra_socket, [("default", "mps", uid)])
     assert response.claims[uid].error == ""
     spec = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
@@ -448,21 +414,8 @@ async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, ro
     gpu0 = driver.live.inventory.node.gpus[0].uuid
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env
     assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={gpu0}=10240M" in env
-    bad = [
-        {
-            "source": "FromClaim",
-            "requests": [],
-            "opaque": {
-                "driver": DRIVER,
-                "parameters": {
-                    "apiVersion": "resource.nvidia.com/v1beta1",
-                    "kind": "GpuConfig",
-                    "sharing": {"strategy": "Magic"},
-                },
-            },
-        }
-    ]
-    bad_uid = apiserver.create_direct(claim_object("bad", "gpu-0", config=bad))["metadata"]["uid"]
+    bad = [opaque_config(gpu_config({"strategy": "Magic"}), requests=())]
+    bad_uid = apiserver.create_direct(allocated_claim("bad", NODE, ["gpu-0"], config=bad))["metadata"]["uid"]
     response = await prepare(driver.plugin.dra_socket, [("default", "bad", bad_uid)])
     assert "Magic" in response.claims[bad_uid].error
 
@@ -488,7 +441,7 @@ async def test_registry_and_plugin_dirs_are_configurable(apiserver, root):
 
 async def test_injected_prepare_failure_is_a_grpc_error(apiserver, make_driver):
     driver = await make_driver(apiserver, "1xt4")
-    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
     driver.live.faults.inject("NodePrepareResources", code="UNAVAILABLE", message="injected outage")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
@@ -501,7 +454,7 @@ async def test_corrupted_checkpoint_does_not_stop_the_driver(apiserver, make_dri
     plugin_dir.mkdir(parents=True)
     (plugin_dir / "checkpoint.json").write_text('{"checksum": "sha256:00", "data": {"truncated')
     driver = await make_driver(apiserver, "1xt4")
-    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
     response = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
     assert "checkpoint" in response.claims[uid].error
 
@@ -509,7 +462,7 @@ async def test_corrupted_checkpoint_does_not_stop_the_driver(apiserver, make_dri
 async def test_missing_cdi_spec_of_a_prepared_claim_is_written_again(apiserver, make_driver, root):
     """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains and the spec must come back."""
     driver = await make_driver(apiserver, "1xt4")
-    uid = apiserver.create_direct(claim_object("c", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
     first = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
     spec = root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
     content = spec.read_text()

@@ -19,7 +19,6 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -43,6 +42,7 @@ from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.rpc_metrics import fakegpu_version
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
 
@@ -328,25 +328,6 @@ def apiserver() -> Iterator[FakeApiServer]:
         assert server.errors == []
 
 
-def claim_object(name: str, device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 @pytest.fixture
 async def dra_daemon(
     root: Path, apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture
@@ -395,7 +376,7 @@ async def test_dra_metrics_follow_claims_and_health(dra_daemon, apiserver):
     assert m["fakegpu_dra_resourceslice_publishes_total", {"result": "failure"}] == 0
     assert m["fakegpu_dra_claim_prepares_total", {"result": "success"}] == 0
 
-    uid = apiserver.create_direct(claim_object("c1", "gpu-1"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c1", NODE, ["gpu-1"]))["metadata"]["uid"]
     assert (await prepare(socket, [("default", "c1", uid)])).claims[uid].error == ""
     # A missing claim fails alone: its call still succeeds.
     assert (await prepare(socket, [("default", "gone", "0000")])).claims["0000"].error
@@ -469,7 +450,7 @@ async def test_an_rpc_past_its_deadline_counts_as_deadline_exceeded(dra_daemon, 
 
 async def test_dra_metric_names_and_labels_are_pinned(dra_daemon, apiserver):
     socket, url, _ = dra_daemon
-    uid = apiserver.create_direct(claim_object("c1", "gpu-0"))["metadata"]["uid"]
+    uid = apiserver.create_direct(allocated_claim("c1", NODE, ["gpu-0"]))["metadata"]["uid"]
     assert (await prepare(socket, [("default", "c1", uid)])).claims[uid].error == ""
     m = await scrape(url)
     assert m.shape() == EXPECTED_DRA

@@ -36,10 +36,10 @@ from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
-from tests.unit.dra.test_claim_devices import claim, result
 
 GPU = "nvidia.com/gpu"
 CUDA_IMAGE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
@@ -223,7 +223,7 @@ async def test_a_claim_gets_the_script_through_its_cdi_spec(tmp_path):
     NvidiaSmiFiles(smi_dir).follow(live)
     uid = "2e800b5e-0000-4000-8000-000000000001"
     mig_device = "gpu-1-mig-1g10gb-19-3"
-    allocated = claim([result(mig_device)], uid=uid)
+    allocated = allocated_claim("x", "node-a", [mig_device], uid=uid)
     cdi_root = tmp_path / "cdi"
     cdi_root.mkdir()
     preparer = ClaimPreparer(
@@ -266,7 +266,7 @@ async def test_a_dynamic_mig_claim_sees_its_mig_device(tmp_path):
     cdi_root = tmp_path / "cdi"
     cdi_root.mkdir()
     preparer = ClaimPreparer(
-        _Claims({"x": claim([result(name)], uid=uid)}),
+        _Claims({"x": allocated_claim("x", "node-a", [name], uid=uid)}),
         live,
         driver="gpu.nvidia.com",
         mig_mode="dynamic",
@@ -377,27 +377,6 @@ def apiserver() -> Iterator[FakeApiServer]:
         server.stop()
 
 
-def dra_claim(name: str, device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": DRA_NODE, "device": device}]
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [DRA_NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 @pytest.fixture
 def root() -> Iterator[Path]:
     """Short, so the daemon's sockets fit a unix socket path."""
@@ -431,7 +410,7 @@ async def run_dra_and_prepare(
         await eventually(lambda: task.done() or socket.exists(), "the DRA socket")
         assert not task.done() and socket.exists()
         assert sorted(p.name for p in smi_dir.iterdir()) == ["devices.json", "nvidia-smi"]
-        uid = apiserver.create_direct(dra_claim("c1", device))["metadata"]["uid"]
+        uid = apiserver.create_direct(allocated_claim("c1", DRA_NODE, [device]))["metadata"]["uid"]
         answer = await prepare(socket, [("default", "c1", uid)])
         assert answer.claims[uid].error == ""
         spec: dict[str, Any] = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())

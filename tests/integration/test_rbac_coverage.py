@@ -34,6 +34,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from tests.apiserver import FakeApiServer, RequestRecord, serving
+from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
@@ -270,7 +271,7 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
     await driver.start()
     try:
         await driver.wait_published()
-        claim = apiserver.create_direct(_allocated_claim("c", "gpu-0"))
+        claim = apiserver.create_direct(allocated_claim("c", NODE))
         uid = claim["metadata"]["uid"]
         await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
         await unprepare(driver.plugin.dra_socket, [("default", "c", uid)])
@@ -338,27 +339,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _allocated_claim(name: str, device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": device}]
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
 
 
 @dataclass(frozen=True)

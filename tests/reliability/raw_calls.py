@@ -259,41 +259,6 @@ def published_device_names(server: FakeApiServer, node: str) -> list[str]:
     return names
 
 
-def allocated_claim(name: str, node: str, devices: Sequence[str], namespace: str = "default") -> dict[str, Any]:
-    """A ResourceClaim the scheduler allocated: one request ``gpu`` satisfied by ``devices`` of ``node``."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": DRA_DRIVER,
-                            "allocationMode": "ExactCount",
-                            "count": len(devices),
-                        },
-                    }
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRA_DRIVER, "pool": node, "device": d} for d in devices]
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 # --- leaks --------------------------------------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.yaml_source import MAX_INPUT_BYTES
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim, opaque_config
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
@@ -351,34 +352,6 @@ def run_all(runs: dict[str, Run]) -> dict[str, Outcome]:
     return out
 
 
-def claim_with_opaque(name: str, params: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "requests": ["gpu"],
-                            "opaque": {"driver": DRIVER, "parameters": params},
-                        }
-                    ],
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 FIFO_KINDS = ("config", "scenario")
 """Every kind reads through sharing/yaml_source.py read_text; two are enough to show a FIFO is handled."""
 SUBPROCESS_CASES = (
@@ -408,7 +381,7 @@ def subprocess_outcomes() -> Iterator[tuple[dict[str, Run], dict[str, Outcome]]]
             runs[case.file] = Run(argv, str(case.path), case.fragment, may_hang=True)
     for case in cases_of("opaque", hangs=True):
         if case.file in SLOW_CASES:
-            claim = claim_with_opaque(case.claim_name, json.loads(case.path.read_text()))
+            claim = allocated_claim(case.claim_name, NODE, config=[opaque_config(json.loads(case.path.read_text()))])
             claim["metadata"]["uid"] = "0f0e0d0c-0b0a-4988-8776-655443322110"
             argv = [sys.executable, "-c", _LIMITED + _OPAQUE, json.dumps(claim)]
             runs[case.file] = Run(argv, f"claim default/{case.claim_name}", case.fragment, may_hang=True)
@@ -534,7 +507,9 @@ async def _prepare_opaque_cases(cases: Sequence[Case]) -> OpaqueAnswers:
         refs = []
         for case in cases:
             params = json.loads(case.path.read_text(encoding="utf-8"))
-            claim = server.create_direct(claim_with_opaque(case.claim_name, params), validate=False)
+            claim = server.create_direct(
+                allocated_claim(case.claim_name, NODE, config=[opaque_config(params)]), validate=False
+            )
             refs.append(("default", case.claim_name, claim["metadata"]["uid"]))
         with recording() as records:
             await driver.start()
@@ -542,8 +517,7 @@ async def _prepare_opaque_cases(cases: Sequence[Case]) -> OpaqueAnswers:
                 response = await prepare(driver.plugin.dra_socket, refs)
                 assert not list((root / "cdi").iterdir()), "no CDI spec may be written for a rejected claim"
                 # The driver still serves: a good claim is prepared after all the bad ones.
-                good = claim_with_opaque("good", None)
-                del good["status"]["allocation"]["devices"]["config"]
+                good = allocated_claim("good", NODE)
                 uid = server.create_direct(good)["metadata"]["uid"]
                 answer = await prepare(driver.plugin.dra_socket, [("default", "good", uid)])
                 assert answer.claims[uid].error == ""

@@ -61,6 +61,7 @@ from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import Claim, prepare, unprepare
 from tests.eventually import eventually
 from tests.reliability.process_probe import Usage, listening_unix_sockets, settle_self, usage_of
@@ -493,26 +494,6 @@ Answer = tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]
 """A claim's devices as NodePrepareResources answered: (pool, device, CDI IDs, request names) each."""
 
 
-def claim_object(name: str, device: str) -> dict[str, Any]:
-    """A ResourceClaim the scheduler allocated to ``device`` of this node."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": DRA_NODE, "device": device}]},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [DRA_NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
 def answer_of(result: Any) -> Answer:
     return tuple((d.pool_name, d.device_name, tuple(d.cdi_device_ids), tuple(d.request_names)) for d in result.devices)
 
@@ -623,7 +604,7 @@ class DraSoak:
     def new_claim(self) -> Claim:
         self.claims += 1
         name = f"claim-{self.claims}"
-        obj = self.apiserver.create_direct(claim_object(name, f"gpu-{self.claims % DRA_GPUS}"))
+        obj = self.apiserver.create_direct(allocated_claim(name, DRA_NODE, [f"gpu-{self.claims % DRA_GPUS}"]))
         return ("default", name, str(obj["metadata"]["uid"]))
 
     async def prepare_new(self) -> None:

@@ -34,12 +34,12 @@ from fakegpu.sharing.health import HEALTHY, UNHEALTHY
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.reliability.profile import Profile
 from tests.reliability.raw_calls import (
     DRA_DRIVER,
     Figures,
     Footprint,
-    allocated_claim,
     burst,
     no_leaks,
     percentile,

@@ -53,6 +53,7 @@ from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim
 from tests.reliability.profile import Profile
 from tests.reliability.raw_calls import (
     DRA_DRIVER,
@@ -61,7 +62,6 @@ from tests.reliability.raw_calls import (
     Answer,
     Footprint,
     Refusal,
-    allocated_claim,
     first_message_bytes,
     no_leaks,
     shorten,

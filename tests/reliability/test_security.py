@@ -53,6 +53,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
@@ -492,24 +493,6 @@ async def test_subprocess_daemons_own_only_private_sockets_and_listen_on_tcp_onl
 # --- CDI specs and the checkpoint --------------------------------------------------------------------------
 
 
-def claim_object(name: str, device: str = "gpu-0", config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    allocation: dict[str, Any] = {
-        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
-        "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
-        },
-    }
-    if config:
-        allocation["devices"]["config"] = config
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-        "status": {"allocation": allocation},
-    }
-
-
 @pytest.fixture
 async def driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[DraDriver]:
     live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
@@ -526,20 +509,7 @@ async def driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[DraDrive
         await dra.stop()
 
 
-MPS = [
-    {
-        "source": "FromClaim",
-        "requests": ["gpu"],
-        "opaque": {
-            "driver": DRIVER,
-            "parameters": {
-                "apiVersion": "resource.nvidia.com/v1beta1",
-                "kind": "GpuConfig",
-                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
-            },
-        },
-    }
-]
+MPS = [opaque_config(gpu_config({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}))]
 
 
 async def test_cdi_specs_and_checkpoint_are_written_atomically_with_restrictive_modes(
@@ -574,8 +544,8 @@ async def test_cdi_specs_and_checkpoint_are_written_atomically_with_restrictive_
 
     monkeypatch.setattr(os, "replace", replace)  # the os.replace atomic_files calls
     with umask(0):  # the modes are set explicitly, whatever the umask
-        uids = [apiserver.create_direct(claim_object("plain"))["metadata"]["uid"]]
-        uids.append(apiserver.create_direct(claim_object("mps", "gpu-1", MPS))["metadata"]["uid"])
+        uids = [apiserver.create_direct(allocated_claim("plain", NODE))["metadata"]["uid"]]
+        uids.append(apiserver.create_direct(allocated_claim("mps", NODE, ["gpu-1"], config=MPS))["metadata"]["uid"])
         refs = [("default", "plain", uids[0]), ("default", "mps", uids[1])]
         response = await prepare(driver.plugin.dra_socket, refs)
         assert [response.claims[u].error for u in uids] == ["", ""]
@@ -625,7 +595,7 @@ async def test_claim_names_and_uids_from_the_kubelet_cannot_escape(
 ):
     victim = root / "victim.json"
     victim.write_text("keep")
-    good = apiserver.create_direct(claim_object("good"))["metadata"]["uid"]
+    good = apiserver.create_direct(allocated_claim("good", NODE))["metadata"]["uid"]
     refs = [(ns, name, f"uid-{i}") for i, (ns, name) in enumerate(EVIL_NAMES)]
     refs += [("default", "good", uid) for uid in EVIL_UIDS if uid]
     before = snapshot(root)
@@ -663,7 +633,7 @@ class StubReader:
 
 
 def stub_claim(uid: str, result: Mapping[str, Any]) -> dict[str, Any]:
-    claim = claim_object("evil")
+    claim = allocated_claim("evil", NODE)
     claim["metadata"].update(uid=uid)
     claim["status"]["allocation"]["devices"]["results"] = [{"request": "gpu", "driver": DRIVER, "pool": NODE, **result}]
     return claim
