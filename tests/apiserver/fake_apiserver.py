@@ -61,6 +61,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
+from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
@@ -506,8 +507,7 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeApiServer:
     """A Kubernetes API server double for the DRA driver; see the module docstring for the semantics kept.
 
-    Use as a context manager (or ``start()``/``stop()``) and point lightkube at it with
-    ``AsyncClient(config=server.lightkube_config(), trust_env=False)``.
+    Use as a context manager (or ``start()``/``stop()``) and point lightkube at it with ``server.client()``.
     """
 
     def __init__(
@@ -617,6 +617,11 @@ class FakeApiServer:
     def lightkube_config(self, namespace: str = "default") -> KubeConfig:
         """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (plain http, no credentials)."""
         return KubeConfig.from_one(cluster=Cluster(server=self.url), user=User(), namespace=namespace)
+
+    def client(self) -> AsyncClient:
+        """A lightkube client of this server that ignores proxy variables from the environment; the bound
+        method is the client factory the daemons take (``DraDriver(..., apiserver.client)``)."""
+        return AsyncClient(config=self.lightkube_config(), trust_env=False)
 
     def kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
         """Write a kubeconfig file pointing at this server and return its path."""

@@ -46,7 +46,7 @@ def server():
 
 @pytest.fixture
 async def client(server: FakeApiServer):
-    kube = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    kube = server.client()
     yield kube
     await kube.close()
 
@@ -384,7 +384,7 @@ async def test_shared_counters_and_devices_rules_per_release() -> None:
     gates = {"DRAPartitionableDevices": True}
     for version, ok in (("1.34", True), ("1.35", False), ("1.36", False)):
         with FakeApiServer(version, feature_gates=gates) as srv:
-            async with AsyncClient(config=srv.lightkube_config(), trust_env=False) as kube:
+            async with srv.client() as kube:
                 if ok:
                     await kube.create(combined)
                 else:
@@ -399,7 +399,7 @@ async def test_shared_counters_and_devices_rules_per_release() -> None:
 async def test_disabled_feature_gate_fields_are_dropped() -> None:
     counters = [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]
     with FakeApiServer("1.35") as srv:  # DRAPartitionableDevices is alpha (off) in 1.35
-        async with AsyncClient(config=srv.lightkube_config(), trust_env=False) as kube:
+        async with srv.client() as kube:
             created = await kube.create(make_slice(name="a", sharedCounters=counters))
     assert created.spec.sharedCounters is None
     assert "sharedCounters" not in srv.objects("resourceslices")[0]["spec"]
@@ -598,7 +598,7 @@ async def test_only_v1beta1_served_like_1_32() -> None:
             group = (await http.get("/apis/resource.k8s.io")).json()
             assert group["preferredVersion"]["version"] == "v1beta1"
             assert (await http.get("/apis/resource.k8s.io/v1")).status_code == 404
-        async with AsyncClient(config=srv.lightkube_config(), trust_env=False) as kube:
+        async with srv.client() as kube:
             body = slice_dict(name="old")
             body["apiVersion"] = "resource.k8s.io/v1beta1"
             body["spec"]["devices"] = [{"name": "gpu-0", "basic": {"attributes": {"index": {"int": 0}}}}]
@@ -682,7 +682,7 @@ async def test_stop_closes_everything_without_leaking_threads() -> None:
     srv = FakeApiServer().start()
     port = srv.port
     assert srv.url == f"http://127.0.0.1:{port}"
-    kube = AsyncClient(config=srv.lightkube_config(), trust_env=False)
+    kube = srv.client()
     watch = await start_watch(srv, kube.watch(ResourceSlice))
     await kube.create(make_slice(name="a"))
     await watch.wait_for(1)

@@ -22,7 +22,6 @@ from typing import Any
 
 import grpc
 import pytest
-from lightkube import AsyncClient
 
 from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
 from fakegpu.dra.admin_ops import dra_ops
@@ -503,7 +502,7 @@ async def dra_admin(sockdir, serve) -> AsyncIterator[tuple[FakeApiServer, DraDri
         live,
         KubeletPaths(sockdir / "kubelet"),
         DraSettings(cdi_root=sockdir / "cdi"),
-        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+        apiserver.client,
     )
     await driver.start()
     try:

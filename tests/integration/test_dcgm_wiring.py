@@ -378,7 +378,7 @@ async def test_prepared_device_uuid_maps_this_drivers_devices_only(root):
         live,
         KubeletPaths(root / "kubelet"),
         DraSettings(cdi_root=root / "cdi"),
-        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+        apiserver.client,
     )
     await driver.start()
     try:

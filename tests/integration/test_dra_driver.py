@@ -66,7 +66,7 @@ async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
             live,
             KubeletPaths(root / "kubelet"),
             settings,
-            lambda: AsyncClient(config=server.lightkube_config(), trust_env=False),
+            server.client,
         )
         drivers.append(driver)
         await driver.start()
@@ -427,7 +427,7 @@ async def test_registry_and_plugin_dirs_are_configurable(apiserver, root):
         live,
         paths,
         DraSettings(cdi_root=root / "cdi"),
-        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+        apiserver.client,
     )
     await driver.start()
     try:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 
 from fakegpu.cli.main import _parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
@@ -266,7 +265,7 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         live,
         KubeletPaths(root / "kubelet"),
         DraSettings(cdi_root=root / "cdi", resync_interval=0.2, mig_mode="dynamic"),
-        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+        apiserver.client,
     )
     await driver.start()
     try:
@@ -284,7 +283,7 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
         assert await driver.publisher.delete_all() > 0
         # With --dcgm-address, each scrape looks up the annotations of the pods holding prepared devices.
-        annotations = PodAnnotations(lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False))
+        annotations = PodAnnotations(apiserver.client)
         apiserver.create_direct(_pod("user"))
         await annotations.prefetch({("default", "user")})
         assert annotations("default", "user") == {"fakegpu.io/gpu-utilization": "50"}
@@ -303,7 +302,7 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
             "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
         }
     )
-    client = AsyncClient(config=apiserver.lightkube_config(), trust_env=False)
+    client = apiserver.client()
     common = ["virtual-nodes", "--count", "3", "--name-prefix", "kwok-gpu-", "--gpus", "1xh100-80gb"]
     try:
         assert await run_virtual_nodes(cli_parser().parse_args(common), client=client, out=io.StringIO()) == 0

@@ -48,7 +48,7 @@ def server() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 async def client(server: FakeApiServer) -> AsyncIterator[AsyncClient]:
-    c = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    c = server.client()
     yield c
     await c.close()
 
@@ -233,7 +233,7 @@ async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
     """1.35: several slices per node with random names, compared in any order."""
     server = FakeApiServer("1.35").start()
     try:
-        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        client = server.client()
         args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
         out = io.StringIO()
         assert await run_virtual_nodes(parse(*args), client=client, out=out, err=out) == 0
@@ -253,7 +253,7 @@ async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
 async def test_an_older_server_gets_v1beta1_slices(run):
     server = FakeApiServer("1.32").start()
     try:
-        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        client = server.client()
         out = io.StringIO()
         assert await run_virtual_nodes(parse("--count", "1"), client=client, out=out, err=out) == 0
         assert "ResourceSlices as resource.k8s.io/v1beta1" in out.getvalue()
@@ -268,7 +268,7 @@ async def test_an_older_server_gets_v1beta1_slices(run):
 async def test_a_server_without_dra_gets_nodes_only(run):
     server = FakeApiServer("1.36", resource_api_versions=[]).start()
     try:
-        client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+        client = server.client()
         out = io.StringIO()
         assert await run_virtual_nodes(parse("--count", "2"), client=client, out=out, err=out) == 0
         assert "serves no resource.k8s.io ResourceSlices; publishing capacity and labels only" in out.getvalue()

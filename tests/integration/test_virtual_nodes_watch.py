@@ -54,7 +54,7 @@ def server() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 async def watching(server: FakeApiServer) -> AsyncIterator[Watching]:
-    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    client = server.client()
     stop = asyncio.Event()
     out = io.StringIO()
     args = parse("--count", "3", "--gpus", "2xh100-80gb", "--watch", "--resync-interval", "30")
@@ -153,7 +153,7 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
     """1.35 drops the MIG counters (gate off): a watch started over slices an earlier run wrote reads
     nothing per node and writes nothing."""
     server = FakeApiServer("1.35").start()
-    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    client = server.client()
     out = io.StringIO()
     try:
         argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic")
@@ -182,7 +182,7 @@ def devices(slices: list[dict[str, Any]]) -> list[str]:
 @contextlib.asynccontextmanager
 async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.StringIO]:
     """``fakegpu virtual-nodes <argv> --watch`` until the block ends; it must end cleanly."""
-    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    client = server.client()
     stop = asyncio.Event()
     out = io.StringIO()
     args = parse(*argv, "--watch")
@@ -218,7 +218,7 @@ async def test_slices_deleted_one_after_another_are_recreated_once(server):
 
 async def test_after_a_driver_change_only_the_new_drivers_slices_remain_and_the_watch_is_quiet(server):
     out = io.StringIO()
-    client = AsyncClient(config=server.lightkube_config(), trust_env=False)
+    client = server.client()
     try:
         old = parse("--count", "2", "--driver-name", "gpu.example.com")
         assert await run_virtual_nodes(old, client=client, out=out, err=out) == 0

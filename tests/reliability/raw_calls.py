@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import grpc
-from lightkube import AsyncClient
 
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -238,7 +237,7 @@ async def start_dra_driver(
         live,
         KubeletPaths(root / "kubelet"),
         settings,
-        lambda: AsyncClient(config=server.lightkube_config(), trust_env=False),
+        server.client,
     )
     await driver.start()
     try:

@@ -41,7 +41,6 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient
 
 from fakegpu.cli.main import main
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
@@ -502,7 +501,7 @@ async def _prepare_opaque_cases(cases: Sequence[Case]) -> OpaqueAnswers:
             live,
             KubeletPaths(root / "kubelet"),
             DraSettings(cdi_root=root / "cdi"),
-            lambda: AsyncClient(config=server.lightkube_config(), trust_env=False),
+            server.client,
         )
         refs = []
         for case in cases:

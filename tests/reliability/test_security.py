@@ -38,7 +38,6 @@ from typing import Any
 
 import grpc
 import pytest
-from lightkube import AsyncClient
 
 import fakegpu.control.admin_socket as admin_socket
 from fakegpu.control.admin_socket import AdminError, admin_call
@@ -500,7 +499,7 @@ async def driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[DraDrive
         live,
         KubeletPaths(root / "kubelet"),
         DraSettings(cdi_root=root / "cdi"),
-        lambda: AsyncClient(config=apiserver.lightkube_config(), trust_env=False),
+        apiserver.client,
     )
     await dra.start()
     try:
