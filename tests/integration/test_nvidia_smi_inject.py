@@ -377,14 +377,6 @@ def apiserver() -> Iterator[FakeApiServer]:
         server.stop()
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    """Short, so the daemon's sockets fit a unix socket path."""
-    path = Path(tempfile.mkdtemp(prefix="fgsmd-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 async def run_dra_and_prepare(
     apiserver: FakeApiServer,
     root: Path,

@@ -648,18 +648,11 @@ def rejection_problems(record: logging.LogRecord, path: Path, fragment: str, kno
 
 
 @pytest.fixture
-def daemon_root() -> Iterator[Path]:
-    root = short_root()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-async def plugin_daemon(daemon_root: Path) -> AsyncIterator[tuple[KubeletEmulator, DaemonFiles, asyncio.Task[int]]]:
+async def plugin_daemon(root: Path) -> AsyncIterator[tuple[KubeletEmulator, DaemonFiles, asyncio.Task[int]]]:
     """The kubelet emulator and ``run_plugin_daemon`` (8x H100, time slicing 2, a mig-parted file) in this
     process, watching its config, node spec and mig-parted files."""
-    files = daemon_files(daemon_root, replicas=2)
-    kubelet = KubeletEmulator(daemon_root / "kubelet")
+    files = daemon_files(root, replicas=2)
+    kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
     stop = asyncio.Event()
     inputs = InventoryInputs(
@@ -669,7 +662,7 @@ async def plugin_daemon(daemon_root: Path) -> AsyncIterator[tuple[KubeletEmulato
         mig_layout=MIG_LAYOUT,
         config_file=str(files.config),
     )
-    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(daemon_root / "kubelet"), stop=stop))
+    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop))
     try:
         await eventually(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 16 or task.done(), "16 devices")
         if task.done():
@@ -763,8 +756,8 @@ def published(server: FakeApiServer) -> list[str]:
     )
 
 
-async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: Path, apiserver: FakeApiServer):
-    files = daemon_files(daemon_root, replicas=2)
+async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(root: Path, apiserver: FakeApiServer):
+    files = daemon_files(root, replicas=2)
     files.node.write_text("version: v1\ngpus:\n- model: h100-80gb\n  count: 4\n")
     inputs = InventoryInputs(
         node_name=NODE,
@@ -773,13 +766,11 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(daemon_root: P
         mig_layout=MIG_LAYOUT,
         config_file=str(files.config),
     )
-    settings = DraSettings(
-        cdi_root=daemon_root / "cdi", kubeconfig=str(apiserver.kubeconfig(daemon_root / "kubeconfig"))
-    )
+    settings = DraSettings(cdi_root=root / "cdi", kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")))
     stop = asyncio.Event()
     problems: list[str] = []
     with recording("fakegpu") as log:
-        task = asyncio.create_task(run_dra_daemon(inputs, KubeletPaths(daemon_root / "kubelet"), settings, stop=stop))
+        task = asyncio.create_task(run_dra_daemon(inputs, KubeletPaths(root / "kubelet"), settings, stop=stop))
         try:
             await eventually(lambda: len(published(apiserver)) == 4 or task.done(), "4 published GPUs", 10.0)
             assert not task.done()

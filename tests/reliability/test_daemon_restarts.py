@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -792,13 +792,6 @@ async def soak_dra_restarts(restarts: int, *, seed: int = SEED, root: Path | Non
 # --- the tests ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def soak_root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgds-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def assert_clean(figures: DaemonSoakFigures, restarts: int) -> None:
     assert figures.restarts == restarts
     assert figures.problems == [], f"{len(figures.problems)} problems, first ones:\n" + "\n".join(figures.problems[:8])
@@ -809,16 +802,16 @@ def assert_clean(figures: DaemonSoakFigures, restarts: int) -> None:
     )
 
 
-async def test_plugin_restarts_lose_no_allocation(profile: Profile, soak_root: Path) -> None:
-    figures = await soak_plugin_restarts(profile.plugin_restarts, root=soak_root)
+async def test_plugin_restarts_lose_no_allocation(profile: Profile, root: Path) -> None:
+    figures = await soak_plugin_restarts(profile.plugin_restarts, root=root)
     assert_clean(figures, profile.plugin_restarts)
     assert figures.acknowledged > 0 and figures.cut_off > 0 and figures.retried_ok == figures.cut_off
     assert figures.stale_sockets_replaced > 0, "no SIGKILL left a stale socket for the next start to replace"
     assert figures.kubelet_before is not None and figures.kubelet_after is not None
 
 
-async def test_dra_restarts_lose_no_claim_and_prepare_none_twice(profile: Profile, soak_root: Path) -> None:
-    figures = await soak_dra_restarts(profile.dra_restarts, root=soak_root)
+async def test_dra_restarts_lose_no_claim_and_prepare_none_twice(profile: Profile, root: Path) -> None:
+    figures = await soak_dra_restarts(profile.dra_restarts, root=root)
     assert_clean(figures, profile.dra_restarts)
     assert figures.acknowledged > 0 and figures.cut_off > 0
     assert figures.stale_sockets_replaced > 0, "no SIGKILL left a stale socket for the next start to replace"

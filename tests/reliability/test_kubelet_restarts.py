@@ -36,7 +36,6 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -359,25 +358,18 @@ async def soak_kubelet_restarts(
     return figures
 
 
-@pytest.fixture
-def soak_root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgks-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.parametrize(
     ("plugins", "registration"),
     [("in-process", "kubelet"), ("in-process", "plugins-registry"), ("daemon", "kubelet")],
 )
 async def test_kubelet_restarts_lose_nothing_and_leak_nothing(
-    profile: Profile, plugins: PluginPlacement, registration: RegistrationMode, soak_root: Path, timing: Timing
+    profile: Profile, plugins: PluginPlacement, registration: RegistrationMode, root: Path, timing: Timing
 ) -> None:
     figures = await soak_kubelet_restarts(
         profile.kubelet_restarts,
         plugins=plugins,
         registration=registration,
-        root=soak_root,
+        root=root,
         reregister_limit=REREGISTER_LIMIT if timing.enforced else None,
     )
     assert figures.restarts == profile.kubelet_restarts
@@ -389,12 +381,12 @@ async def test_kubelet_restarts_lose_nothing_and_leak_nothing(
     )
 
 
-async def test_kubelet_restart_under_a_pending_registration_costs_no_timeout(soak_root: Path, timing: Timing) -> None:
+async def test_kubelet_restart_under_a_pending_registration_costs_no_timeout(root: Path, timing: Timing) -> None:
     """A kubelet that dies right after creating kubelet.sock, then starts for real (a crash loop): the
     plugins' Register is still waiting to connect when the real kubelet wipes their sockets, so once it
     connects the kubelet dials a socket that is gone and the call could only time out (5 s of a node
     without GPUs). The plugin manager must drop that call as soon as kubelet.sock changes under it."""
-    node = FakeNode(soak_root / "kubelet", NODE_INPUTS)
+    node = FakeNode(root / "kubelet", NODE_INPUTS)
     await node.start()
     try:
         await node.kubelet.stop()

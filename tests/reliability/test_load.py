@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -197,13 +195,6 @@ async def test_concurrent_list_and_watch_streams_all_see_a_health_change(
 
 
 @pytest.fixture
-def dra_root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgload-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
     with serving(NODE) as server:
         yield server
@@ -223,10 +214,10 @@ def checkpoint(root: Path) -> PreparedClaims:
 
 
 async def test_concurrent_prepares_for_distinct_claims(
-    apiserver, dra_root, driver_stopper, profile: Profile, caplog, record_property, timing: Timing
+    apiserver, root, driver_stopper, profile: Profile, caplog, record_property, timing: Timing
 ):
     count = profile.concurrent_prepares
-    driver = await start_dra_driver(apiserver, dra_root, node=NODE, gpus=DRA_GPUS, mig_layout=DRA_LAYOUT)
+    driver = await start_dra_driver(apiserver, root, node=NODE, gpus=DRA_GPUS, mig_layout=DRA_LAYOUT)
     driver_stopper.append(driver)
     devices = published_device_names(apiserver, NODE)
     assert len(devices) >= count, f"{len(devices)} devices published, {count} claims need one each"
@@ -270,13 +261,13 @@ async def test_concurrent_prepares_for_distinct_claims(
         assert len(cdi_ids) == count and len(set(cdi_ids)) == count, "two claims share a CDI device"
         assert driver.preparer.prepares == count
 
-        stored = checkpoint(dra_root).load()
+        stored = checkpoint(root).load()
         assert sorted(stored) == sorted(uid for _, uid, _ in claims), "the checkpoint lost or invented a claim"
         assert all(c.completed for c in stored.values())
         assert {uid: [r.device for r in stored[uid].devices] for _, uid, _ in claims} == {
             uid: [device] for _, uid, device in claims
         }
-        specs = sorted((dra_root / "cdi").iterdir())
+        specs = sorted((root / "cdi").iterdir())
         assert [p.name for p in specs] == sorted(f"k8s.gpu.nvidia.com-claim_{uid}.json" for _, uid, _ in claims)
         visible: list[str] = []
         for path in specs:
@@ -302,8 +293,8 @@ async def test_concurrent_prepares_for_distinct_claims(
         for channel in channels:
             await channel.close()
 
-    assert checkpoint(dra_root).load() == {}, "claims left in the checkpoint after unprepare"
-    assert sorted(p.name for p in (dra_root / "cdi").iterdir()) == [], "CDI specs (or temp files) left behind"
+    assert checkpoint(root).load() == {}, "claims left in the checkpoint after unprepare"
+    assert sorted(p.name for p in (root / "cdi").iterdir()) == [], "CDI specs (or temp files) left behind"
     assert driver.preparer.unprepares == count
     for figures in (prepared.figures, again.figures, unprepared.figures):
         timing.within(figures.wall, BURST_LIMIT, figures.name)

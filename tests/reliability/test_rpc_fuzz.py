@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,21 +191,14 @@ class DraTarget:
 
 
 @pytest.fixture
-def dra_root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fgfuzz-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
     with serving(NODE) as server:
         yield server
 
 
 @pytest.fixture
-async def dra_target(apiserver: FakeApiServer, dra_root: Path) -> AsyncIterator[DraTarget]:
-    driver = await start_dra_driver(apiserver, dra_root, node=NODE, gpus="4xa100-40gb")
+async def dra_target(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraTarget]:
+    driver = await start_dra_driver(apiserver, root, node=NODE, gpus="4xa100-40gb")
     try:
         good = {}
         for i in range(3):
@@ -222,7 +213,7 @@ async def dra_target(apiserver: FakeApiServer, dra_root: Path) -> AsyncIterator[
             ClaimRef("default", "foreign", foreign["metadata"]["uid"]),
             ClaimRef("default", "pending", pending_uid),
         ]
-        target = DraTarget(driver, apiserver, dra_root, good, bad)
+        target = DraTarget(driver, apiserver, root, good, bad)
         async with unix_channel(target.registration) as channel:
             info = await unary_bytes(channel, REG + "GetInfo", b"")
         assert info.payload is not None
