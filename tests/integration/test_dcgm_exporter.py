@@ -19,6 +19,7 @@ from fakegpu.telemetry.dcgm.exporter import CONTENT_TYPE, DcgmExporter
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from fakegpu.telemetry.http_endpoint import MetricsServer, parse_listen_address
 from tests.inventory_builders import time_slicing
+from tests.pod_resources_stub import DraKubelet
 
 GPU = "nvidia.com/gpu"
 SERIES = re.compile(r"^(?P<name>[A-Z_]+)\{(?P<labels>.*)\} (?P<value>\S+)$")
@@ -183,22 +184,6 @@ async def test_dra_prepared_claims_through_an_injected_callable(fakegpu_node):
     assert active == 0 and "pod" not in labels
 
 
-class _DraKubelet(pr_grpc.PodResourcesListerServicer):
-    """A kubelet whose pod resources API reports a DRA allocation (Kubernetes 1.34+)."""
-
-    def __init__(self, response: pr.ListPodResourcesResponse) -> None:
-        self.response = response
-
-    async def List(self, request, context):
-        return self.response
-
-    async def GetAllocatableResources(self, request, context):
-        return pr.AllocatableResourcesResponse()
-
-    async def Get(self, request, context):
-        return pr.GetPodResourcesResponse()
-
-
 async def test_dra_allocations_from_the_pod_resources_api(fakegpu_node, fakegpu_dir: Path):
     node = await fakegpu_node("2xh100-80gb")
     devices = published_devices(node.inventory.node, "static")
@@ -223,7 +208,7 @@ async def test_dra_allocations_from_the_pod_resources_api(fakegpu_node, fakegpu_
     )
     socket = fakegpu_dir / "dra-kubelet.sock"
     server = grpc.aio.server()
-    pr_grpc.add_PodResourcesListerServicer_to_server(_DraKubelet(response), server)
+    pr_grpc.add_PodResourcesListerServicer_to_server(DraKubelet(response), server)
     server.add_insecure_port(f"unix://{socket}")
     await server.start()
 

@@ -40,8 +40,8 @@ from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
-from tests.integration.test_dcgm_exporter import _DraKubelet
-from tests.integration.test_metrics import http_get
+from tests.http_get import http_get
+from tests.pod_resources_stub import DraKubelet
 
 NODE = "dcgm-node"
 GPU = "nvidia.com/gpu"
@@ -351,7 +351,7 @@ async def test_dra_daemon_serves_dcgm_metrics_for_prepared_claims(root, caplog):
         socket_path = pod_resources_socket(paths.root)
         socket_path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
-        pr_grpc.add_PodResourcesListerServicer_to_server(_DraKubelet(response), server)
+        pr_grpc.add_PodResourcesListerServicer_to_server(DraKubelet(response), server)
         server.add_insecure_port(f"unix://{socket_path}")
         await server.start()
         try:

@@ -45,6 +45,7 @@ from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
+from tests.http_get import http_get
 
 GPU = "nvidia.com/gpu"
 NODE = "metrics-node"
@@ -119,19 +120,6 @@ class Scrape:
                 assert self.label_names[name + "_bucket"] == {frozenset(labels | {"le"})}
             out[name] = (kind, labels)
         return out
-
-
-async def http_get(url: str) -> tuple[int, dict[str, str], str]:
-    match = re.fullmatch(r"http://([^/:]+):(\d+)(/.*)", url)
-    assert match, url
-    reader, writer = await asyncio.open_connection(match.group(1), int(match.group(2)))
-    writer.write(f"GET {match.group(3)} HTTP/1.1\r\nHost: {match.group(1)}\r\n\r\n".encode())
-    data = await asyncio.wait_for(reader.read(), 5.0)
-    writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    status, *lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    return int(status.split()[1]), headers, body.decode()
 
 
 async def scrape(url: str) -> Scrape:

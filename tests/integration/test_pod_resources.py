@@ -9,7 +9,7 @@ import pytest
 from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
 from fakegpu.telemetry.dcgm.attribution import pod_resources_socket
-from tests.integration.test_raw_grpc_wire import LEN, decode, int64, len_field, messages, string, strings, unary
+from tests.raw_wire import LEN, decode, int64, len_field, messages, string, strings, unary
 
 GPU = "nvidia.com/gpu"
 LISTER = "/v1.PodResourcesLister/"

@@ -38,7 +38,7 @@ from tests.daemon_tasks import stop_and_wait
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
-from tests.integration.test_metrics import http_get
+from tests.http_get import http_get
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "node-a"
