@@ -31,6 +31,7 @@ from fakegpu.cli.slice_commands import (
     server_minor,
     slice_options,
 )
+from fakegpu.cli.version import version_line
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
@@ -52,6 +53,9 @@ EXIT_USAGE = 2
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
+    parser.add_argument(
+        "-V", "--version", action="version", version=version_line(), help="print the version and the emulated driver"
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument(
         "--log-format", default="text", choices=LOG_FORMATS, help="text, or JSON with one object per line"
