@@ -6,21 +6,35 @@ fakegpu installed): the kubelet emulator, the plugins, gRPC and pydantic are imp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fakegpu.fakeplugin.plugin_manager import RegistrationMode
     from fakegpu.testing.fake_node import FakeNode
 
 
-class FakeNodeFactory(Protocol):
+def _write(root: Path, name: str, content: dict[str, Any] | str | None) -> str | None:
+    if content is None:
+        return None
+    import yaml  # noqa: PLC0415 - only a node with a config pays for YAML
+
+    path = root / name
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return str(path)
+
+
+class FakeNodeFactory:
     """What ``fakegpu_node`` is: ``node = await fakegpu_node("2xa100-40gb", config={...})``.
 
     Annotate the fixture with it (``async def test_x(fakegpu_node: FakeNodeFactory) -> None``) and a
     strict type checker sees every keyword and the :class:`~fakegpu.testing.fake_node.FakeNode` returned.
+    Each node gets its own directory under ``root``; :meth:`stop_all` stops every node made.
     """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.nodes: list[FakeNode] = []
 
     async def __call__(
         self,
@@ -37,42 +51,11 @@ class FakeNodeFactory(Protocol):
         pre_start_required: bool = False,
         grace_period: float = 300.0,
         bugs: tuple[str, ...] = (),
-    ) -> FakeNode: ...
-
-
-def _write(root: Path, name: str, content: dict[str, Any] | str | None) -> str | None:
-    if content is None:
-        return None
-    import yaml  # noqa: PLC0415 - only a node with a config pays for YAML
-
-    path = root / name
-    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
-    return str(path)
-
-
-async def node_factory(root: Path) -> AsyncIterator[FakeNodeFactory]:
-    """Yield a factory of fake nodes under ``root``; stop every node it made when the test ends."""
-    from fakegpu.sharing.inputs import InventoryInputs  # noqa: PLC0415 - see the module docstring
-    from fakegpu.testing.fake_node import FakeNode  # noqa: PLC0415
-
-    nodes: list[FakeNode] = []
-
-    async def make(
-        gpus: str | tuple[str, ...] = "8xh100-80gb",
-        *,
-        config: dict[str, Any] | str | None = None,
-        node_spec: dict[str, Any] | str | None = None,
-        mig_layout: str | None = None,
-        mig_strategy: str | None = None,
-        flags: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
-        node_name: str = "fake-node",
-        registration: RegistrationMode = "kubelet",
-        pre_start_required: bool = False,
-        grace_period: float = 300.0,
-        bugs: tuple[str, ...] = (),
     ) -> FakeNode:
-        sub = root / f"n{len(nodes)}"
+        from fakegpu.sharing.inputs import InventoryInputs  # noqa: PLC0415 - see the module docstring
+        from fakegpu.testing.fake_node import FakeNode  # noqa: PLC0415
+
+        sub = self.root / f"n{len(self.nodes)}"
         sub.mkdir()
         cli: dict[str, str | bool | None] = dict(flags or {})
         if mig_strategy is not None:
@@ -95,18 +78,17 @@ async def node_factory(root: Path) -> AsyncIterator[FakeNodeFactory]:
             grace_period=grace_period,
             bugs=bugs,
         )
-        nodes.append(node)
+        self.nodes.append(node)
         await node.start()
         return node
 
-    try:
-        yield make
-    finally:
-        errors: list[BaseException] = []
-        for node in nodes:
+    async def stop_all(self) -> None:
+        """Stop every node, then raise the first failure: a node that cannot stop fails the test."""
+        errors: list[Exception] = []
+        for node in self.nodes:
             try:
                 await node.stop()
-            except Exception as exc:  # stop every node, then report the first failure
+            except Exception as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]

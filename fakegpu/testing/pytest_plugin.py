@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.testing.node_factory import FakeNodeFactory, node_factory
+from fakegpu.testing.node_factory import FakeNodeFactory
 
 HAVE_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 
@@ -41,8 +41,11 @@ if HAVE_PYTEST_ASYNCIO:
 
     @pytest_asyncio.fixture
     async def fakegpu_node(fakegpu_dir: Path) -> AsyncIterator[FakeNodeFactory]:
-        async for make in node_factory(fakegpu_dir):
-            yield make
+        factory = FakeNodeFactory(fakegpu_dir)
+        try:
+            yield factory
+        finally:
+            await factory.stop_all()
 
 else:  # pragma: no cover
 
