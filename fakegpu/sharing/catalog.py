@@ -53,9 +53,11 @@ class BoardFacts:
     Where each number comes from, unless the board's ``unverified`` notes say it is estimated: idle power,
     idle temperature, performance state, fan, BAR1 and reserved framebuffer from real ``nvidia-smi``
     readings on driver 570 (H100 SXM5: 68-70 W at P0, 328 MiB reserved; L4: 11 W at P8; A10: 9 W at P8;
-    A100 SXM4: 42-46 W); power limits and PCIe link from NVIDIA's datasheets; the loaded temperature is
-    always fakegpu's estimate (see ``load_temp_c``). Every field is required: a board without one does
-    not import.
+    A100 SXM4: 42-46 W; where the nvidia-smi and DCGM models used to disagree, these readings won); the
+    power limit (TDP) and PCIe generation from NVIDIA's published board specifications; the minimum power
+    limit carried over from the former nvidia-smi table, which recorded no separate source for it; PCIe
+    width x16 for every board; the loaded temperature is always fakegpu's estimate (see ``load_temp_c``).
+    Every field is required: a board without one does not import.
     """
 
     power_limit_w: int
@@ -83,7 +85,7 @@ class BoardFacts:
     pcie_width: int
     """PCIe lanes, current = max."""
     unverified: tuple[str, ...]
-    """Which of the numbers above are estimates; ``()`` only when every one was read on a real board."""
+    """Which of the numbers above are estimates; ``()`` when all but ``load_temp_c`` (always one) were read."""
 
     def __post_init__(self) -> None:
         problems = []
