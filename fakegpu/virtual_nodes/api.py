@@ -24,7 +24,8 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
-from fakegpu.dra.slice_publisher import SLICE_KINDS
+from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
+from fakegpu.kube.watch_loop import collect
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -196,18 +197,23 @@ class Api:
 
     async def slices_served(self, api_version: str) -> bool:
         """Whether ``api_version`` serves ResourceSlices (a one-item list; 404 means no)."""
+        return await self.call(
+            "list", f"listing {api_version} ResourceSlices", lambda: serves_slices(self.client, api_version)
+        )
 
-        async def probe() -> None:
-            async for _ in self.client.list(SLICE_KINDS[api_version], chunk_size=1):
-                break
-
+    # -- discovery -------------------------------------------------------------------------------------
+    async def server_minor(self) -> int:
+        """The API server's minor version from ``/version`` (virtual nodes have no kubelet whose version
+        could stand in for the cluster's); counted as a get, not retried."""
+        self.calls["get"] += 1
         try:
-            await self.call("list", f"listing {api_version} ResourceSlices", probe)
-        except ApiCallError as exc:
-            if exc.code == 404:
-                return False
+            return await read_server_minor(self.client.config, trust_env=self.trust_env)
+        except Exception as exc:
+            if from_kubeconfig(exc):  # an exec plugin runs on the first request
+                raise kubeconfig_problem(exc) from None
+            if isinstance(exc, (httpx2.HTTPError, ValueError)):
+                raise DiscoveryError(f"reading the API server's /version failed: {exc}") from None
             raise
-        return True
 
     # -- shared ----------------------------------------------------------------------------------------
     async def _list(
@@ -225,8 +231,8 @@ class Api:
             listing = self.client.list(
                 kind, labels=dict(labels) if labels else None, fields=dict(fields) if fields else None
             )
-            items = [dict(o.to_dict()) async for o in listing]
-            return items, str(listing.resourceVersion)
+            items, version = await collect(listing)
+            return [dict(o.to_dict()) for o in items], version
 
         return await self.call("list", what, run)
 
