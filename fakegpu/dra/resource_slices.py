@@ -68,7 +68,8 @@ class SliceOptions:
     driver: str = "gpu.nvidia.com"
     mig_mode: MigMode = "static"
     server_minor: int = 36
-    """Kubernetes 1.<minor> of the API server; 37 behaves like 36."""
+    """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
+    FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
 
     def __post_init__(self) -> None:

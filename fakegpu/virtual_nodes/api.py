@@ -24,6 +24,7 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
+from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
 from fakegpu.kube.watch_loop import collect
 
@@ -115,7 +116,7 @@ class Api:
                 if code in RETRYABLE and attempt < self.retries and (idempotent or code == 429):
                     attempt += 1
                     pause = retry_after(exc) if code == 429 else None
-                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1) if pause is None else pause)
+                    await asyncio.sleep(retry_pause(attempt, first=self.backoff) if pause is None else pause)
                     continue
                 reason = exc.status.reason or "Error"
                 uncertain = not idempotent and code is not None and code >= 500
@@ -125,7 +126,7 @@ class Api:
                 sent = not isinstance(exc, NOT_SENT)
                 if attempt < self.retries and (idempotent or not sent):
                     attempt += 1
-                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                    await asyncio.sleep(retry_pause(attempt, first=self.backoff))
                     continue
                 detail = str(exc) or type(exc).__name__
                 raise ApiCallError(
