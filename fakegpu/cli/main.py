@@ -25,6 +25,7 @@ from fakegpu.cli.nvidia_smi_command import (
 from fakegpu.cli.scenario_command import add_scenario_parser, run_scenario_command
 from fakegpu.cli.slice_commands import (
     API_VERSIONS,
+    KNOWN_VERSIONS,
     add_slice_options,
     render_device_classes,
     render_slices,
@@ -145,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         "--server-version",
         type=server_minor,
         default=None,
-        help="Kubernetes version of the cluster, 1.34-1.37 (default: the node's kubelet version)",
+        help=f"Kubernetes version of the cluster, {KNOWN_VERSIONS} (default: the node's kubelet version)",
     )
     dra.add_argument(
         "--admin-socket",

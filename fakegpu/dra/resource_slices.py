@@ -15,18 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fakegpu.dra.quantities import decimal_quantity, mebibytes
+from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.node import Node, PhysicalGpu
 
 MigMode = Literal["static", "dynamic"]
 
 API_GROUP = "resource.k8s.io"
-SUPPORTED_API_VERSIONS: dict[str, tuple[int, int]] = {
-    # group version -> (first Kubernetes minor that serves it, last one)
-    "resource.k8s.io/v1": (34, 999),
-    "resource.k8s.io/v1beta2": (33, 38),
-    "resource.k8s.io/v1beta1": (32, 37),
-}
 
 # Limits from k8s.io/api resource/v1 types.go (the OpenAPI schemas do not express them).
 MAX_DEVICES_PER_SLICE = 128
@@ -73,7 +68,8 @@ class SliceOptions:
     driver: str = "gpu.nvidia.com"
     mig_mode: MigMode = "static"
     server_minor: int = 36
-    """Kubernetes 1.<minor> of the API server; 37 behaves like 36."""
+    """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
+    FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
 
     def __post_init__(self) -> None:

@@ -375,12 +375,29 @@ class Component:
 
 
 COMPONENTS = {
-    "device-plugin": (Component("device-plugin", ("fakegpu/fakeplugin", "fakegpu/kube")), exercise_device_plugin),
+    "device-plugin": (
+        Component(
+            "device-plugin",
+            (
+                "fakegpu/fakeplugin",
+                "fakegpu/kube/client.py",
+                "fakegpu/kube/node_watch.py",
+                "fakegpu/kube/pod_annotations.py",
+            ),
+        ),
+        exercise_device_plugin,
+    ),
     "dra": (
-        Component("dra", ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/pod_annotations.py")),
+        Component(
+            "dra",
+            ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/discovery.py", "fakegpu/kube/pod_annotations.py"),
+        ),
         exercise_dra,
     ),
-    "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "fakegpu/kube/client.py")), exercise_virtual_nodes),
+    "kwok": (
+        Component("kwok", ("fakegpu/virtual_nodes", "fakegpu/kube/client.py", "fakegpu/kube/discovery.py")),
+        exercise_virtual_nodes,
+    ),
 }
 
 
