@@ -23,6 +23,7 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.kube.backoff import jittered_pause
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
     SUPPORTED_API_VERSIONS,
@@ -288,20 +289,22 @@ class SlicePublisher:
         self._dirty.set()
 
     async def _reconcile_loop(self) -> None:
+        failures = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
             self._dirty.clear()
             try:
                 await self.publish()
+                failures = 0
+                continue
             except PublishError as exc:
                 log.error("%s; retrying", exc)
-                await asyncio.sleep(1.0)
-                self._dirty.set()
             except Exception as exc:  # the API server may be unreachable for a while
                 log.error("publishing ResourceSlices failed: %s; retrying", exc)
-                await asyncio.sleep(1.0)
-                self._dirty.set()
+            failures += 1
+            await asyncio.sleep(jittered_pause(failures))
+            self._dirty.set()
 
     async def _watch_loop(self) -> None:
         """List, then watch from the list's resourceVersion: a deletion between our publish and the
