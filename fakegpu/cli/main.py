@@ -36,6 +36,7 @@ from fakegpu.cli.version import version_line
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT, KubeletPaths
@@ -171,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         "--server-version",
         type=server_minor,
         default=36,
-        help="Kubernetes version whose slice layout to use: 1.34, 1.35, 1.36 (default 1.36)",
+        help=f"Kubernetes version whose slice layout to use, 1.{OLDEST_MINOR}-1.{NEWEST_LAYOUT} (default 1.36)",
     )
     slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
 
