@@ -24,7 +24,10 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 
-from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
+from fakegpu.control.client import admin_call
+from fakegpu.control.operations import OPERATIONS
+from fakegpu.control.protocol import AdminError, op_fields
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
@@ -436,6 +439,32 @@ def test_ops_with_unsupported_field_types_are_refused_at_construction(sockdir):
 
 
 # --- fakegpu ctl ---------------------------------------------------------------------------------------
+
+
+def _table_fits(ops: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What is wrong between the ctl table and a daemon's ops: unknown fields, required ones ctl cannot send."""
+    wrong: dict[str, list[str]] = {}
+    table = {op.name: op for op in OPERATIONS}
+    for name, op in ops.items():
+        if name not in table:
+            wrong.setdefault(name, []).append("not in the ctl table")
+            continue
+        fields = {f.name: f for f in op_fields(name, op)}
+        sent = set(table[name].fields)
+        wrong[name] = [f"ctl sends {f!r}, which the op does not take" for f in sorted(sent - set(fields))]
+        wrong[name] += [
+            f"ctl cannot send the required {f!r}" for f, d in fields.items() if d.required and f not in sent
+        ]
+    return {k: v for k, v in wrong.items() if v}
+
+
+async def test_the_ctl_table_has_every_op_of_both_daemons_with_their_fields(plugin_admin, dra_admin):
+    node, _ = await plugin_admin("2xt4")
+    _apiserver, driver, _ = dra_admin
+    plugin_ops = device_plugin_ops(node.live, node.plugins, node.calls)
+    assert _table_fits(plugin_ops) == {}
+    assert _table_fits(dra_ops(driver)) == {}
+    assert {op.name for op in OPERATIONS} == set(plugin_ops) | set(dra_ops(driver))
 
 
 async def test_ctl_status_prints_a_table_and_json(plugin_admin):

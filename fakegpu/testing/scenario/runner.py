@@ -357,11 +357,10 @@ async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO, socke
     statuses: list[int] = []
     for path in paths:
         try:
-            scenario = load_scenario(path)
             if socket is None:
-                status = await run_scenario(scenario, out)
+                status = await run_scenario(load_scenario(path), out)
             else:
-                status = await run_live_scenario(scenario, Path(socket), out)
+                status = await run_live_scenario(load_scenario(path, face=None), Path(socket), out)
         except SpecError as exc:
             out.flush()
             err.write(f"fakegpu: error: {exc}\n")

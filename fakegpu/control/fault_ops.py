@@ -1,0 +1,119 @@
+"""The fault ops both faces share: plan and clear scripted RPC faults, and show them in status.
+
+Each face serves its own RPCs and so exports its own :class:`FaultableRpcs` (the device plugin its
+v1beta1 ``DevicePlugin`` RPCs, the DRA driver ``NodePrepareResources``/``NodeUnprepareResources``); a fault
+for an RPC the face does not serve is refused here, since it could never fire. The plan itself is pure
+state in ``fakegpu.sharing.faults``, where both faces' servers read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fakegpu.control.protocol import AdminError, Op
+from fakegpu.sharing.faults import FaultError, FaultPlan
+
+
+@dataclass(frozen=True)
+class FaultableRpcs:
+    """The RPCs one face serves, so the ones a fault can name there."""
+
+    kind: str
+    """The face's daemon kind, as its ``status`` op reports it (``device-plugin``, ``dra``)."""
+    face: str
+    """The face in a sentence: ``the device plugin``."""
+    rpcs: tuple[str, ...]
+
+    def check(self, method: str) -> None:
+        """AdminError when this face does not serve ``method`` (a fault for it could never fire)."""
+        if method not in self.rpcs:
+            raise AdminError(
+                f"this daemon does not serve {method!r}; faults can be injected into: {', '.join(self.rpcs)}"
+            )
+
+
+def inject_fault(
+    plan: FaultPlan,
+    *,
+    faultable: FaultableRpcs,
+    scopes: Sequence[str],
+    method: str,
+    times: int,
+    code: str | None,
+    message: str,
+    delay: float,
+    resource: str | None,
+) -> dict[str, Any]:
+    """Plan a fault for an RPC this daemon serves, scoped to one of its resources (or drivers)."""
+    faultable.check(method)
+    if resource is not None and resource not in scopes:
+        raise AdminError(f"unknown resource {resource!r}; this daemon serves: {', '.join(scopes) or 'nothing'}")
+    try:
+        fault = plan.inject(method, times=times, code=code, message=message, delay=delay, resource=resource)
+    except FaultError as exc:
+        raise AdminError(str(exc)) from None
+    return {
+        "method": fault.method,
+        "times": fault.remaining,
+        "code": fault.code,
+        "message": fault.message if fault.code else "",
+        "delay": fault.delay,
+        "resource": fault.resource,
+    }
+
+
+def clear_faults(plan: FaultPlan, faultable: FaultableRpcs, method: str | None) -> int:
+    """Drop the planned faults (of one RPC, or all); how many were dropped."""
+    if method is not None:
+        faultable.check(method)
+    return plan.clear(method)
+
+
+def fault_ops(plan: FaultPlan, faultable: FaultableRpcs, scopes: Callable[[], Sequence[str]]) -> dict[str, Op]:
+    """The ``fault`` and ``clear-faults`` ops of a daemon serving ``faultable`` for the resources (or driver)
+    ``scopes()`` names; both daemons use these."""
+
+    async def fault(
+        method: str,
+        times: int = 1,
+        code: str | None = None,
+        message: str = "",
+        delay: float = 0.0,
+        resource: str | None = None,
+    ) -> dict[str, Any]:
+        return inject_fault(
+            plan,
+            faultable=faultable,
+            scopes=scopes(),
+            method=method,
+            times=times,
+            code=code,
+            message=message,
+            delay=delay,
+            resource=resource,
+        )
+
+    async def clear_faults_op(method: str | None = None) -> int:
+        return clear_faults(plan, faultable, method)
+
+    return {"fault": fault, "clear-faults": clear_faults_op}
+
+
+def fault_status(plan: FaultPlan) -> dict[str, Any]:
+    """Pending and fired faults, for status."""
+    return {
+        "pending": [
+            {
+                "method": f.method,
+                "remaining": f.remaining,
+                "code": f.code,
+                "message": f.message if f.code else "",
+                "delay": f.delay,
+                "resource": f.resource,
+            }
+            for f in plan.faults
+        ],
+        "fired": [{"method": m, "what": what} for m, what in plan.fired],
+    }
