@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
-from fakegpu.sharing.faults import FaultError, FaultPlan
+from fakegpu.sharing.faults import FaultError, FaultPlan, RpcFault
 
 
 @dataclass(frozen=True)
@@ -34,41 +34,17 @@ class FaultableRpcs:
             )
 
 
-def inject_fault(
-    plan: FaultPlan,
-    *,
-    faultable: FaultableRpcs,
-    scopes: Sequence[str],
-    method: str,
-    times: int,
-    code: str | None,
-    message: str,
-    delay: float,
-    resource: str | None,
-) -> dict[str, Any]:
-    """Plan a fault for an RPC this daemon serves, scoped to one of its resources (or drivers)."""
-    faultable.check(method)
-    if resource is not None and resource not in scopes:
-        raise AdminError(f"unknown resource {resource!r}; this daemon serves: {', '.join(scopes) or 'nothing'}")
-    try:
-        fault = plan.inject(method, times=times, code=code, message=message, delay=delay, resource=resource)
-    except FaultError as exc:
-        raise AdminError(str(exc)) from None
+def _described(fault: RpcFault, calls: str) -> dict[str, Any]:
+    """A planned fault as the ``fault`` answer and status show it: the calls it still hits under the key
+    ``calls``, its message only when it fails."""
     return {
         "method": fault.method,
-        "times": fault.remaining,
+        calls: fault.remaining,
         "code": fault.code,
         "message": fault.message if fault.code else "",
         "delay": fault.delay,
         "resource": fault.resource,
     }
-
-
-def clear_faults(plan: FaultPlan, faultable: FaultableRpcs, method: str | None) -> int:
-    """Drop the planned faults (of one RPC, or all); how many were dropped."""
-    if method is not None:
-        faultable.check(method)
-    return plan.clear(method)
 
 
 def fault_ops(plan: FaultPlan, faultable: FaultableRpcs, scopes: Callable[[], Sequence[str]]) -> dict[str, Op]:
@@ -83,37 +59,29 @@ def fault_ops(plan: FaultPlan, faultable: FaultableRpcs, scopes: Callable[[], Se
         delay: float = 0.0,
         resource: str | None = None,
     ) -> dict[str, Any]:
-        return inject_fault(
-            plan,
-            faultable=faultable,
-            scopes=scopes(),
-            method=method,
-            times=times,
-            code=code,
-            message=message,
-            delay=delay,
-            resource=resource,
-        )
+        """Plan a fault for an RPC this daemon serves, scoped to one of its resources (or drivers)."""
+        faultable.check(method)
+        served = scopes()
+        if resource is not None and resource not in served:
+            raise AdminError(f"unknown resource {resource!r}; this daemon serves: {', '.join(served) or 'nothing'}")
+        try:
+            planned = plan.inject(method, times=times, code=code, message=message, delay=delay, resource=resource)
+        except FaultError as exc:
+            raise AdminError(str(exc)) from None
+        return _described(planned, "times")
 
-    async def clear_faults_op(method: str | None = None) -> int:
-        return clear_faults(plan, faultable, method)
+    async def clear_faults(method: str | None = None) -> int:
+        """Drop the planned faults (of one RPC, or all); how many were dropped."""
+        if method is not None:
+            faultable.check(method)
+        return plan.clear(method)
 
-    return {"fault": fault, "clear-faults": clear_faults_op}
+    return {"fault": fault, "clear-faults": clear_faults}
 
 
 def fault_status(plan: FaultPlan) -> dict[str, Any]:
     """Pending and fired faults, for status."""
     return {
-        "pending": [
-            {
-                "method": f.method,
-                "remaining": f.remaining,
-                "code": f.code,
-                "message": f.message if f.code else "",
-                "delay": f.delay,
-                "resource": f.resource,
-            }
-            for f in plan.faults
-        ],
+        "pending": [_described(f, "remaining") for f in plan.faults],
         "fired": [{"method": m, "what": what} for m, what in plan.fired],
     }

@@ -138,25 +138,24 @@ def _health(request: Request, result: Any) -> str:
     return f"marked {len(result)} device(s) {how}: {_list(result)}"
 
 
+def _ignored(xid: int, already: str) -> str:
+    return f"no device changed: XID {xid} is ignored by the daemon's health policy (or {already} already unhealthy)"
+
+
+def _unhealthy(result: Sequence[str]) -> str:
+    return f"{len(result)} device(s) unhealthy: {_list(result)}"
+
+
 def _xid(request: Request, result: Any) -> str:
     if not result:
-        return (
-            f"no device changed: XID {request['xid']} is ignored by the daemon's health policy "
-            "(or the devices were already unhealthy)"
-        )
-    return f"XID {request['xid']} on {request['target']}: {len(result)} device(s) unhealthy: {_list(result)}"
+        return _ignored(request["xid"], "the devices were")
+    return f"XID {request['xid']} on {request['target']}: {_unhealthy(result)}"
 
 
 def _off_bus(request: Request, result: Any) -> str:
     if not result:
-        return (
-            f"no device changed: XID {OFF_THE_BUS_XID} is ignored by the daemon's health policy "
-            "(or the GPU was already unhealthy)"
-        )
-    return (
-        f"GPU {request['gpu']} fell off the bus (XID {OFF_THE_BUS_XID}): {len(result)} device(s) unhealthy: "
-        f"{_list(result)}"
-    )
+        return _ignored(OFF_THE_BUS_XID, "the GPU was")
+    return f"GPU {request['gpu']} fell off the bus (XID {OFF_THE_BUS_XID}): {_unhealthy(result)}"
 
 
 def _fault(_request: Request, result: Any) -> str:
