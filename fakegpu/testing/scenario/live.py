@@ -125,15 +125,7 @@ class LiveScenarioRun:
                 changed = await self._call("health", target=h.target, healthy=h.healthy)
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                await self._call(
-                    "fault",
-                    method=f.rpc,
-                    times=f.times,
-                    code=f.code,
-                    message=f.message,
-                    delay=f.delay,
-                    resource=f.resource,
-                )
+                await self._call("fault", method=f.rpc, **f.settings())
                 return ""
             case EndStreamsStep(end_streams=name):
                 ended = await self._call("end-streams", resource=name)

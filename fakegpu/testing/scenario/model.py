@@ -121,6 +121,10 @@ class FaultArgs(_Model):
             raise ValueError("a fault needs a 'code' to fail with or a 'delay' in seconds")
         return self
 
+    def settings(self) -> dict[str, Any]:
+        """Everything but the RPC, as ``FaultPlan.inject`` and the ``fault`` admin op take it."""
+        return self.model_dump(exclude={"rpc"})
+
 
 class AllocateArgs(_Model):
     pod: str = Field(min_length=1)

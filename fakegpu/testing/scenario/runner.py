@@ -241,9 +241,7 @@ class ScenarioRun:
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
                 try:
-                    node.live.faults.inject(
-                        f.rpc, times=f.times, code=f.code, message=f.message, delay=f.delay, resource=f.resource
-                    )
+                    node.live.faults.inject(f.rpc, **f.settings())
                 except FaultError as exc:
                     raise BadReference(str(exc)) from None
                 return ""
