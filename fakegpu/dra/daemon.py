@@ -22,7 +22,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
-from fakegpu.control.admin_socket import AdminServer
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
 from fakegpu.dra.health_service import HealthService

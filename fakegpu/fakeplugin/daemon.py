@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from fakegpu.control.admin_socket import AdminServer
+from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
