@@ -27,7 +27,7 @@ from fakegpu.control.admin_socket import (
     off_bus,
     set_health,
 )
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import CheckpointCorrupted
 from fakegpu.dra.published_health import device_health
 

@@ -20,11 +20,10 @@ from typing import Any, Literal
 import grpc
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
 from fakegpu.control.admin_socket import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
-from fakegpu.dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.claim_preparer import CLAIM_KINDS, ClaimPreparer, LightkubeClaimReader
 from fakegpu.dra.health_service import HealthService
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.metrics import DraMetrics
@@ -54,11 +53,6 @@ from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 log = logging.getLogger(__name__)
 
 
-CLAIM_KINDS: dict[str, Any] = {
-    "resource.k8s.io/v1": resource_v1.ResourceClaim,
-    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
-    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
-}
 CLAIM_TTL = 10.0
 """How long a claim's ``status.reservedFor`` is trusted before it is read again (shared claims gain pods)."""
 CLAIM_DEADLINE = 1.0

@@ -20,8 +20,8 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 
 from fakegpu.cli.main import _parser as cli_parser
-from fakegpu.dra.claim_devices import published_devices
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.dra.device_map import published_devices
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.kube.pod_annotations import PodAnnotations, describe_error
 from fakegpu.kubelet.emulator import KubeletEmulator

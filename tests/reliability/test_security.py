@@ -42,7 +42,7 @@ from lightkube import AsyncClient
 
 import fakegpu.control.admin_socket as admin_socket
 from fakegpu.control.admin_socket import AdminError, admin_call
-from fakegpu.dra.claim_devices import ClaimError
+from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
