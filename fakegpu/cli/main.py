@@ -49,6 +49,7 @@ from fakegpu.sharing.labels import gfd_labels
 from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
 from fakegpu.telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from fakegpu.telemetry.log_format import LOG_FORMATS, configure_logging
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
 EXIT_USAGE = 2
 
@@ -209,6 +210,13 @@ def _warn(warnings: Sequence[str]) -> None:
         print(f"fakegpu: warning: {w}", file=sys.stderr)
 
 
+def _telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
+    """The four telemetry flags ``plugin`` and ``dra`` share (``add_metrics_address_option``, ``add_dcgm_options``)."""
+    return TelemetrySettings(
+        metrics_address(args), dcgm_address(args), args.dcgm_kubernetes_virtual_gpus, args.dcgm_seed
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "catalog":
         sys.stdout.write(render_catalog(args.verbose))
@@ -241,10 +249,7 @@ def _run(args: argparse.Namespace) -> int:
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,
-                metrics_address=metrics_address(args),
-                dcgm_address=dcgm_address(args),
-                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
-                dcgm_seed=args.dcgm_seed,
+                telemetry=_telemetry_settings(args),
                 node=node_settings(args),
             )
         )
@@ -264,10 +269,7 @@ def _run(args: argparse.Namespace) -> int:
                 paths,
                 settings,
                 admin_socket=args.admin_socket,
-                metrics_address=metrics_address(args),
-                dcgm_address=dcgm_address(args),
-                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
-                dcgm_seed=args.dcgm_seed,
+                telemetry=_telemetry_settings(args),
             )
         )
     node = load_node(inputs)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
 from fakegpu.control.health_ops import gpu_status, health_ops
 from fakegpu.control.protocol import AdminError, Op
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import CheckpointCorrupted
 from fakegpu.dra.published_health import device_health
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra_v1

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fakegpu.dra.quantities import decimal_quantity, mebibytes
+from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.node import Node, PhysicalGpu
@@ -201,16 +201,12 @@ def _gpu_capacities(model: GpuModel) -> dict[str, int | str]:
     }
 
 
-def _quantity(value: int | str) -> str:
-    return value if isinstance(value, str) else decimal_quantity(value)
-
-
 def _capacity_map(values: Mapping[str, int | str]) -> dict[str, dict[str, str]]:
-    return {name: {"value": _quantity(values[name])} for name in sorted(values)}
+    return {name: {"value": count_or_quantity(values[name])} for name in sorted(values)}
 
 
 def _counters(values: Mapping[str, int | str], slots: range) -> dict[str, dict[str, str]]:
-    counters = {counter_name(name): _quantity(v) for name, v in values.items()}
+    counters = {counter_name(name): count_or_quantity(v) for name, v in values.items()}
     counters.update({memory_slice_counter(i): "1" for i in slots})
     return {name: {"value": counters[name]} for name in sorted(counters)}
 

@@ -41,6 +41,7 @@ from fakegpu.runtime.plugin_registration import registry_socket_name
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.rpc_metrics import fakegpu_version
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import get_info, prepare, prepare_v1beta1, unprepare
@@ -175,7 +176,7 @@ async def plugin_daemon(
             KubeletPaths(root / "kubelet"),
             stop=stop,
             admin_socket=admin,
-            metrics_address=ANY_PORT,
+            telemetry=TelemetrySettings(metrics_address=ANY_PORT),
         )
     )
     await kubelet.wait_for(lambda: kubelet.allocatable().get(GPU) == 2 or task.done(), 10.0, "devices")
@@ -374,7 +375,7 @@ async def dra_daemon(
             settings,
             stop=stop,
             admin_socket=admin,
-            metrics_address=ANY_PORT,
+            telemetry=TelemetrySettings(metrics_address=ANY_PORT),
         )
     )
     try:

@@ -22,9 +22,9 @@ import pytest
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.main import _parser
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
-from fakegpu.dra.claim_devices import published_devices
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -38,7 +38,7 @@ from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.dra_kubelet_client import prepare
-from tests.unit.dra.test_claim_devices import claim, result
+from tests.unit.dra.test_claim_preparation import claim, result
 
 GPU = "nvidia.com/gpu"
 CUDA_IMAGE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}

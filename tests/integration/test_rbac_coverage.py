@@ -34,6 +34,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
@@ -237,7 +238,13 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     apiserver.create_direct(_pod("train"))
     dcgm = ListenAddress("127.0.0.1", _free_port())
     task = asyncio.create_task(
-        run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=settings, dcgm_address=dcgm)
+        run_plugin_daemon(
+            inputs,
+            KubeletPaths(root / "kubelet"),
+            stop=stop,
+            node=settings,
+            telemetry=TelemetrySettings(dcgm_address=dcgm),
+        )
     )
     try:
         await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 2, 10.0, "devices")

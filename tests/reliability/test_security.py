@@ -43,7 +43,7 @@ from lightkube import AsyncClient
 import fakegpu.control.server as admin_server
 from fakegpu.control.client import admin_call
 from fakegpu.control.protocol import AdminError
-from fakegpu.dra.claim_devices import ClaimError
+from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
