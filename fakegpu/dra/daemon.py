@@ -31,6 +31,7 @@ from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.kube.backoff import jittered_pause
 from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
@@ -47,6 +48,9 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.dcgm.attribution import DeviceHolder, DraDevice
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
+
+FIRST_PUBLISH_RETRY = 0.5
+"""A driver that starts before its API server is reachable tries again soon, then backs off."""
 
 log = logging.getLogger(__name__)
 
@@ -227,16 +231,17 @@ class DraDriver:
         self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
 
     async def _start_publishing(self) -> None:
-        delay = 0.5
+        failures = 0
         while True:
             try:
                 await self.publisher.start()
                 self.reader.api_version = self.publisher.options.api_version
                 return
             except Exception as exc:  # the API server may be unreachable or refuse for a while
-                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                failures += 1
+                pause = jittered_pause(failures, first=FIRST_PUBLISH_RETRY)
+                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, pause)
+                await asyncio.sleep(pause)
 
     async def wait_published(self, timeout: float = 10.0) -> None:
         if self._publish_task is not None:
