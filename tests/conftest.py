@@ -25,6 +25,7 @@ MARKER_BY_DIRECTORY = {
     "apiserver": "unit",  # the fake API server's own tests: one component, in this process
     "deploy": "unit",  # the manifests under deploy/, rendered and checked statically
     "integration": "integration",
+    "packaging": "integration",  # fakegpu built and installed into a fresh venv, used by a user's project
     "reliability": "reliability",
     "e2e": "e2e",
 }

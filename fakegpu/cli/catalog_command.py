@@ -20,6 +20,12 @@ def render_catalog(verbose: bool) -> str:
         )
         if verbose:
             lines.append(f"    board: {m.board}; gpu.product label: {sanitize_product(m.product_name)}")
+            f = m.facts
+            lines.append(
+                f"    power: limit {f.power_limit_w} W (min {f.power_min_w} W), idle {f.idle_power_w:.2f} W "
+                f"{f.idle_temp_c} C {f.idle_pstate}, loaded {f.load_temp_c} C (estimated); fan {f.fan}; "
+                f"BAR1 {f.bar1_mib} MiB, reserved {f.reserved_mib} MiB; PCIe gen{f.pcie_gen} x{f.pcie_width}"
+            )
             for p in m.mig_profiles:
                 starts = ",".join(str(s) for s in p.placements)
                 lines.append(
@@ -27,6 +33,6 @@ def render_catalog(verbose: bool) -> str:
                     f"max {p.max_instances} starts {{{starts}}}:{p.memory_slices} "
                     f"CE/DEC/ENC/JPG/OFA {p.copy_engines}/{p.decoders}/{p.encoders}/{p.jpeg}/{p.ofa}"
                 )
-            for note in m.unverified:
+            for note in (*m.unverified, *f.unverified):
                 lines.append(f"    unverified: {note}")
     return "\n".join(lines) + "\n"

@@ -25,15 +25,18 @@ from fakegpu.cli.nvidia_smi_command import (
 from fakegpu.cli.scenario_command import add_scenario_parser, run_scenario_command
 from fakegpu.cli.slice_commands import (
     API_VERSIONS,
+    KNOWN_VERSIONS,
     add_slice_options,
     render_device_classes,
     render_slices,
     server_minor,
     slice_options,
 )
+from fakegpu.cli.version import version_line
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT, KubeletPaths
@@ -46,12 +49,16 @@ from fakegpu.sharing.labels import gfd_labels
 from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
 from fakegpu.telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from fakegpu.telemetry.log_format import LOG_FORMATS, configure_logging
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
 EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
+    parser.add_argument(
+        "-V", "--version", action="version", version=version_line(), help="print the version and the emulated driver"
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument(
         "--log-format", default="text", choices=LOG_FORMATS, help="text, or JSON with one object per line"
@@ -141,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         "--server-version",
         type=server_minor,
         default=None,
-        help="Kubernetes version of the cluster, 1.34-1.37 (default: the node's kubelet version)",
+        help=f"Kubernetes version of the cluster, {KNOWN_VERSIONS} (default: the node's kubelet version)",
     )
     dra.add_argument(
         "--admin-socket",
@@ -166,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
         "--server-version",
         type=server_minor,
         default=36,
-        help="Kubernetes version whose slice layout to use: 1.34, 1.35, 1.36 (default 1.36)",
+        help=f"Kubernetes version whose slice layout to use, 1.{OLDEST_MINOR}-1.{NEWEST_LAYOUT} (default 1.36)",
     )
     slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
 
@@ -203,6 +210,13 @@ def _warn(warnings: Sequence[str]) -> None:
         print(f"fakegpu: warning: {w}", file=sys.stderr)
 
 
+def _telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
+    """The four telemetry flags ``plugin`` and ``dra`` share (``add_metrics_address_option``, ``add_dcgm_options``)."""
+    return TelemetrySettings(
+        metrics_address(args), dcgm_address(args), args.dcgm_kubernetes_virtual_gpus, args.dcgm_seed
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "catalog":
         sys.stdout.write(render_catalog(args.verbose))
@@ -235,10 +249,7 @@ def _run(args: argparse.Namespace) -> int:
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,
-                metrics_address=metrics_address(args),
-                dcgm_address=dcgm_address(args),
-                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
-                dcgm_seed=args.dcgm_seed,
+                telemetry=_telemetry_settings(args),
                 node=node_settings(args),
             )
         )
@@ -258,10 +269,7 @@ def _run(args: argparse.Namespace) -> int:
                 paths,
                 settings,
                 admin_socket=args.admin_socket,
-                metrics_address=metrics_address(args),
-                dcgm_address=dcgm_address(args),
-                dcgm_virtual_gpus=args.dcgm_kubernetes_virtual_gpus,
-                dcgm_seed=args.dcgm_seed,
+                telemetry=_telemetry_settings(args),
             )
         )
     node = load_node(inputs)

@@ -9,9 +9,12 @@ import yaml
 
 from fakegpu.dra.device_classes import device_classes
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.sharing.node import Node
 
-API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
+API_VERSIONS = tuple(API_PREFERENCE)
+KNOWN_VERSIONS = f"1.{OLDEST_MINOR}-1.{NEWEST_LAYOUT}"
+"""The Kubernetes versions ``--server-version`` accepts, for help texts."""
 
 
 def add_slice_options(parser: argparse.ArgumentParser) -> None:
@@ -47,8 +50,10 @@ def server_minor(value: str) -> int:
         number = int(minor)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a Kubernetes version such as 1.36, found {value!r}") from None
-    if major != "1" or not 32 <= number <= 37:
-        raise argparse.ArgumentTypeError(f"expected a Kubernetes version from 1.32 to 1.37, found {value!r}")
+    if major != "1" or not OLDEST_MINOR <= number <= NEWEST_LAYOUT:
+        raise argparse.ArgumentTypeError(
+            f"expected a Kubernetes version from 1.{OLDEST_MINOR} to 1.{NEWEST_LAYOUT}, found {value!r}"
+        )
     return number
 
 

@@ -25,14 +25,14 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ConfigError
 
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
-from fakegpu.cli.slice_commands import add_slice_options, server_minor
+from fakegpu.cli.slice_commands import KNOWN_VERSIONS, add_slice_options, server_minor
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import client_factory
+from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
-from fakegpu.virtual_nodes.discovery import DiscoveryError
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
 from fakegpu.virtual_nodes.pools import (
@@ -139,7 +139,7 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--server-version",
         type=server_minor,
         default=None,
-        help="Kubernetes version whose slice layout to use, 1.32-1.37 (default: the API server's /version)",
+        help=f"Kubernetes version whose slice layout to use, {KNOWN_VERSIONS} (default: the API server's /version)",
     )
     group.add_argument(
         "--concurrency", type=int, default=16, metavar="N", help="nodes in flight at once (default %(default)s)"

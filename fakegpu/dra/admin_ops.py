@@ -1,4 +1,4 @@
-"""The DRA daemon's admin ops (served by ``fakegpu.control.admin_socket``, used by ``fakegpu ctl``).
+"""The DRA daemon's admin ops (served by ``fakegpu.control.server``, used by ``fakegpu ctl``).
 
 Ops and their fields:
 
@@ -17,24 +17,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fakegpu.control.admin_socket import (
-    AdminError,
-    Op,
-    fault_ops,
-    fault_status,
-    gpu_status,
-    inject_xid,
-    off_bus,
-    set_health,
-)
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
+from fakegpu.control.health_ops import gpu_status, health_ops
+from fakegpu.control.protocol import AdminError, Op
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import CheckpointCorrupted
 from fakegpu.dra.published_health import device_health
+from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra_v1
 
 if TYPE_CHECKING:
     from fakegpu.dra.daemon import DraDriver
 
-DRA_RPCS = ("NodePrepareResources", "NodeUnprepareResources")
+DRA_FAULTS = FaultableRpcs(
+    kind="dra",
+    face="the DRA driver",
+    rpcs=tuple(m.name for m in dra_v1.DESCRIPTOR.services_by_name["DRAPlugin"].methods),
+)
+"""The RPCs a fault can name on this face: the ``DRAPlugin`` service's (the same in v1 and v1beta1)."""
 
 
 def dra_ops(driver: DraDriver) -> dict[str, Op]:
@@ -72,7 +71,7 @@ def dra_ops(driver: DraDriver) -> dict[str, Op]:
         except CheckpointCorrupted as exc:
             claims, checkpoint_error = [], str(exc)
         return {
-            "kind": "dra",
+            "kind": DRA_FAULTS.kind,
             "node": live.inventory.node.name,
             "driver": settings.driver,
             "mig_mode": settings.mig_mode,
@@ -103,21 +102,8 @@ def dra_ops(driver: DraDriver) -> dict[str, Op]:
             "faults": fault_status(live.faults),
         }
 
-    async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:
-        uuid = resolve(target)
-        return changed_by(lambda: set_health(live, uuid, healthy, xid))
-
-    async def xid(target: str, xid: int) -> list[str]:
-        uuid = resolve(target)
-        return changed_by(lambda: inject_xid(live, uuid, xid))
-
-    async def off_bus_op(gpu: str) -> list[str]:
-        return changed_by(lambda: off_bus(live, gpu))
-
     return {
         "status": status,
-        "health": health,
-        "xid": xid,
-        "off-bus": off_bus_op,
-        **fault_ops(live.faults, DRA_RPCS, lambda: [settings.driver]),
+        **health_ops(live, resolve, changed_by),
+        **fault_ops(live.faults, DRA_FAULTS, lambda: [settings.driver]),
     }

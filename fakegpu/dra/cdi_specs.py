@@ -76,7 +76,7 @@ MAX_CLAIM_UID_LENGTH: Final = 128
 
 
 class CdiDevice(Protocol):
-    """One prepared device as the spec writer needs it (``claim_devices.PreparedResult`` fits)."""
+    """One prepared device as the spec writer needs it (``claim_preparation.PreparedResult`` fits)."""
 
     @property
     def device(self) -> str: ...

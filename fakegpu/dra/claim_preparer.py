@@ -20,7 +20,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
 from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, write_spec
-from fakegpu.dra.claim_devices import ClaimError, ClaimPreparation, PreparedResult, claim_preparation, published_devices
+from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult, claim_preparation
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from fakegpu.sharing.errors import shorten
@@ -55,6 +57,7 @@ CLAIM_KINDS: dict[str, Any] = {
     "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
     "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
 }
+"""The lightkube ResourceClaim class of each resource.k8s.io version the driver may settle on."""
 
 
 class ClaimReader(Protocol):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +19,10 @@ from typing import Any, Literal
 import grpc
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
-from fakegpu.control.admin_socket import AdminServer
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
-from fakegpu.dra.claim_preparer import ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.claim_preparer import CLAIM_KINDS, ClaimPreparer, LightkubeClaimReader
 from fakegpu.dra.health_service import HealthService
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.metrics import DraMetrics
@@ -33,12 +31,14 @@ from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.kube.backoff import jittered_pause
 from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.errors import SpecError
@@ -46,19 +46,15 @@ from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.dcgm.attribution import DeviceHolder, DraDevice
-from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
-from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED
-from fakegpu.telemetry.http_endpoint import ListenAddress, MetricsServer
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
+
+FIRST_PUBLISH_RETRY = 0.5
+"""A driver that starts before its API server is reachable tries again soon, then backs off."""
 
 log = logging.getLogger(__name__)
 
 
-CLAIM_KINDS: dict[str, Any] = {
-    "resource.k8s.io/v1": resource_v1.ResourceClaim,
-    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
-    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
-}
 CLAIM_TTL = 10.0
 """How long a claim's ``status.reservedFor`` is trusted before it is read again (shared claims gain pods)."""
 CLAIM_DEADLINE = 1.0
@@ -235,16 +231,17 @@ class DraDriver:
         self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
 
     async def _start_publishing(self) -> None:
-        delay = 0.5
+        failures = 0
         while True:
             try:
                 await self.publisher.start()
                 self.reader.api_version = self.publisher.options.api_version
                 return
             except Exception as exc:  # the API server may be unreachable or refuse for a while
-                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                failures += 1
+                pause = jittered_pause(failures, first=FIRST_PUBLISH_RETRY)
+                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, pause)
+                await asyncio.sleep(pause)
 
     async def wait_published(self, timeout: float = 10.0) -> None:
         if self._publish_task is not None:
@@ -265,77 +262,47 @@ async def run_dra_daemon(
     settings: DraSettings,
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
-    metrics_address: ListenAddress | None = None,
-    dcgm_address: ListenAddress | None = None,
-    dcgm_virtual_gpus: bool = False,
-    dcgm_seed: str | int = DEFAULT_SEED,
+    telemetry: TelemetrySettings | None = None,
 ) -> int:
     """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
-    with ``metrics_address``, Prometheus metrics at ``http://ADDRESS/metrics``; with ``dcgm_address``, the
-    fake dcgm-exporter (its model seeded with ``dcgm_seed``), attributing claims through the kubelet's
-    PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names."""
+    with ``telemetry``, Prometheus metrics and/or the fake dcgm-exporter, attributing claims through the
+    kubelet's PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names."""
+    telemetry = telemetry or TelemetrySettings()
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
-    # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
-    smi_unsubscribe = (
-        NvidiaSmiFiles(Path(inputs.nvidia_smi_dir), dynamic_mig=settings.mig_mode == "dynamic").follow(live)
-        if inputs.nvidia_smi_dir
-        else None
-    )
-    make_client = client_factory(settings.kubeconfig)
-    driver = DraDriver(live, paths, settings, make_client)
-    admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
-    metrics_server = MetricsServer(metrics_address, driver.metrics.registry) if metrics_address else None
-    dcgm = (
-        DcgmEndpoint(
-            live,
-            paths.root,
-            dcgm_address,
-            virtual_gpus=dcgm_virtual_gpus,
-            dra_device_uuid=driver.prepared_device_uuid,
-            fallback=driver.prepared_claim_holders(),
-            annotations=PodAnnotations(make_client),
-            seed=dcgm_seed,
+    async with DaemonLifecycle(stop) as daemon:
+        if inputs.nvidia_smi_dir:
+            # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
+            daemon.cleanup(
+                NvidiaSmiFiles(Path(inputs.nvidia_smi_dir), dynamic_mig=settings.mig_mode == "dynamic").follow(live)
+            )
+        make_client = client_factory(settings.kubeconfig)
+        driver = DraDriver(live, paths, settings, make_client)
+        admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
+
+        def reload() -> None:
+            try:
+                live.replace(load_inventory(inputs))
+                driver.metrics.reloaded(ok=True)
+                log.info("inventory reloaded")
+            except SpecError as exc:
+                driver.metrics.reloaded(ok=False)
+                log.error("reload rejected, still serving the previous inventory: %s", exc)
+
+        daemon.on_reload(reload)
+        await daemon.serve(
+            driver,
+            admin=admin,
+            endpoints=telemetry.endpoints(
+                driver.metrics.registry,
+                live,
+                paths.root,
+                annotations=lambda: PodAnnotations(make_client),
+                dra_device_uuid=driver.prepared_device_uuid,
+                fallback=driver.prepared_claim_holders(),
+            ),
         )
-        if dcgm_address
-        else None
-    )
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def reload() -> None:
-        try:
-            live.replace(load_inventory(inputs))
-            driver.metrics.reloaded(ok=True)
-            log.info("inventory reloaded")
-        except SpecError as exc:
-            driver.metrics.reloaded(ok=False)
-            log.error("reload rejected, still serving the previous inventory: %s", exc)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload)
-    try:
-        if metrics_server is not None:
-            await metrics_server.start()
-        if dcgm is not None:
-            await dcgm.start()
-        if admin is not None:
-            await admin.start()
-        await driver.start()
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        await driver.stop()
-        if admin is not None:
-            await admin.stop()
-        if metrics_server is not None:
-            await metrics_server.stop()
-        if dcgm is not None:
-            await dcgm.stop()
-        if smi_unsubscribe is not None:
-            smi_unsubscribe()
+        await daemon.wait()
     return 0

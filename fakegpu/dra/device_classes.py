@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fakegpu.dra.resource_slices import SUPPORTED_API_VERSIONS, check_driver_name
+from fakegpu.dra.resource_slices import check_driver_name
+from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"

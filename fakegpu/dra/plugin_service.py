@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import grpc
 
 from fakegpu.control.injected_faults import apply_fault
-from fakegpu.dra.claim_devices import ClaimError, PreparedResult
+from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.claim_preparation import PreparedResult
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from fakegpu.dra.claim_devices import ClaimPreparation, PreparedResult
+from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult
 from fakegpu.runtime.atomic_files import atomic_write
 from fakegpu.runtime.directories import ensure_dir
 
@@ -94,8 +94,38 @@ class PreparedClaim:
             "state": self.state,
             "driver": self.driver,
             "pool": self.pool,
-            "devices": [d.to_json() for d in self.devices],
+            "devices": [result_json(d) for d in self.devices],
         }
+
+
+def result_json(result: PreparedResult) -> dict[str, Any]:
+    """One prepared device as the checkpoint stores it."""
+    out: dict[str, Any] = {
+        "request": result.request,
+        "pool": result.pool,
+        "device": result.device,
+        "uuid": result.uuid,
+        "cdiDeviceName": result.cdi_device_name,
+        "cdiDeviceIDs": list(result.cdi_ids),
+        "env": list(result.env),
+    }
+    if result.share_id:
+        out["shareID"] = result.share_id
+    return out
+
+
+def parse_result(data: Mapping[str, Any]) -> PreparedResult:
+    """Inverse of ``result_json``; unknown keys are ignored so newer checkpoints stay readable."""
+    return PreparedResult(
+        request=str(data["request"]),
+        pool=str(data["pool"]),
+        device=str(data["device"]),
+        share_id=str(data["shareID"]) if data.get("shareID") else None,
+        uuid=str(data["uuid"]),
+        cdi_device_name=str(data["cdiDeviceName"]),
+        cdi_ids=tuple(str(i) for i in data["cdiDeviceIDs"]),
+        env=tuple(str(e) for e in data["env"]),
+    )
 
 
 def _canonical(data: Any) -> bytes:
@@ -123,7 +153,7 @@ def _parse_claim(raw: Any, where: str, source: str) -> PreparedClaim:
     if not isinstance(devices, list):
         raise fail("devices must be a list")
     try:
-        parsed = tuple(PreparedResult.from_json(d) for d in devices)
+        parsed = tuple(parse_result(d) for d in devices)
     except (KeyError, TypeError, AttributeError) as exc:
         raise fail(f"a device entry is malformed ({exc!r})") from None
     return PreparedClaim(

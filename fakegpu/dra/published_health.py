@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.live_inventory import LiveInventory
 
 

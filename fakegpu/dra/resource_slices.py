@@ -14,19 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fakegpu.dra.quantities import decimal_quantity, mebibytes
+from fakegpu.dra.quantities import count_or_quantity, mebibytes
+from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.node import Node, PhysicalGpu
 
 MigMode = Literal["static", "dynamic"]
 
 API_GROUP = "resource.k8s.io"
-SUPPORTED_API_VERSIONS: dict[str, tuple[int, int]] = {
-    # group version -> (first Kubernetes minor that serves it, last one)
-    "resource.k8s.io/v1": (34, 999),
-    "resource.k8s.io/v1beta2": (33, 38),
-    "resource.k8s.io/v1beta1": (32, 37),
-}
 
 # Limits from k8s.io/api resource/v1 types.go (the OpenAPI schemas do not express them).
 MAX_DEVICES_PER_SLICE = 128
@@ -73,7 +68,8 @@ class SliceOptions:
     driver: str = "gpu.nvidia.com"
     mig_mode: MigMode = "static"
     server_minor: int = 36
-    """Kubernetes 1.<minor> of the API server; 37 behaves like 36."""
+    """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
+    FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
 
     def __post_init__(self) -> None:
@@ -205,16 +201,12 @@ def _gpu_capacities(model: GpuModel) -> dict[str, int | str]:
     }
 
 
-def _quantity(value: int | str) -> str:
-    return value if isinstance(value, str) else decimal_quantity(value)
-
-
 def _capacity_map(values: Mapping[str, int | str]) -> dict[str, dict[str, str]]:
-    return {name: {"value": _quantity(values[name])} for name in sorted(values)}
+    return {name: {"value": count_or_quantity(values[name])} for name in sorted(values)}
 
 
 def _counters(values: Mapping[str, int | str], slots: range) -> dict[str, dict[str, str]]:
-    counters = {counter_name(name): _quantity(v) for name, v in values.items()}
+    counters = {counter_name(name): count_or_quantity(v) for name, v in values.items()}
     counters.update({memory_slice_counter(i): "1" for i in slots})
     return {name: {"value": counters[name]} for name in sorted(counters)}
 

@@ -12,31 +12,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.operators import BinaryOperator, SequenceOperator
-from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
-from fakegpu.dra.resource_slices import SUPPORTED_API_VERSIONS, SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.kube.backoff import jittered_pause
+from fakegpu.kube.discovery import (
+    SLICE_KINDS,
+    SUPPORTED_API_VERSIONS,
+    layout_minor,
+    minor_from_kubelet_version,
+    served_api_version,
+    serves_slices,
+)
+from fakegpu.kube.watch_loop import collect, list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
 
-SLICE_KINDS: dict[str, Any] = {
-    "resource.k8s.io/v1": resource_v1.ResourceSlice,
-    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceSlice,
-    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceSlice,
-}
-API_PREFERENCE = list(SLICE_KINDS)
-_KUBELET_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 MAX_CONFLICT_RETRIES = 5
 
 
@@ -74,13 +75,6 @@ def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
     if "devices" in spec:
         out["devices"] = devices
     return out
-
-
-def server_minor_from_kubelet_version(version: str) -> int | None:
-    """``v1.36.2`` -> 36: the node's kubelet version stands in for the cluster's (lightkube has no
-    /version call); ``--server-version`` overrides it on skewed clusters."""
-    m = _KUBELET_VERSION.match(version.strip())
-    return int(m.group(2)) if m and m.group(1) == "1" else None
 
 
 class SlicePublisher:
@@ -128,31 +122,23 @@ class SlicePublisher:
     async def discover(self) -> None:
         """Node UID (slices are owned by the Node), the newest served API version, and the slice layout.
 
-        The layout follows the node's kubelet version (lightkube has no /version call); if the API
-        server is newer or older than its kubelet, the first publish that is refused for its layout
-        switches between combined (1.34) and split (1.35+) slices, see ``publish``."""
+        The layout follows the node's kubelet version, which stands in for the cluster's (the Node is read
+        anyway; ``--server-version`` overrides it on skewed clusters); if the API server is newer or older
+        than its kubelet, the first publish that is refused for its layout switches between combined (1.34)
+        and split (1.35+) slices, see ``publish``."""
         node = await self.client.get(Node, self.node_name)
         self.node_uid = node.metadata.uid if node.metadata else None
         info = node.status.nodeInfo if node.status else None
         minor = self.options.server_minor
         if self.auto_server_version and info is not None:
-            minor = server_minor_from_kubelet_version(info.kubeletVersion) or minor
+            minor = minor_from_kubelet_version(info.kubeletVersion) or minor
         api_version = self.options.api_version
         if self.auto_api_version:
-            for version in API_PREFERENCE:
-                try:
-                    async for _ in self.client.list(SLICE_KINDS[version], chunk_size=1):
-                        break
-                except ApiError as exc:
-                    if exc.status.code == 404:
-                        continue
-                    raise
-                api_version = version
-                break
-            else:
+            served = await served_api_version(lambda version: serves_slices(self.client, version))
+            if served is None:
                 raise PublishError("the API server serves no resource.k8s.io version with ResourceSlices")
-        first, last = SUPPORTED_API_VERSIONS[api_version]
-        minor = max(first, min(minor, last, 37))
+            api_version = served
+        minor = layout_minor(minor, api_version)
         self.options = replace(self.options, api_version=api_version, server_minor=minor)
         log.info(
             "publishing ResourceSlices as %s for Kubernetes 1.%d (node %s)",
@@ -166,8 +152,12 @@ class SlicePublisher:
         """This driver's slices for this node (the kubelet deletes with the same selector)."""
         return {"spec.nodeName": self.node_name, "spec.driver": self.options.driver}
 
+    async def _list_ours(self) -> tuple[list[Any], str]:
+        """Our slices, and the list's resourceVersion for a watch to start from."""
+        return await collect(self.client.list(self.kind, fields=self._fields()))
+
     async def _ours(self) -> list[Any]:
-        found = [s async for s in self.client.list(self.kind, fields=self._fields())]
+        found, _ = await self._list_ours()
         return sorted(found, key=lambda s: s.metadata.name)
 
     async def publish(self) -> bool:
@@ -299,38 +289,38 @@ class SlicePublisher:
         self._dirty.set()
 
     async def _reconcile_loop(self) -> None:
+        failures = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
             self._dirty.clear()
             try:
                 await self.publish()
+                failures = 0
+                continue
             except PublishError as exc:
                 log.error("%s; retrying", exc)
-                await asyncio.sleep(1.0)
-                self._dirty.set()
             except Exception as exc:  # the API server may be unreachable for a while
                 log.error("publishing ResourceSlices failed: %s; retrying", exc)
-                await asyncio.sleep(1.0)
-                self._dirty.set()
+            failures += 1
+            await asyncio.sleep(jittered_pause(failures))
+            self._dirty.set()
 
     async def _watch_loop(self) -> None:
         """List, then watch from the list's resourceVersion: a deletion between our publish and the
         watch's start is caught by the check the list triggers, any later one by the watch."""
-        while True:
-            try:
-                listing = self.client.list(self.kind, fields=self._fields())
-                async for _ in listing:
-                    pass
-                self._dirty.set()
-                async for event, _obj in self.client.watch(
-                    self.kind, fields=self._fields(), resource_version=listing.resourceVersion
-                ):
-                    if event == "DELETED":
-                        self.stats.recreations += 1
-                        self._dirty.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("ResourceSlice watch ended (%s); watching again", exc)
-                await asyncio.sleep(0.5)
+        await list_then_watch(
+            self._list_ours,
+            lambda version: self.client.watch(self.kind, fields=self._fields(), resource_version=version),
+            on_list=self._listed,
+            on_event=self._slice_event,
+            on_failure=lambda exc, _pause: log.warning("ResourceSlice watch ended (%s); watching again", exc),
+        )
+
+    def _listed(self, _slices: Sequence[Any]) -> None:
+        self._dirty.set()
+
+    def _slice_event(self, event: str, _obj: Any) -> None:
+        if event == "DELETED":
+            self.stats.recreations += 1
+            self._dirty.set()

@@ -1,4 +1,4 @@
-"""The device plugin daemon's admin ops (served by ``fakegpu.control.admin_socket``, used by ``fakegpu ctl``).
+"""The device plugin daemon's admin ops (served by ``fakegpu.control.server``, used by ``fakegpu ctl``).
 
 Ops and their fields:
 
@@ -22,29 +22,22 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
-from fakegpu.control.admin_socket import (
-    AdminError,
-    Op,
-    fault_ops,
-    fault_status,
-    gpu_status,
-    inject_xid,
-    off_bus,
-    set_health,
-)
+from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
+from fakegpu.control.health_ops import gpu_status, health_ops
+from fakegpu.control.protocol import AdminError, Op
 from fakegpu.fakeplugin.node_sync import PluginNodeSync
 from fakegpu.fakeplugin.plugin_manager import PluginManager
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import CurrentInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 
-DEVICE_PLUGIN_RPCS = (
-    "GetDevicePluginOptions",
-    "ListAndWatch",
-    "GetPreferredAllocation",
-    "Allocate",
-    "PreStartContainer",
+DEVICE_PLUGIN_FAULTS = FaultableRpcs(
+    kind="device-plugin",
+    face="the device plugin",
+    rpcs=tuple(m.name for m in api_pb2.DESCRIPTOR.services_by_name["DevicePlugin"].methods),
 )
+"""The RPCs a fault can name on this face: every RPC of the v1beta1 ``DevicePlugin`` service."""
 RECENT_ALLOCATIONS = 50
 
 
@@ -108,7 +101,7 @@ def device_plugin_ops(
         ]
         stats = manager.stats
         return {
-            "kind": "device-plugin",
+            "kind": DEVICE_PLUGIN_FAULTS.kind,
             "node": live.inventory.node.name,
             "running": running(),
             "resources": resources,
@@ -125,15 +118,6 @@ def device_plugin_ops(
             },
             **({"node_object": dataclasses.asdict(node_sync.stats)} if node_sync is not None else {}),
         }
-
-    async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:
-        return set_health(live, target, healthy, xid)
-
-    async def xid(target: str, xid: int) -> list[str]:
-        return inject_xid(live, target, xid)
-
-    async def off_bus_op(gpu: str) -> list[str]:
-        return off_bus(live, gpu)
 
     async def end_streams(resource: str | None = None) -> int:
         return sum(manager.servers[name].service.end_streams() for name in served(resource))
@@ -188,10 +172,8 @@ def device_plugin_ops(
 
     return {
         "status": status,
-        "health": health,
-        "xid": xid,
-        "off-bus": off_bus_op,
-        **fault_ops(live.faults, DEVICE_PLUGIN_RPCS, lambda: [r.name for r in live.inventory.resources]),
+        **health_ops(live),
+        **fault_ops(live.faults, DEVICE_PLUGIN_FAULTS, lambda: [r.name for r in live.inventory.resources]),
         "end-streams": end_streams,
         "plugins": plugins,
         "reload": reload,

@@ -9,29 +9,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from lightkube import AsyncClient
 
-from fakegpu.control.admin_socket import AdminServer
+from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import PodAnnotations
+from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
-from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
-from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED
-from fakegpu.telemetry.http_endpoint import ListenAddress, MetricsServer
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
 log = logging.getLogger(__name__)
 
@@ -76,37 +74,25 @@ async def run_plugin_daemon(
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
-    metrics_address: ListenAddress | None = None,
-    dcgm_address: ListenAddress | None = None,
-    dcgm_virtual_gpus: bool = False,
-    dcgm_seed: str | int = DEFAULT_SEED,
+    telemetry: TelemetrySettings | None = None,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
     With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
     With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
-    With ``metrics_address``, serve Prometheus metrics at ``http://ADDRESS/metrics`` (none by default).
-    With ``dcgm_address``, serve the fake dcgm-exporter there, attributed through the kubelet's PodResources.
+    With ``telemetry``, serve Prometheus metrics and/or the fake dcgm-exporter, attributed through the
+    kubelet's PodResources (none by default).
     """
     node = node or NodeSettings()
+    telemetry = telemetry or TelemetrySettings()
     # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
     base_watch = [Path(p) for p in (inputs.node_spec, inputs.mig_config) if p]
     make_client = client_factory(node.kubeconfig) if node.wanted else None
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
-    manager: PluginManager | None = None
-    sync: PluginNodeSync | None = None
-    admin: AdminServer | None = None
-    metrics_server: MetricsServer | None = None
-    dcgm: DcgmEndpoint | None = None
-    smi_unsubscribe: Callable[[], None] | None = None
-    try:
+    async with DaemonLifecycle(stop) as daemon:
         selected, label_value = "", ""
         if node.selection is not None and make_client is not None:
             # As NVIDIA's config-manager init container: nothing is served until the label has been read.
-            chosen = await initial_selection(make_client, inputs.node_name, node.selection, inputs, stop)
+            chosen = await initial_selection(make_client, inputs.node_name, node.selection, inputs, daemon.stop)
             if chosen is None:
                 return 0
             inputs, selected, label_value = chosen
@@ -120,7 +106,7 @@ async def run_plugin_daemon(
         live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
         if inputs.nvidia_smi_dir:
             # Before any Allocate can mount them; rewritten on every inventory change.
-            smi_unsubscribe = NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live)
+            daemon.cleanup(NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live))
         current = CurrentInputs(inputs)
         calls = RecentCalls()
         metrics = DevicePluginMetrics(live)
@@ -134,6 +120,7 @@ async def run_plugin_daemon(
             on_call=calls.record,
             metrics=metrics,
         )
+        sync: PluginNodeSync | None = None
         if make_client is not None:
             sync = PluginNodeSync(
                 make_client,
@@ -146,43 +133,17 @@ async def run_plugin_daemon(
                 resync_interval=node.resync_interval,
             )
             sync.set_initial(selected, label_value)
-        if admin_socket:
-            admin = AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current, sync))
-        reload_manager = manager
-        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(reload_manager.reload()))
-        if metrics_address is not None:
-            metrics_server = MetricsServer(metrics_address, metrics.registry)
-            await metrics_server.start()
-        if dcgm_address is not None:
-            dcgm = DcgmEndpoint(
-                live,
-                paths.root,
-                dcgm_address,
-                virtual_gpus=dcgm_virtual_gpus,
-                seed=dcgm_seed,
-                annotations=pod_annotations(node.kubeconfig, make_client),
-            )
-            await dcgm.start()
-        if admin is not None:
-            await admin.start()
-        await manager.start()
-        if sync is not None:
-            await sync.start()
+        admin = (
+            AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current, sync)) if admin_socket else None
+        )
+        daemon.on_reload(lambda: daemon.loop.create_task(manager.reload()))
+        await daemon.serve(
+            *([manager] if sync is None else [manager, sync]),
+            admin=admin,
+            endpoints=telemetry.endpoints(
+                metrics.registry, live, paths.root, annotations=lambda: pod_annotations(node.kubeconfig, make_client)
+            ),
+        )
         log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        if sync is not None:
-            await sync.stop()
-        if manager is not None:
-            await manager.stop()
-        if admin is not None:
-            await admin.stop()
-        if metrics_server is not None:
-            await metrics_server.stop()
-        if dcgm is not None:
-            await dcgm.stop()
-        if smi_unsubscribe is not None:
-            smi_unsubscribe()
+        await daemon.wait()
     return 0

@@ -22,6 +22,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from fakegpu.fakeplugin.plugin_manager import PluginManager
+from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
 from fakegpu.kube.node_watch import NodeWatch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.errors import SpecError
@@ -65,8 +66,7 @@ async def initial_selection(
     selection: ConfigSelection,
     inputs: InventoryInputs,
     stop: asyncio.Event,
-    retry_interval: float = 1.0,
-    max_retry_interval: float = 10.0,
+    retry_interval: float = RETRY_PAUSE,
 ) -> tuple[InventoryInputs, str, str] | None:
     """Before the first inventory, as NVIDIA's config-manager init container does: read the label once.
 
@@ -74,9 +74,11 @@ async def initial_selection(
     label does not ask for; an API server that is away is waited for (None if stopped meanwhile). A Node
     that does not exist has no label. A label naming no config is fatal here: there is nothing to keep.
     """
-    pause = retry_interval
+    failures = 0
     label_value = ""
     while True:
+        failures += 1
+        pause = jittered_pause(failures, first=retry_interval)
         client = make_client()
         try:
             node = await asyncio.wait_for(client.get(Node, node_name), 10.0)
@@ -108,7 +110,6 @@ async def initial_selection(
             await asyncio.wait_for(stop.wait(), pause)
         if stop.is_set():
             return None
-        pause = min(pause * 2, max_retry_interval)
     chosen, selected = selection.inputs_for(inputs, label_value)
     return chosen, selected, label_value
 
@@ -179,18 +180,21 @@ class PluginNodeSync:
         self._dirty.set()
 
     async def _loop(self) -> None:
+        failures = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
             self._dirty.clear()
             try:
                 await self.sync_once()
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.stats.label_errors += 1
+                failures += 1
                 log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
-                await asyncio.sleep(self.retry_interval)
+                await asyncio.sleep(jittered_pause(failures, first=self.retry_interval))
                 self._dirty.set()
 
     async def sync_once(self) -> None:

@@ -26,6 +26,8 @@ from typing import Generic, TypeVar
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from fakegpu.kube.backoff import retry_pause
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL = 30.0
@@ -55,6 +57,8 @@ class _Entry(Generic[V]):
     """When ``value`` was read (monotonic); None while nothing was ever read."""
     retry_at: float = 0.0
     backoff: float = 0.0
+    failures: int = 0
+    """Failed reads in a row: the pause before the next one follows ``kube.backoff``."""
 
 
 class CachedLookups(Generic[K, V]):
@@ -132,7 +136,7 @@ class CachedLookups(Generic[K, V]):
 
     def _succeeded(self, key: K, value: V) -> None:
         entry = self._entries.setdefault(key, _Entry())
-        entry.value, entry.fetched, entry.retry_at, entry.backoff = value, self.clock(), 0.0, 0.0
+        entry.value, entry.fetched, entry.retry_at, entry.backoff, entry.failures = value, self.clock(), 0.0, 0.0, 0
         if self._warned:
             self._warned = False
             log.info("%s work again", self.what)
@@ -140,7 +144,8 @@ class CachedLookups(Generic[K, V]):
     def _failed(self, key: K, why: str) -> None:
         self.failures += 1
         entry = self._entries.setdefault(key, _Entry())
-        entry.backoff = min(max(entry.backoff * 2, self.backoff_initial), self.backoff_max)
+        entry.failures += 1
+        entry.backoff = retry_pause(entry.failures, first=self.backoff_initial, cap=self.backoff_max)
         entry.retry_at = self.clock() + entry.backoff
         if not self._warned:
             self._warned = True

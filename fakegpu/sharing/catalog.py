@@ -1,8 +1,13 @@
-"""The GPU catalog: real boards with the numbers NVML and nvidia-smi report for them.
+"""The GPU catalog: real boards with the numbers NVML, nvidia-smi and DCGM report for them.
 
-Each key names exactly one board. Numbers come from real ``nvidia-smi`` / ``nvidia-smi mig -lgip``
-output where a reading was found, otherwise from NVIDIA's MIG guide and mig-parted; anything not
-confirmed by a reading is listed in the model's ``unverified`` notes and printed by ``fakegpu catalog``.
+Each key names exactly one board, and its entry is the one home of every per-board number: identity and
+capacity, the MIG table, and the running figures (``BoardFacts``: power, temperature, BAR1, reserved
+framebuffer, PCIe link) that the fake nvidia-smi prints and the DCGM activity model starts from. Every
+board carries all of them; there is no default board to fall back on.
+
+Numbers come from real ``nvidia-smi`` / ``nvidia-smi mig -lgip`` output where a reading was found, otherwise
+from NVIDIA's MIG guide, datasheets and mig-parted; anything not confirmed by a reading is listed in the
+``unverified`` notes (the model's and its facts') and printed by ``fakegpu catalog -v``.
 
 MIG memory is ``GiB x 1024`` from ``nvidia-smi mig -lgip``, which is what nvidia-smi shows for a MIG
 device (e.g. 40192 MiB for an A100-80GB ``3g.40gb``). Placements are start slots in memory slices.
@@ -10,8 +15,13 @@ device (e.g. 40192 MiB for an A100-80GB ``3g.40gb``). Placements are start slots
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+_PSTATE = re.compile(r"P(?:[0-9]|1[0-5])")
+_FAN = re.compile(r"N/A|[0-9]{1,3}%")
+_PCIE_WIDTHS = (1, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,68 @@ class MigProfile:
 
 
 @dataclass(frozen=True)
+class BoardFacts:
+    """What a running board reports beyond its identity: nvidia-smi prints the idle figures, DCGM's activity
+    model moves from them towards the loaded ones, so an idle board reads the same in both.
+
+    Where each number comes from, unless the board's ``unverified`` notes say it is estimated: idle power,
+    idle temperature, performance state, fan, BAR1 and reserved framebuffer from real ``nvidia-smi``
+    readings on driver 570 (H100 SXM5: 68-70 W at P0, 328 MiB reserved; L4: 11 W at P8; A10: 9 W at P8;
+    A100 SXM4: 42-46 W; where the nvidia-smi and DCGM models used to disagree, these readings won); the
+    power limit (TDP) and PCIe generation from NVIDIA's published board specifications; the minimum power
+    limit carried over from the former nvidia-smi table, which recorded no separate source for it; PCIe
+    width x16 for every board; the loaded temperature is always fakegpu's estimate (see ``load_temp_c``).
+    Every field is required: a board without one does not import.
+    """
+
+    power_limit_w: int
+    """Default = enforced = max power limit, the board's TDP: nvidia-smi's ``Pwr:Usage/Cap`` cap and what
+    DCGM reports for a fully loaded board."""
+    power_min_w: int
+    """``power.min_limit``."""
+    idle_power_w: float
+    """Draw of an idle board (before the small per-GPU difference ``fakegpu.telemetry`` adds)."""
+    idle_temp_c: int
+    """Temperature of an idle board (before the per-GPU difference)."""
+    load_temp_c: int
+    """Temperature at 100 % utilisation, used by DCGM's activity model only. Never a reading: fakegpu's
+    estimate by cooling, 70 C on an SXM baseboard and 78 C for a PCIe card."""
+    idle_pstate: str
+    """Performance state of an idle board: P0 for data-centre boards that stay up, P8 for those that drop."""
+    fan: str
+    """``N/A`` for passively cooled boards, else a percentage such as ``0%``."""
+    bar1_mib: int
+    """BAR1 aperture (``BAR1 Memory Usage / Total``); MIG devices get their memory slices' share."""
+    reserved_mib: int
+    """Framebuffer the driver keeps (``FB Memory Usage / Reserved``); free = total - reserved - used."""
+    pcie_gen: int
+    """PCIe generation, current = max (an idle link is not shown downtrained)."""
+    pcie_width: int
+    """PCIe lanes, current = max."""
+    unverified: tuple[str, ...]
+    """Which of the numbers above are estimates; ``()`` when all but ``load_temp_c`` (always one) were read."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.power_min_w <= self.power_limit_w:
+            problems.append(f"power limits {self.power_min_w}..{self.power_limit_w} W")
+        if not 0 < self.idle_power_w < self.power_limit_w:
+            problems.append(f"idle power {self.idle_power_w} W")
+        if not 0 < self.idle_temp_c < self.load_temp_c < 100:
+            problems.append(f"temperatures {self.idle_temp_c}..{self.load_temp_c} C")
+        if not _PSTATE.fullmatch(self.idle_pstate):
+            problems.append(f"pstate {self.idle_pstate!r}")
+        if not _FAN.fullmatch(self.fan):
+            problems.append(f"fan {self.fan!r}")
+        if self.bar1_mib <= 0 or self.reserved_mib <= 0:
+            problems.append(f"BAR1 {self.bar1_mib} MiB, reserved {self.reserved_mib} MiB")
+        if not 1 <= self.pcie_gen <= 6 or self.pcie_width not in _PCIE_WIDTHS:
+            problems.append(f"PCIe gen{self.pcie_gen} x{self.pcie_width}")
+        if problems:
+            raise ValueError(f"implausible board facts: {'; '.join(problems)}")
+
+
+@dataclass(frozen=True)
 class GpuModel:
     """A board: identity and capacity as NVML reports them, plus its MIG table if it has one."""
 
@@ -50,12 +122,17 @@ class GpuModel:
     brand: str
     sxm: bool
     """SXM boards sit on an NVLink/NVSwitch baseboard: multi-GPU node specs default to full NVLink."""
+    facts: BoardFacts
     memory_slices: int = 0
     compute_slices: int = 0
     mig_profiles: tuple[MigProfile, ...] = ()
     balanced_layout: tuple[tuple[str, int], ...] = ()
     """mig-parted's ``all-balanced`` layout for this board."""
     unverified: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.facts.reserved_mib >= self.memory_mib:
+            raise ValueError(f"{self.key}: reserved framebuffer {self.facts.reserved_mib} MiB is the whole board")
 
     @property
     def mig_capable(self) -> bool:
@@ -154,6 +231,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x20B010DE,
         brand="Nvidia",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=400,
+            power_min_w=100,
+            idle_power_w=44.31,
+            idle_temp_c=31,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=65536,
+            reserved_mib=423,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("reserved MiB inferred from older drivers' 40537 MiB total",),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=(
@@ -179,6 +270,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x20B210DE,
         brand="Nvidia",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=400,
+            power_min_w=100,
+            idle_power_w=58.42,
+            idle_temp_c=32,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=131072,
+            reserved_mib=669,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("reserved MiB inferred from older drivers' 81251 MiB",),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_eight_slice_table(
@@ -213,6 +318,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x20B710DE,
         brand="Nvidia",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=165,
+            power_min_w=100,
+            idle_power_w=32.14,
+            idle_temp_c=29,
+            load_temp_c=78,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=32768,
+            reserved_mib=318,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("reserved MiB inferred from 24258 MiB",),
+        ),
         memory_slices=4,
         compute_slices=4,
         mig_profiles=(
@@ -239,6 +358,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x233010DE,
         brand="Nvidia",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=700,
+            power_min_w=200,
+            idle_power_w=69.21,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=131072,
+            reserved_mib=328,
+            pcie_gen=5,
+            pcie_width=16,
+            unverified=(),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_eight_slice_table(
@@ -261,6 +394,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x232110DE,
         brand="Nvidia",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=400,
+            power_min_w=200,
+            idle_power_w=61.37,
+            idle_temp_c=34,
+            load_temp_c=78,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=131072,
+            reserved_mib=360,
+            pcie_gen=5,
+            pcie_width=16,
+            unverified=("idle power, temperature and reserved MiB estimated",),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_eight_slice_table(
@@ -286,6 +433,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x233510DE,
         brand="Nvidia",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=700,
+            power_min_w=200,
+            idle_power_w=76.18,
+            idle_temp_c=31,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=262144,
+            reserved_mib=573,
+            pcie_gen=5,
+            pcie_width=16,
+            unverified=("idle power, BAR1 and reserved MiB estimated",),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_eight_slice_table(
@@ -312,6 +473,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x290110DE,
         brand="Nvidia",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=1000,
+            power_min_w=200,
+            idle_power_w=140.36,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=262144,
+            reserved_mib=700,
+            pcie_gen=6,
+            pcie_width=16,
+            unverified=("idle power, BAR1, reserved MiB and PCIe gen estimated",),
+        ),
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_eight_slice_table(
@@ -345,6 +520,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x1EB810DE,
         brand="Tesla",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=70,
+            power_min_w=60,
+            idle_power_w=9.42,
+            idle_temp_c=35,
+            load_temp_c=78,
+            idle_pstate="P8",
+            fan="N/A",
+            bar1_mib=256,
+            reserved_mib=251,
+            pcie_gen=3,
+            pcie_width=16,
+            unverified=("reserved MiB inferred from 15109 MiB",),
+        ),
         unverified=("memory is 15360 MiB on drivers 535+, 15109 MiB on 450-470",),
     ),
     GpuModel(
@@ -358,6 +547,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x27B810DE,
         brand="Nvidia",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=72,
+            power_min_w=40,
+            idle_power_w=11.27,
+            idle_temp_c=29,
+            load_temp_c=78,
+            idle_pstate="P8",
+            fan="N/A",
+            bar1_mib=32768,
+            reserved_mib=434,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("reserved MiB estimated",),
+        ),
     ),
     GpuModel(
         key="l40s",
@@ -370,6 +573,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x26B910DE,
         brand="Nvidia",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=350,
+            power_min_w=100,
+            idle_power_w=33.46,
+            idle_temp_c=27,
+            load_temp_c=78,
+            idle_pstate="P8",
+            fan="N/A",
+            bar1_mib=65536,
+            reserved_mib=565,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("idle power, fan and reserved MiB estimated",),
+        ),
     ),
     GpuModel(
         key="a10",
@@ -382,6 +599,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x223610DE,
         brand="Nvidia",
         sxm=False,
+        facts=BoardFacts(
+            power_limit_w=150,
+            power_min_w=100,
+            idle_power_w=9.31,
+            idle_temp_c=30,
+            load_temp_c=78,
+            idle_pstate="P8",
+            fan="0%",
+            bar1_mib=32768,
+            reserved_mib=297,
+            pcie_gen=4,
+            pcie_width=16,
+            unverified=("reserved MiB inferred from 22731 MiB",),
+        ),
         unverified=("PCI device ID from a single MLPerf system table",),
     ),
     GpuModel(
@@ -395,6 +626,20 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_device_id=0x1DB510DE,
         brand="Tesla",
         sxm=True,
+        facts=BoardFacts(
+            power_limit_w=300,
+            power_min_w=150,
+            idle_power_w=43.07,
+            idle_temp_c=33,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=32768,
+            reserved_mib=258,
+            pcie_gen=3,
+            pcie_width=16,
+            unverified=("idle power and reserved MiB estimated",),
+        ),
         unverified=("memory is 32768 MiB on current drivers, 32480 MiB on driver 418",),
     ),
 )

@@ -1,23 +1,16 @@
 """Scripted faults for reproducing bugs: make the next calls of an RPC fail or stall.
 
 Kept with the live inventory so both faces see one plan: a fault injected through the admin socket or
-a scenario applies to whichever server answers that RPC. Status codes are gRPC code names
-(``INVALID_ARGUMENT``), so this module needs no gRPC import.
+a scenario applies to whichever server answers that RPC. Which RPCs a fault may name is each face's
+own list (``DEVICE_PLUGIN_FAULTS``, ``DRA_FAULTS``), checked by whoever plans it (the admin ops, the
+scenario loader): the plan is state only. Status codes are gRPC code names (``INVALID_ARGUMENT``), so this
+module needs no gRPC import.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FAULTABLE_RPCS = (
-    "GetDevicePluginOptions",
-    "ListAndWatch",
-    "GetPreferredAllocation",
-    "Allocate",
-    "PreStartContainer",
-    "NodePrepareResources",
-    "NodeUnprepareResources",
-)
 STATUS_CODES = (
     "CANCELLED",
     "UNKNOWN",
@@ -70,8 +63,7 @@ class FaultPlan:
         delay: float = 0.0,
         resource: str | None = None,
     ) -> RpcFault:
-        if method not in FAULTABLE_RPCS:
-            raise FaultError(f"unknown RPC {method!r}; expected one of: {', '.join(FAULTABLE_RPCS)}")
+        """Plan a fault for ``method`` (an RPC the caller knows its face serves); FaultError for a bad one."""
         if code is not None and code not in STATUS_CODES:
             raise FaultError(f"unknown gRPC status code {code!r}; expected one of: {', '.join(STATUS_CODES)}")
         if times < 1:

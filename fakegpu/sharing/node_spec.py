@@ -84,14 +84,20 @@ class GpuSpec(BaseModel):
         return value
 
 
+DEFAULT_DRIVER_VERSION = "570.172.08"
+"""The NVIDIA driver a node spec emulates unless it says otherwise (``fakegpu --version`` prints it)."""
+DEFAULT_CUDA_DRIVER_VERSION = "12.8"
+"""The CUDA version that driver supports, as ``nvidia-smi`` and GFD's cuda labels report it."""
+
+
 class NodeSpec(BaseModel):
     """A whole node: versions, NUMA layout, NVLink connectivity and its GPUs."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
     version: Literal["v1"] = "v1"
-    driver_version: str = Field(default="570.172.08", alias="driverVersion")
-    cuda_driver_version: str = Field(default="12.8", alias="cudaDriverVersion")
+    driver_version: str = Field(default=DEFAULT_DRIVER_VERSION, alias="driverVersion")
+    cuda_driver_version: str = Field(default=DEFAULT_CUDA_DRIVER_VERSION, alias="cudaDriverVersion")
     machine: str = Field(default="unknown", max_length=253)
     numa_nodes: int = Field(default=1, ge=1, le=64, alias="numaNodes")
     nvlink: Literal["all", "none"] | list[list[int]] | None = None

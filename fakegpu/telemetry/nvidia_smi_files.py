@@ -6,7 +6,7 @@ bind-mounts either the old file or the new one, never half of one. A container t
 the file it mounted (a bind mount follows the inode), which matches what it was allocated.
 
 The DRA driver with ``--mig-mode dynamic`` passes ``dynamic_mig=True``: its prepare hands out MIG devices
-that do not exist in the inventory (``fakegpu.dra.claim_devices``: ``fakegpu.sharing.identifiers.mig_uuid`` of every
+that do not exist in the inventory (``fakegpu.dra.device_map``: ``fakegpu.sharing.identifiers.mig_uuid`` of every
 profile and placement), and the files then describe them too, shown only to a container given one.
 """
 

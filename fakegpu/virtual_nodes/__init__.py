@@ -7,7 +7,6 @@ then be rehearsed against thousands of GPU nodes from a laptop.
 
 Modules, one concept each: ``names`` (node names), ``pools`` (which nodes with which GPUs),
 ``node_manifest`` (the Node object and how to bring an existing one in line), ``slice_set`` (one node's
-ResourceSlices), ``discovery`` (server version and resource.k8s.io version), ``api`` (counted API calls),
-``controller`` (bring up, adopt, delete), ``watcher`` (keep them as planned), ``report`` (what happened)
-and ``command`` (the CLI).
+ResourceSlices), ``api`` (counted API calls, and the server's version), ``controller`` (bring up, adopt,
+delete), ``watcher`` (keep them as planned), ``report`` (what happened) and ``command`` (the CLI).
 """

@@ -24,7 +24,9 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
-from fakegpu.dra.slice_publisher import SLICE_KINDS
+from fakegpu.kube.backoff import retry_pause
+from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
+from fakegpu.kube.watch_loop import collect
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -114,7 +116,7 @@ class Api:
                 if code in RETRYABLE and attempt < self.retries and (idempotent or code == 429):
                     attempt += 1
                     pause = retry_after(exc) if code == 429 else None
-                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1) if pause is None else pause)
+                    await asyncio.sleep(retry_pause(attempt, first=self.backoff) if pause is None else pause)
                     continue
                 reason = exc.status.reason or "Error"
                 uncertain = not idempotent and code is not None and code >= 500
@@ -124,7 +126,7 @@ class Api:
                 sent = not isinstance(exc, NOT_SENT)
                 if attempt < self.retries and (idempotent or not sent):
                     attempt += 1
-                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                    await asyncio.sleep(retry_pause(attempt, first=self.backoff))
                     continue
                 detail = str(exc) or type(exc).__name__
                 raise ApiCallError(
@@ -196,18 +198,23 @@ class Api:
 
     async def slices_served(self, api_version: str) -> bool:
         """Whether ``api_version`` serves ResourceSlices (a one-item list; 404 means no)."""
+        return await self.call(
+            "list", f"listing {api_version} ResourceSlices", lambda: serves_slices(self.client, api_version)
+        )
 
-        async def probe() -> None:
-            async for _ in self.client.list(SLICE_KINDS[api_version], chunk_size=1):
-                break
-
+    # -- discovery -------------------------------------------------------------------------------------
+    async def server_minor(self) -> int:
+        """The API server's minor version from ``/version`` (virtual nodes have no kubelet whose version
+        could stand in for the cluster's); counted as a get, not retried."""
+        self.calls["get"] += 1
         try:
-            await self.call("list", f"listing {api_version} ResourceSlices", probe)
-        except ApiCallError as exc:
-            if exc.code == 404:
-                return False
+            return await read_server_minor(self.client.config, trust_env=self.trust_env)
+        except Exception as exc:
+            if from_kubeconfig(exc):  # an exec plugin runs on the first request
+                raise kubeconfig_problem(exc) from None
+            if isinstance(exc, (httpx2.HTTPError, ValueError)):
+                raise DiscoveryError(f"reading the API server's /version failed: {exc}") from None
             raise
-        return True
 
     # -- shared ----------------------------------------------------------------------------------------
     async def _list(
@@ -225,8 +232,8 @@ class Api:
             listing = self.client.list(
                 kind, labels=dict(labels) if labels else None, fields=dict(fields) if fields else None
             )
-            items = [dict(o.to_dict()) async for o in listing]
-            return items, str(listing.resourceVersion)
+            items, version = await collect(listing)
+            return [dict(o.to_dict()) for o in items], version
 
         return await self.call("list", what, run)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
+from fakegpu.kube.discovery import layout_minor, served_api_version
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
-from fakegpu.virtual_nodes.discovery import layout_minor, served_api_version, server_minor
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import (
     OWNER_LABEL,
@@ -119,8 +119,8 @@ class VirtualNodeController:
         """The slice layout and API version, from the flags or from the server."""
         minor = self.settings.server_minor
         if minor is None:
-            minor = await server_minor(self.api)
-        api_version = await served_api_version(self.api, self.settings.api_version)
+            minor = await self.api.server_minor()
+        api_version = await self._api_version()
         if api_version is None:
             self.options = None
             self.say(
@@ -133,6 +133,12 @@ class VirtualNodeController:
             driver=self.settings.driver, mig_mode=self.settings.mig_mode, server_minor=layout, api_version=api_version
         )
         self.say(f"Kubernetes 1.{minor}: ResourceSlices as {api_version} with the 1.{layout} layout")
+
+    async def _api_version(self) -> str | None:
+        """``--resource-api-version`` when given; else the newest version whose ResourceSlices the server lists."""
+        if self.settings.api_version is not None:
+            return self.settings.api_version
+        return await served_api_version(self.api.slices_served)
 
     def slice_fields(self, node_name: str) -> dict[str, str]:
         """The field selector of a node's slices (every driver's: ``relevant`` picks this tool's)."""
@@ -370,7 +376,7 @@ class VirtualNodeController:
         labelled, _ = await self.api.list_nodes(labels={**OWNED, PREFIX_LABEL: value})
         ours = [n for n in labelled if is_kwok(n)]
         names = {_name(n) for n in ours}
-        api_version = await served_api_version(self.api, self.settings.api_version)
+        api_version = await self._api_version()
         slices: list[JSON] = []
         if api_version is not None:
             found, _ = await self.api.list_slices(api_version, labels=OWNED)

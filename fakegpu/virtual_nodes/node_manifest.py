@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakegpu.dra.quantities import decimal_quantity, parse_quantity
+from fakegpu.dra.quantities import decimal_quantity, parse_quantity, same_quantity
 from fakegpu.sharing.errors import SpecError
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.pools import VirtualNode
@@ -212,15 +212,6 @@ def is_ours(node: Mapping[str, Any]) -> bool:
 
 def origin(node: Mapping[str, Any]) -> str | None:
     return (_meta(node).get("annotations") or {}).get(ORIGIN_ANNOTATION)
-
-
-def same_quantity(have: Any, want: str) -> bool:
-    if have is None:
-        return False
-    try:
-        return parse_quantity(str(have)) == parse_quantity(want)
-    except ValueError:
-        return str(have) == want
 
 
 def _resource_patch(

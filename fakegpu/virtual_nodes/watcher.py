@@ -17,7 +17,7 @@ label-selected watch (someone removed the label) is told apart from a deleted on
 Nodes wait in a ``WorkQueue`` with client-go's guarantees: a node is queued at most once, and never handed to
 two workers at once; one queued again while being repaired is repaired again when that repair is done (two
 repairs of one node at once would both create its missing slices). A watch that fails is started again
-after a pause that doubles up to ``MAX_RETRY_PAUSE``.
+after the pause of ``fakegpu.kube.backoff`` (the loop of ``fakegpu.kube.watch_loop``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Node
 
-from fakegpu.dra.slice_publisher import SLICE_KINDS
+from fakegpu.kube.discovery import SLICE_KINDS
+from fakegpu.kube.watch_loop import list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
@@ -41,14 +42,6 @@ from fakegpu.virtual_nodes.slice_set import stored_signature
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-RETRY_PAUSE = 1.0
-"""The first pause before a failed watch lists again; it doubles each time, up to MAX_RETRY_PAUSE."""
-MAX_RETRY_PAUSE = 30.0
-
-
-def retry_pause(failures: int) -> float:
-    """The pause after ``failures`` failures in a row (1 or more)."""
-    return min(RETRY_PAUSE * 2.0 ** min(failures - 1, 32), MAX_RETRY_PAUSE)
 
 
 class WorkQueue:
@@ -158,50 +151,38 @@ class Watcher:
         if planned == (event == "DELETED"):
             self._enqueue(name)
 
+    def _node_event(self, event: str, obj: JSON) -> None:
+        name = str(obj["metadata"]["name"])
+        if event == "DELETED":
+            self._labelled.discard(name)
+            self._enqueue(name)
+            return
+        self._labelled.add(name)
+        if self._node_differs(obj):
+            self._enqueue(name)
+
     # -- loops -----------------------------------------------------------------------------------------
     async def _watch_nodes(self) -> None:
-        failures = 0
-        while True:
-            try:
-                nodes, version = await self.api.list_nodes(labels=OWNED)
-                failures = 0
-                self.check_nodes(nodes)
-                async for event, obj in self.api.watch(Node, labels=OWNED, resource_version=version):
-                    name = str(obj["metadata"]["name"])
-                    if event == "DELETED":
-                        self._labelled.discard(name)
-                        self._enqueue(name)
-                        continue
-                    self._labelled.add(name)
-                    if self._node_differs(obj):
-                        self._enqueue(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API server may be away for a while: list and watch again
-                failures += 1
-                pause = retry_pause(failures)
-                log.warning("node watch ended (%s); watching again in %.0f s", exc, pause)
-                await asyncio.sleep(pause)
+        await list_then_watch(
+            lambda: self.api.list_nodes(labels=OWNED),
+            lambda version: self.api.watch(Node, labels=OWNED, resource_version=version),
+            on_list=self.check_nodes,
+            on_event=self._node_event,
+            on_failure=lambda exc, pause: log.warning("node watch ended (%s); watching again in %.0f s", exc, pause),
+        )
 
     async def _watch_slices(self) -> None:
         options = self.controller.options
         assert options is not None
-        failures = 0
-        while True:
-            try:
-                slices, version = await self.api.list_slices(options.api_version, labels=OWNED)
-                failures = 0
-                self.check_slices(slices)
-                kind = SLICE_KINDS[options.api_version]
-                async for event, obj in self.api.watch(kind, labels=OWNED, resource_version=version):
-                    self._slice_event(event, obj)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                pause = retry_pause(failures)
-                log.warning("ResourceSlice watch ended (%s); watching again in %.0f s", exc, pause)
-                await asyncio.sleep(pause)
+        await list_then_watch(
+            lambda: self.api.list_slices(options.api_version, labels=OWNED),
+            lambda version: self.api.watch(SLICE_KINDS[options.api_version], labels=OWNED, resource_version=version),
+            on_list=self.check_slices,
+            on_event=self._slice_event,
+            on_failure=lambda exc, pause: log.warning(
+                "ResourceSlice watch ended (%s); watching again in %.0f s", exc, pause
+            ),
+        )
 
     async def _resync_loop(self) -> None:
         while True:

@@ -14,7 +14,8 @@ import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.slice_commands import slice_options
-from fakegpu.dra.claim_devices import claim_preparation, published_devices
+from fakegpu.dra.claim_preparation import claim_preparation
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.resource_slices import build_slice_specs, spec_devices
 from fakegpu.sharing.inputs import load_inventory, load_node
 from fakegpu.sharing.node import Node

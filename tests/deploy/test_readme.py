@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fakegpu.cli.inventory_options import inventory_inputs
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
 from tests.deploy.manifests import (
     DEPLOY,

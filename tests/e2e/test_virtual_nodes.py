@@ -16,7 +16,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
-from fakegpu.dra.slice_publisher import SLICE_KINDS
+from fakegpu.kube.discovery import SLICE_KINDS
 from fakegpu.virtual_nodes.names import prefix_label_value
 
 

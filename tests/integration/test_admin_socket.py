@@ -7,6 +7,7 @@ is checked where the kubelet (or the API server) sees it.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -23,7 +24,11 @@ from typing import Any
 import grpc
 import pytest
 
-from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
+from fakegpu.cli.ctl_command import add_ctl_parser
+from fakegpu.control.client import admin_call
+from fakegpu.control.operations import BY_NAME, OPERATIONS
+from fakegpu.control.protocol import AdminError, op_fields
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
@@ -437,6 +442,89 @@ def test_ops_with_unsupported_field_types_are_refused_at_construction(sockdir):
 
 
 # --- fakegpu ctl ---------------------------------------------------------------------------------------
+
+
+def _table_fits(ops: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What is wrong between the ctl table and a daemon's ops: unknown fields, required ones ctl cannot send."""
+    wrong: dict[str, list[str]] = {}
+    table = {op.name: op for op in OPERATIONS}
+    for name, op in ops.items():
+        if name not in table:
+            wrong.setdefault(name, []).append("not in the ctl table")
+            continue
+        fields = {f.name: f for f in op_fields(name, op)}
+        sent = set(table[name].fields)
+        wrong[name] = [f"ctl sends {f!r}, which the op does not take" for f in sorted(sent - set(fields))]
+        wrong[name] += [
+            f"ctl cannot send the required {f!r}" for f, d in fields.items() if d.required and f not in sent
+        ]
+    return {k: v for k, v in wrong.items() if v}
+
+
+async def test_the_ctl_table_has_every_op_of_both_daemons_with_their_fields(plugin_admin, dra_admin):
+    node, _ = await plugin_admin("2xt4")
+    _apiserver, driver, _ = dra_admin
+    plugin_ops = device_plugin_ops(node.live, node.plugins, node.calls)
+    assert _table_fits(plugin_ops) == {}
+    assert _table_fits(dra_ops(driver)) == {}
+    assert {op.name for op in OPERATIONS} == set(plugin_ops) | set(dra_ops(driver))
+
+
+@pytest.mark.parametrize(
+    ("argv", "request_", "result", "line"),
+    [
+        (["off-bus", "2"], {"gpu": "2"}, ["a", "b"], "GPU 2 fell off the bus (XID 79): 2 device(s) unhealthy: a, b"),
+        (
+            ["off-bus", "2"],
+            {"gpu": "2"},
+            [],
+            "no device changed: XID 79 is ignored by the daemon's health policy (or the GPU was already unhealthy)",
+        ),
+        (
+            ["health", "3", "--healthy"],
+            {"target": "3", "healthy": True},
+            [],
+            "no device changed: 3 was already healthy",
+        ),
+        (
+            ["health", "3", "--unhealthy"],
+            {"target": "3", "healthy": False},
+            [f"d{i}" for i in range(10)],
+            "marked 10 device(s) unhealthy: d0, d1, d2, d3, d4, d5, d6, d7 and 2 more",
+        ),
+        (
+            ["fault", "ListAndWatch", "--delay", "0.5", "--code", "internal", "--resource", GPU],
+            {"method": "ListAndWatch", "times": 1, "code": "INTERNAL", "message": "", "delay": 0.5, "resource": GPU},
+            {"method": "ListAndWatch", "times": 1, "code": "INTERNAL", "message": "m", "delay": 0.5, "resource": GPU},
+            f"planned: the next 1 ListAndWatch call(s) for {GPU} take 0.5s then fail with INTERNAL: m",
+        ),
+        (["clear-faults", "Allocate"], {"method": "Allocate"}, 1, "cleared 1 planned fault(s)"),
+        (["end-streams"], {}, 2, "ended 2 ListAndWatch stream(s)"),
+        (["plugins", "stop"], {"action": "stop"}, {"serving": []}, "plugins stopped"),
+        (["plugins", "restart"], {"action": "restart"}, {"serving": [GPU]}, f"plugins restarted; serving {GPU}"),
+        (["plugins", "start"], {"action": "start"}, {"serving": []}, "plugins started; serving nothing"),
+        (["reload"], {}, {"serving": [GPU]}, f"reloaded; serving {GPU}"),
+        (
+            ["reconfigure", "--gpus", "4xt4", "--mig-strategy", "mixed", "--new-ids"],
+            {"gpus": "4xt4", "mig_strategy": "mixed", "new_ids": True},
+            {"gpus": 4, "serving": [GPU]},
+            f"reconfigured: 4 GPU(s); serving {GPU}",
+        ),
+        (
+            ["reconfigure", "--mig-layout", "all-1g.10gb"],
+            {"mig_layout": "all-1g.10gb"},
+            {"gpus": 2, "serving": []},
+            "reconfigured: 2 GPU(s); serving nothing",
+        ),
+    ],
+)
+def test_ctl_builds_each_request_and_its_summary_line(argv, request_, result, line):
+    parser = argparse.ArgumentParser()
+    add_ctl_parser(parser.add_subparsers())
+    args = parser.parse_args(["ctl", *argv])
+    operation = BY_NAME[args.op]
+    assert operation.request(args) == {"op": args.op, **request_}
+    assert operation.summary(request_, result) == line
 
 
 async def test_ctl_status_prints_a_table_and_json(plugin_admin):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
 from fakegpu.telemetry.dcgm.attribution import CallableAttribution, DeviceHolder, DraDevice, PodResourcesAttribution

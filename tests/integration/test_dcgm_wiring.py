@@ -20,8 +20,8 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 
 from fakegpu.cli.main import _parser as cli_parser
-from fakegpu.dra.claim_devices import published_devices
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.dra.device_map import published_devices
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.kube.pod_annotations import PodAnnotations, describe_error
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -35,6 +35,7 @@ from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint
 from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED, DEFAULT_STEP_SECONDS
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
 from fakegpu.telemetry.http_endpoint import ListenAddress
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
@@ -84,8 +85,8 @@ async def test_plugin_daemon_serves_dcgm_metrics_for_the_pods_the_kubelet_admitt
             InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",)),
             KubeletPaths(root / "kubelet"),
             stop=stop,
-            dcgm_address=ListenAddress("127.0.0.1", 0),
             node=node,
+            telemetry=TelemetrySettings(dcgm_address=ListenAddress("127.0.0.1", 0)),
         )
     )
     try:
@@ -297,8 +298,7 @@ async def test_dra_daemon_serves_dcgm_metrics_for_prepared_claims(root, caplog):
             paths,
             settings,
             stop=stop,
-            dcgm_address=ListenAddress("127.0.0.1", 0),
-            dcgm_seed="dra-test",
+            telemetry=TelemetrySettings(dcgm_address=ListenAddress("127.0.0.1", 0), dcgm_seed="dra-test"),
         )
     )
     try:

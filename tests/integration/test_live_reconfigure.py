@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakegpu.control.admin_socket import AdminError, AdminServer, admin_call
+from fakegpu.control.client import admin_call
+from fakegpu.control.protocol import AdminError
+from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.sharing.inputs import CurrentInputs
 from fakegpu.testing.fake_node import FakeNode

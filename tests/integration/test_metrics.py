@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakegpu.cli.main import main
-from fakegpu.control.admin_socket import admin_call
+from fakegpu.control.client import admin_call
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -40,6 +40,7 @@ from fakegpu.runtime.plugin_registration import registry_socket_name
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.rpc_metrics import fakegpu_version
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
@@ -153,7 +154,7 @@ async def plugin_daemon(
             KubeletPaths(root / "kubelet"),
             stop=stop,
             admin_socket=admin,
-            metrics_address=ANY_PORT,
+            telemetry=TelemetrySettings(metrics_address=ANY_PORT),
         )
     )
     await kubelet.wait_for(lambda: kubelet.allocatable().get(GPU) == 2 or task.done(), 10.0, "devices")
@@ -333,7 +334,7 @@ async def dra_daemon(
             settings,
             stop=stop,
             admin_socket=admin,
-            metrics_address=ANY_PORT,
+            telemetry=TelemetrySettings(metrics_address=ANY_PORT),
         )
     )
     try:

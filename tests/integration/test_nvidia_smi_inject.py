@@ -21,9 +21,9 @@ import pytest
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.main import _parser
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
-from fakegpu.dra.claim_devices import published_devices
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator

@@ -32,6 +32,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
@@ -230,7 +231,13 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     apiserver.create_direct(_pod("train"))
     dcgm = ListenAddress("127.0.0.1", _free_port())
     task = asyncio.create_task(
-        run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=settings, dcgm_address=dcgm)
+        run_plugin_daemon(
+            inputs,
+            KubeletPaths(root / "kubelet"),
+            stop=stop,
+            node=settings,
+            telemetry=TelemetrySettings(dcgm_address=dcgm),
+        )
     )
     try:
         await kubelet.wait_for(lambda: kubelet.allocatable().get("nvidia.com/gpu") == 2, 10.0, "devices")
@@ -347,12 +354,29 @@ class Component:
 
 
 COMPONENTS = {
-    "device-plugin": (Component("device-plugin", ("fakegpu/fakeplugin", "fakegpu/kube")), exercise_device_plugin),
+    "device-plugin": (
+        Component(
+            "device-plugin",
+            (
+                "fakegpu/fakeplugin",
+                "fakegpu/kube/client.py",
+                "fakegpu/kube/node_watch.py",
+                "fakegpu/kube/pod_annotations.py",
+            ),
+        ),
+        exercise_device_plugin,
+    ),
     "dra": (
-        Component("dra", ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/pod_annotations.py")),
+        Component(
+            "dra",
+            ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/discovery.py", "fakegpu/kube/pod_annotations.py"),
+        ),
         exercise_dra,
     ),
-    "kwok": (Component("kwok", ("fakegpu/virtual_nodes", "fakegpu/kube/client.py")), exercise_virtual_nodes),
+    "kwok": (
+        Component("kwok", ("fakegpu/virtual_nodes", "fakegpu/kube/client.py", "fakegpu/kube/discovery.py")),
+        exercise_virtual_nodes,
+    ),
 }
 
 

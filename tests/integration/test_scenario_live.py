@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.main import main
-from fakegpu.control.admin_socket import AdminServer
+from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.testing.fake_node import FakeNode
 from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
@@ -114,6 +114,20 @@ async def test_a_refused_op_fails_with_the_daemons_error(daemon, short_dir):
     assert lines[-1].startswith("FAIL live after ")
     assert node.live.faults.faults == []
     assert node.live.unhealthy() == {}  # the scenario stopped at the failing step
+
+
+async def test_a_fault_the_daemons_face_does_not_serve_is_refused_before_anything_is_sent(daemon, short_dir):
+    node, socket = daemon
+    path = scenario(short_dir, "  - xid: {gpu: 0, xid: 94}\n  - fault: {rpc: NodeUnprepareResources, delay: 1}\n")
+    status, out, err = await run(path, socket)
+    assert status == EXIT_BAD_FILE
+    assert " PASS" not in out
+    assert err.splitlines() == [
+        f"fakegpu: error: {path}: steps[1].fault.rpc: 'NodeUnprepareResources' is an RPC of the DRA driver, not of "
+        "the device plugin this scenario drives; expected one of: GetDevicePluginOptions, ListAndWatch, "
+        "GetPreferredAllocation, Allocate, PreStartContainer"
+    ]
+    assert node.live.unhealthy() == {} and node.live.faults.faults == []
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,24 @@ def test_cli_entry_point_bad_file_has_no_traceback(tmp_path):
     )
     assert proc.returncode == EXIT_BAD_FILE
     assert proc.stderr == f"fakegpu: error: {bad}: steps[0].allocate.resources: Field required\n"
+
+
+async def test_a_fault_the_device_plugin_can_never_see_is_a_bad_file(tmp_path):
+    """Regression: ``fault: {rpc: NodePrepareResources}`` passed though the device plugin never serves that
+    RPC, so the fault could never fire. Now the file is refused before a node starts: exit 2, one line
+    naming the file, the step and the RPCs a fault can name here."""
+    body = (
+        "node: {gpus: 1xl4}\n"
+        "steps:\n"
+        "  - fault: {rpc: NodePrepareResources, code: UNAVAILABLE}\n"
+        "  - allocate: {pod: p1, resources: {nvidia.com/gpu: 1}}\n"
+    )
+    path = write(tmp_path, body)
+    status, out, err = await run(path)
+    assert status == EXIT_BAD_FILE
+    assert out == ""
+    assert err == (
+        f"fakegpu: error: {path}: steps[0].fault.rpc: 'NodePrepareResources' is an RPC of the DRA driver, not of "
+        "the device plugin this scenario drives; expected one of: GetDevicePluginOptions, ListAndWatch, "
+        "GetPreferredAllocation, Allocate, PreStartContainer\n"
+    )

@@ -278,7 +278,9 @@ interpreter may live under /root); prints ``[[status, stderr], ...]``."""
 
 _OPAQUE = (
     "import json, sys\n"
-    "from fakegpu.dra.claim_devices import ClaimError, claim_preparation, published_devices\n"
+    "from fakegpu.dra.claim_error import ClaimError\n"
+    "from fakegpu.dra.claim_preparation import claim_preparation\n"
+    "from fakegpu.dra.device_map import published_devices\n"
     "from fakegpu.sharing.inputs import InventoryInputs, load_inventory\n"
     "node = load_inventory(InventoryInputs(node_name='node-a', gpus=('1xh100-80gb',))).node\n"
     "claim = json.loads(sys.argv[1])\n"

@@ -51,7 +51,7 @@ from typing import Any
 import grpc
 import pytest
 
-from fakegpu.control.admin_socket import admin_call, admin_request
+from fakegpu.control.client import admin_call, admin_request
 from fakegpu.dra.cdi_specs import cdi_vendor, spec_file_name
 from fakegpu.dra.claim_preparer import PHASE_PAUSE_ENV, phase_pause_from_env
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim, PreparedClaims

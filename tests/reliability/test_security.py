@@ -39,9 +39,10 @@ from typing import Any
 import grpc
 import pytest
 
-import fakegpu.control.admin_socket as admin_socket
-from fakegpu.control.admin_socket import AdminError, admin_call
-from fakegpu.dra.claim_devices import ClaimError
+import fakegpu.control.server as admin_server
+from fakegpu.control.client import admin_call
+from fakegpu.control.protocol import AdminError
+from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
@@ -296,7 +297,7 @@ async def test_directories_the_daemons_create_are_not_writable_by_others_under_u
 def test_peer_uid_reads_the_real_peer_credentials():
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:
-        assert admin_socket.peer_uid(left) == os.geteuid()
+        assert admin_server.peer_uid(left) == os.geteuid()
 
 
 async def test_admin_sockets_refuse_other_users_before_reading_a_request(daemons: Daemons, monkeypatch):
@@ -304,7 +305,7 @@ async def test_admin_sockets_refuse_other_users_before_reading_a_request(daemons
     stranger = os.geteuid() + 4242
     assert stranger != 0
     before = await admin_call(plugin_admin, "status")
-    monkeypatch.setattr(admin_socket, "peer_uid", lambda sock: stranger)
+    monkeypatch.setattr(admin_server, "peer_uid", lambda sock: stranger)
     with recording() as log:
         for path in (plugin_admin, dra_admin):
             with pytest.raises(AdminError) as refused:

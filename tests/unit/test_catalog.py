@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
-from fakegpu.sharing.catalog import CATALOG, lookup_model
+from fakegpu.sharing.catalog import CATALOG, BoardFacts, GpuModel, lookup_model
 from fakegpu.sharing.labels import gpu_family, sanitize_product
 from fakegpu.sharing.mig_geometry import max_instances
 from fakegpu.sharing.mig_naming import profile_memory_gb, profile_name, resource_suffix
@@ -140,3 +143,55 @@ def test_every_profile_has_an_id():
     for model in CATALOG.values():
         ids = [model.profile_id(p) for p in model.mig_profiles]
         assert len(set(ids)) == len(ids)
+
+
+def test_board_facts_have_no_defaults():
+    """A board added without one of its running figures must not import: no field may fall back."""
+    missing = [f.name for f in dataclasses.fields(BoardFacts) if f.default is not dataclasses.MISSING]
+    assert missing == []
+    assert next(f for f in dataclasses.fields(GpuModel) if f.name == "facts").default is dataclasses.MISSING
+    with pytest.raises(TypeError, match="facts"):
+        GpuModel(  # type: ignore[call-arg]
+            key="x", board="x", product_name="x", memory_mib=1, multiprocessors=1, compute_capability=(9, 0),
+            architecture="x", pci_device_id=0x10DE, brand="Nvidia", sxm=False,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_every_board_carries_plausible_running_figures(key):
+    model = CATALOG[key]
+    f = model.facts
+    assert 0 < f.power_min_w <= f.power_limit_w and 0 < f.idle_power_w < f.power_limit_w
+    assert 0 < f.idle_temp_c < f.load_temp_c < 100
+    assert f.load_temp_c == (70 if model.sxm else 78), "the loaded temperature is the estimate by cooling"
+    assert 0 < f.reserved_mib < model.memory_mib and f.bar1_mib > 0
+    assert f.pcie_width == 16 and 3 <= f.pcie_gen <= 6
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"idle_power_w": 800.0}, "idle power 800.0 W"),
+        ({"power_min_w": 900}, "power limits 900..700 W"),
+        ({"idle_temp_c": 75}, "temperatures 75..70 C"),
+        ({"idle_pstate": "P16"}, "pstate 'P16'"),
+        ({"fan": "fast"}, "fan 'fast'"),
+        ({"reserved_mib": 0}, "BAR1 131072 MiB, reserved 0 MiB"),
+        ({"pcie_width": 12}, "PCIe gen5 x12"),
+    ],
+)
+def test_implausible_board_facts_do_not_import(change, message):
+    with pytest.raises(ValueError, match=f"^implausible board facts: {re.escape(message)}$"):
+        dataclasses.replace(CATALOG["h100-80gb"].facts, **change)
+
+
+def test_reserved_framebuffer_must_leave_memory():
+    with pytest.raises(ValueError, match="t4: reserved framebuffer 251 MiB is the whole board"):
+        dataclasses.replace(CATALOG["t4"], memory_mib=251)
+
+
+def test_readings_win_over_the_old_dcgm_approximations():
+    """The A10 read 9 W idle at P8 on driver 570 (DCGM's model used to say 20 W)."""
+    a10 = CATALOG["a10"].facts
+    assert (a10.idle_power_w, a10.idle_temp_c, a10.idle_pstate, a10.fan) == (9.31, 30, "P8", "0%")
+    assert CATALOG["h100-80gb"].facts.unverified == ()

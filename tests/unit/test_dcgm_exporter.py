@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
+from fakegpu.sharing.catalog import CATALOG
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.dcgm import metric_names as names
 from fakegpu.telemetry.dcgm.attribution import (
@@ -28,6 +29,8 @@ from fakegpu.telemetry.dcgm.attribution import (
 )
 from fakegpu.telemetry.dcgm.exporter import DcgmExporter, dcgm_text
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
+from fakegpu.telemetry.nvidia_smi.devices import from_inventory
+from fakegpu.telemetry.nvidia_smi.query import gpu_values
 from tests.inventory_builders import inventory, time_slicing
 
 HELP_TYPE = [
@@ -350,7 +353,7 @@ T4_GOLDEN = [
     "DCGM_FI_DEV_GPU_TEMP{{ID},{POD}} 67",
     "# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).",
     "# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
-    "DCGM_FI_DEV_POWER_USAGE{{ID},{POD}} 54.214000",
+    "DCGM_FI_DEV_POWER_USAGE{{ID},{POD}} 54.064000",  # from the T4's 9.42 W idle reading (was 10 W)
     "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
     "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
     "DCGM_FI_DEV_GPU_UTIL{{ID},{POD}} 74",
@@ -392,6 +395,22 @@ async def test_golden_exposition_of_a_held_t4(tmp_path):
     xid_pod = 'container="server",err_code="0",err_msg="No Error",namespace="ml",pod="infer-0"'
     expected = "\n".join(T4_GOLDEN).replace("{XIDPOD}", xid_pod).replace("{POD}", pod).replace("{ID}", ident)
     assert (await exporter.scrape()).decode() == expected + "\n"
+
+
+@pytest.mark.parametrize(("gpus", "layout"), [*((f"4x{key}", None) for key in CATALOG), ("2xh100-80gb", "all-3g.40gb")])
+async def test_an_idle_gpu_reads_the_same_in_dcgm_and_nvidia_smi(tmp_path, gpus, layout):
+    """Both read the board's catalog entry: at zero utilisation DCGM reports exactly the power draw and
+    temperature nvidia-smi prints, GPU by GPU (MIG instances report their board's)."""
+    kw: dict[str, Any] = {} if layout is None else {"layout": layout}
+    live, exporter = make(tmp_path, gpus, **kw)
+    text = await exporter.scrape()
+    smi = from_inventory(live.inventory)
+    for gpu in smi.gpus:
+        printed = gpu_values(smi, gpu)
+        powers = {float(v) for _, v in of(text, "DCGM_FI_DEV_POWER_USAGE", gpu=str(gpu.index))}
+        temperatures = {int(v) for _, v in of(text, "DCGM_FI_DEV_GPU_TEMP", gpu=str(gpu.index))}
+        assert powers == {float(printed["power.draw"][1])}
+        assert temperatures == {int(printed["temperature.gpu"][1])}
 
 
 # --- seed, MIG strategy none, log noise, the attribution fallback -------------------------------------------

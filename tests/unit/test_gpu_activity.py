@@ -6,9 +6,11 @@ import pytest
 
 from fakegpu.sharing.catalog import CATALOG
 from fakegpu.telemetry.dcgm import gpu_activity as ga
+from fakegpu.telemetry.idle_reading import idle_reading
 
 DEV = "GPU-00000000-0000-0000-0000-000000000000"
-H100_MIB = CATALOG["h100-80gb"].memory_mib
+H100 = CATALOG["h100-80gb"]
+H100_MIB = H100.memory_mib
 
 
 def act(
@@ -41,8 +43,8 @@ def test_idle_device_reads_idle():
 def test_same_inputs_same_outputs():
     workloads = [ga.Workload("ns/p/c"), ga.Workload("ns/q/c", 40)]
     assert act(workloads, step=7) == act(list(workloads), step=7)
-    assert ga.thermals("h100-80gb", 55, seed="s", gpu=DEV, step=7) == ga.thermals(
-        "h100-80gb", 55, seed="s", gpu=DEV, step=7
+    assert ga.thermals(H100, 55, index=0, seed="s", gpu=DEV, step=7) == ga.thermals(
+        H100, 55, index=0, seed="s", gpu=DEV, step=7
     )
     assert ga.noise("s", 1, "x") == ga.noise("s", 1, "x")
     assert -1.0 <= ga.noise("anything") < 1.0
@@ -56,7 +58,8 @@ def test_pinned_values_do_not_drift():
     assert ga.activity(
         [ga.Workload("default/train/main")], memory_mib=H100_MIB, seed="fakegpu", device=DEV, step=3
     ) == ga.Activity(68, 29, 53133, 28426, 0.684774, 0.376626, 0.29)
-    assert ga.thermals("h100-80gb", 42, seed="fakegpu", gpu=DEV, step=3) == ga.Thermals(48, 335.269)
+    # From the catalog's H100 SXM5 reading (idle 69.21 W, 30 C) towards 700 W and the estimated 70 C.
+    assert ga.thermals(H100, 42, index=0, seed="fakegpu", gpu=DEV, step=3) == ga.Thermals(47, 334.81)
 
 
 def test_seed_and_step_change_the_jitter_only():
@@ -118,25 +121,34 @@ def test_ratios_follow_utilization():
 
 
 @pytest.mark.parametrize("key", sorted(CATALOG))
-def test_every_board_has_a_thermal_envelope(key):
-    board = ga.BOARD_THERMALS[key]
-    assert 0 < board.idle_w < board.max_w
-    assert 30 <= board.idle_c <= 35 and 70 <= board.load_c <= 80
-    idle = ga.thermals(key, 0, seed="s", gpu=DEV, step=0)
-    busy = ga.thermals(key, 100, seed="s", gpu=DEV, step=0)
-    assert idle.power_w < busy.power_w <= board.max_w
-    assert abs(idle.power_w - board.idle_w) <= board.idle_w * 0.016
-    assert idle.temperature_c < busy.temperature_c
-    assert abs(idle.temperature_c - board.idle_c) <= 1.5 and abs(busy.temperature_c - board.load_c) <= 1.5
-    assert idle.power_w == round(idle.power_w, 3)
+def test_every_board_moves_from_its_idle_reading_to_its_loaded_figures(key):
+    model = CATALOG[key]
+    facts = model.facts
+    for index in range(4):
+        idle = ga.thermals(model, 0, index=index, seed="s", gpu=DEV, step=index)
+        busy = ga.thermals(model, 100, index=index, seed="s", gpu=DEV, step=index)
+        reading = idle_reading(model, index)
+        assert idle == ga.Thermals(reading.temperature_c, reading.power_w)
+        assert idle.power_w < busy.power_w <= facts.power_limit_w
+        assert busy.power_w >= facts.power_limit_w * 0.985 - 0.001
+        assert idle.temperature_c < busy.temperature_c
+        assert abs(busy.temperature_c - facts.load_temp_c) <= 1.5
+        assert busy.power_w == round(busy.power_w, 3)
+
+
+def test_idle_does_not_jitter_and_work_does():
+    idle = {ga.thermals(H100, 0, index=1, seed="s", gpu=DEV, step=s) for s in range(20)}
+    assert idle == {ga.Thermals(33, 70.08)}  # H100 SXM5 reading (69.21 W, 30 C), GPU 1's difference
+    busy = {ga.thermals(H100, 50, index=1, seed="s", gpu=DEV, step=s) for s in range(20)}
+    assert len(busy) > 1
 
 
 def test_published_board_power():
-    assert ga.BOARD_THERMALS["h100-80gb"].max_w == 700
-    assert ga.BOARD_THERMALS["a100-40gb"].max_w == 400
-    assert ga.BOARD_THERMALS["t4"].max_w == 70
-    assert ga.BOARD_THERMALS["l4"].max_w == 72
-    assert ga.board_thermals("no-such-board").max_w > 0
+    assert CATALOG["h100-80gb"].facts.power_limit_w == 700
+    assert CATALOG["a100-40gb"].facts.power_limit_w == 400
+    assert CATALOG["t4"].facts.power_limit_w == 70
+    assert CATALOG["l4"].facts.power_limit_w == 72
+    assert ga.thermals(CATALOG["t4"], 100, index=0, seed="s", gpu=DEV, step=0).power_w <= 70
 
 
 def test_board_load_of_mig_instances():

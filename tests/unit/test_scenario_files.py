@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario import load_scenario
-from fakegpu.testing.scenario.model import STEP_KINDS, AllocateStep, parse_scenario, step_kind
+from fakegpu.testing.scenario.model import STEP_KINDS, AllocateStep, FaultStep, parse_scenario, step_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -103,3 +104,32 @@ def test_schema_errors_are_one_line_naming_the_field(data, message):
     text = str(info.value)
     assert text.startswith("x.yaml: ") and "\n" not in text
     assert message in text, text
+
+
+DEVICE_PLUGIN_RPCS = "GetDevicePluginOptions, ListAndWatch, GetPreferredAllocation, Allocate, PreStartContainer"
+
+
+@pytest.mark.parametrize("rpc", ["NodePrepareResources", "NodeUnprepareResources"])
+def test_a_dra_fault_in_a_device_plugin_scenario_is_refused(rpc: str):
+    """Regression: such a fault can never fire (the device plugin never serves that RPC), yet the scenario
+    used to PASS. The error names the file, the step and the RPCs the device plugin serves."""
+    data = _header(steps=[{"wait": 0}, {"fault": {"rpc": rpc, "code": "UNAVAILABLE"}}])
+    with pytest.raises(SpecError) as info:
+        parse_scenario(data, "x.yaml")
+    assert str(info.value) == (
+        f"x.yaml: steps[1].fault.rpc: {rpc!r} is an RPC of the DRA driver, not of the device plugin this scenario "
+        f"drives; expected one of: {DEVICE_PLUGIN_RPCS}"
+    )
+
+
+def test_fault_steps_are_checked_against_the_face_the_scenario_drives():
+    dra = parse_scenario(_header(steps=[{"fault": {"rpc": "NodePrepareResources", "delay": 1}}]), "x.yaml", DRA_FAULTS)
+    assert isinstance(dra.steps[0], FaultStep)
+    with pytest.raises(
+        SpecError, match=r"^x\.yaml: steps\[0\]\.fault\.rpc: 'Allocate' is an RPC of the device plugin, "
+    ):
+        parse_scenario(_header(steps=[{"fault": {"rpc": "Allocate", "delay": 1}}]), "x.yaml", DRA_FAULTS)
+    with pytest.raises(SpecError, match=r"unknown RPC 'Teleport'; expected one of: NodePrepareResources, "):
+        parse_scenario(_header(steps=[{"fault": {"rpc": "Teleport", "delay": 1}}]), "x.yaml", DRA_FAULTS)
+    unchecked = parse_scenario(_header(steps=[{"fault": {"rpc": "Allocate", "delay": 1}}]), "x.yaml", None)
+    assert isinstance(unchecked.steps[0], FaultStep), "a live daemon's face is checked once it answers"

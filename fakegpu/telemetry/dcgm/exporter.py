@@ -325,7 +325,7 @@ class DcgmExporter:
                 )
             else:
                 load = float(activities[gpu.uuid].util)
-            board[gpu.uuid] = thermals(gpu.model.key, load, seed=self.seed, gpu=gpu.uuid, step=step)
+            board[gpu.uuid] = thermals(gpu.model, load, index=gpu.index, seed=self.seed, gpu=gpu.uuid, step=step)
 
         families = {c.name: GaugeMetricFamily(c.name, c.help) for c in names.COUNTERS}
         for entity in all_entities:

@@ -18,19 +18,23 @@ behind it):
 - framebuffer use grows with each workload's target within its memory budget (the whole device, or the
   replica's share); free = total - used;
 - temperature and power rise linearly with the utilisation of the physical board from its idle reading
-  to its loaded one; MIG instances report their parent's, as DCGM does.
+  (``fakegpu.telemetry.idle_reading``: exactly what the fake nvidia-smi prints for the GPU, without
+  jitter) to its loaded one (the catalog's ``load_temp_c`` and power limit); MIG instances report their
+  parent's, as DCGM does.
 
-Board power and temperature figures are approximations (NVIDIA's published board power, typical idle
-readings), not measurements; they only need to look plausible.
+Every board figure comes from the board's catalog entry (``fakegpu.sharing.catalog.BoardFacts``), which
+says which are readings and which estimates.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
+
+from fakegpu.sharing.catalog import GpuModel
+from fakegpu.telemetry.idle_reading import idle_reading
 
 UTILIZATION_ANNOTATION = "fakegpu.io/gpu-utilization"
 """Pod annotation with the target GPU utilisation in percent (0-100) of the pod's containers."""
@@ -54,40 +58,6 @@ IDLE_FB_USED_MIB = 0
 """FB used on an idle whole GPU: current drivers report reserved memory apart, nvidia-smi shows 0MiB."""
 IDLE_FB_USED_MIG_MIB = 10
 """FB used on an idle MIG instance (reading: 10 MiB on every idle 2g.20gb instance of an A800)."""
-
-
-@dataclass(frozen=True)
-class BoardThermals:
-    """Approximate power and temperature envelope of one board (not measured)."""
-
-    idle_w: float
-    max_w: float
-    """Board power limit (TDP) in W: what a fully loaded board draws."""
-    idle_c: float
-    load_c: float
-
-
-_SXM_C = (32.0, 70.0)
-_PCIE_C = (35.0, 78.0)
-
-BOARD_THERMALS: Mapping[str, BoardThermals] = MappingProxyType(
-    {
-        # key: (idle W, TDP W) - approximations from NVIDIA's board power and typical idle draw.
-        "a100-40gb": BoardThermals(55.0, 400.0, *_SXM_C),
-        "a100-80gb": BoardThermals(60.0, 400.0, *_SXM_C),
-        "a30": BoardThermals(30.0, 165.0, *_PCIE_C),
-        "h100-80gb": BoardThermals(70.0, 700.0, *_SXM_C),
-        "h100-94gb": BoardThermals(60.0, 400.0, *_PCIE_C),
-        "h200": BoardThermals(75.0, 700.0, *_SXM_C),
-        "b200": BoardThermals(140.0, 1000.0, *_SXM_C),
-        "t4": BoardThermals(10.0, 70.0, *_PCIE_C),
-        "l4": BoardThermals(16.0, 72.0, *_PCIE_C),
-        "l40s": BoardThermals(35.0, 350.0, *_PCIE_C),
-        "a10": BoardThermals(20.0, 150.0, *_PCIE_C),
-        "v100-32gb": BoardThermals(40.0, 300.0, *_SXM_C),
-    }
-)
-_FALLBACK = BoardThermals(50.0, 300.0, *_PCIE_C)
 
 
 @dataclass(frozen=True)
@@ -145,10 +115,6 @@ def parse_target(value: str | None) -> float | None:
     if math.isnan(number):
         return None
     return _clamp(number, 0.0, 100.0)
-
-
-def board_thermals(model_key: str) -> BoardThermals:
-    return BOARD_THERMALS.get(model_key, _FALLBACK)
 
 
 def workload_target(workload: Workload, seed: str | int) -> float:
@@ -215,14 +181,20 @@ def board_load(instances: Sequence[tuple[int, int]], compute_slices: int) -> flo
     return _clamp(sum(util * slices for util, slices in instances) / compute_slices, 0.0, 100.0)
 
 
-def thermals(model_key: str, load: float, *, seed: str | int, gpu: str, step: int) -> Thermals:
-    """Temperature and power of the board ``gpu`` (its UUID) at ``load`` percent."""
-    board = board_thermals(model_key)
+def thermals(model: GpuModel, load: float, *, index: int, seed: str | int, gpu: str, step: int) -> Thermals:
+    """Temperature and power of the board ``gpu`` (its UUID; ``index`` its minor number) at ``load``
+    percent. At zero load it is the GPU's idle reading exactly, as nvidia-smi prints it: the jitter comes
+    with work, as utilisation's does."""
+    idle = idle_reading(model, index)
     fraction = _clamp(load, 0.0, 100.0) / 100.0
-    temperature = board.idle_c + (board.load_c - board.idle_c) * fraction + noise(seed, "temp", gpu, step)
-    power = board.idle_w + (board.max_w - board.idle_w) * fraction
+    if fraction == 0.0:
+        return Thermals(temperature_c=idle.temperature_c, power_w=idle.power_w)
+    facts = model.facts
+    temperature = idle.temperature_c + (facts.load_temp_c - idle.temperature_c) * fraction
+    temperature += noise(seed, "temp", gpu, step)
+    power = idle.power_w + (facts.power_limit_w - idle.power_w) * fraction
     power *= 1.0 + 0.015 * noise(seed, "power", gpu, step)
-    return Thermals(temperature_c=round(temperature), power_w=round(_clamp(power, 0.0, board.max_w), 3))
+    return Thermals(temperature_c=round(temperature), power_w=round(_clamp(power, 0.0, facts.power_limit_w), 3))
 
 
 def _clamp(value: float, low: float, high: float) -> float:

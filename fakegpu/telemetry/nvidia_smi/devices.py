@@ -30,7 +30,7 @@ from fakegpu.sharing.identifiers import mig_uuid
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.mig_geometry import Placement
 from fakegpu.sharing.node import MigInstance, Node, PhysicalGpu, gi_id
-from fakegpu.telemetry.nvidia_smi.boards import board_facts
+from fakegpu.telemetry.idle_reading import idle_reading
 from fakegpu.telemetry.nvidia_smi.injection import NVIDIA_VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_ENV
 
 JSON_KIND: Final = "fakegpu.io/nvidia-smi-devices"
@@ -94,6 +94,7 @@ class SmiGpu:
     pstate: str
     fan: str
     pcie_gen: int
+    pcie_width: int
     migs: tuple[SmiMig, ...]
     mig_options: tuple[SmiMig, ...] = ()
     """Dynamic MIG: the devices the DRA driver may create here and not yet in ``migs``; named by UUID only."""
@@ -193,7 +194,8 @@ def _options(node_name: str, gpu: PhysicalGpu, bar1_mib: int, migs: tuple[SmiMig
 
 def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
     model = gpu.model
-    facts = board_facts(model.key)
+    facts = model.facts
+    idle = idle_reading(model, gpu.index)
     migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
     options = _options(node_name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
     major, minor = model.compute_capability
@@ -213,14 +215,14 @@ def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
         bar1_mib=facts.bar1_mib,
         mig_capable=model.mig_capable,
         mig_enabled=gpu.mig_enabled,
-        # Small, fixed per-GPU differences, as eight idle boards never read exactly alike.
-        power_draw_w=round(facts.idle_power_w + (gpu.index % 3) * 0.87, 2),
+        power_draw_w=idle.power_w,
         power_limit_w=facts.power_limit_w,
         power_min_w=facts.power_min_w,
-        temperature_c=facts.idle_temp_c + (gpu.index * 3) % 5,
+        temperature_c=idle.temperature_c,
         pstate=facts.idle_pstate,
         fan=facts.fan,
         pcie_gen=facts.pcie_gen,
+        pcie_width=facts.pcie_width,
         migs=migs,
         mig_options=options,
     )
@@ -282,6 +284,7 @@ _GPU_KEYS: Final = (
     ("pstate", "pstate", str),
     ("fan", "fan", str),
     ("pcie_gen", "pcieGen", int),
+    ("pcie_width", "pcieWidth", int),
 )
 
 

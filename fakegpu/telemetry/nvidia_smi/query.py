@@ -276,6 +276,7 @@ def gpu_values(node: SmiNode, gpu: SmiGpu, *, partial: bool = False) -> dict[str
     watts = _with_unit(f"{gpu.power_limit_w:.2f}", "W")
     draw = _with_unit(f"{gpu.power_draw_w:.2f}", "W")
     gen = _plain(str(gpu.pcie_gen))
+    width = _plain(str(gpu.pcie_width))
 
     def memory(mib: int) -> tuple[str, str]:
         return _plain(NO_PERMISSION) if partial else _with_unit(str(mib), "MiB")
@@ -296,8 +297,8 @@ def gpu_values(node: SmiNode, gpu: SmiGpu, *, partial: bool = False) -> dict[str
         "pcie.link.gen.gpucurrent": gen,
         "pcie.link.gen.max": gen,
         "pcie.link.gen.gpumax": gen,
-        "pcie.link.width.current": _plain("16"),
-        "pcie.link.width.max": _plain("16"),
+        "pcie.link.width.current": width,
+        "pcie.link.width.max": width,
         "display_mode": _plain("Enabled"),
         "display_active": _plain("Disabled"),
         "persistence_mode": _plain("Enabled"),

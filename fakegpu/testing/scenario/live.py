@@ -2,7 +2,8 @@
 
 No node is started: ``xid``, ``health``, ``fault``, ``end_streams`` and ``restart: plugins`` become the
 daemon's admin ops, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
-kubelet emulator, so such a file is refused before anything is sent. The output and exit statuses are
+kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the
+daemon's face does not serve, once its status says which face it is. The output and exit statuses are
 the embedded runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad
 file or no daemon to talk to.
 """
@@ -14,9 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from fakegpu.control.admin_socket import AdminError, admin_call
+from fakegpu.control.client import admin_call
+from fakegpu.control.protocol import AdminError
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario.model import (
+    FACES,
     EndStreamsStep,
     FaultStep,
     HealthStep,
@@ -25,6 +28,7 @@ from fakegpu.testing.scenario.model import (
     Step,
     WaitStep,
     XidStep,
+    check_fault_rpcs,
     step_kind,
 )
 from fakegpu.testing.scenario.output import (
@@ -81,6 +85,9 @@ class LiveScenarioRun:
             raise SpecError(s.path, f"cannot use the admin socket {self.socket}: {reason}") from None
         kind = status.get("kind", "daemon") if isinstance(status, dict) else "daemon"
         node = status.get("node", "?") if isinstance(status, dict) else "?"
+        face = FACES.get(kind)
+        if face is not None:
+            check_fault_rpcs(s, face)
         step_line(self.out, "", "connect", f"{kind} on node {node} at {self.socket}", time.monotonic() - began, "PASS")
         result = await self._run_steps()
         took = time.monotonic() - began
@@ -118,15 +125,7 @@ class LiveScenarioRun:
                 changed = await self._call("health", target=h.target, healthy=h.healthy)
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                await self._call(
-                    "fault",
-                    method=f.rpc,
-                    times=f.times,
-                    code=f.code,
-                    message=f.message,
-                    delay=f.delay,
-                    resource=f.resource,
-                )
+                await self._call("fault", method=f.rpc, **f.settings())
                 return ""
             case EndStreamsStep(end_streams=name):
                 ended = await self._call("end-streams", resource=name)

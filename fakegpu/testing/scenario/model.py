@@ -3,6 +3,10 @@
 Every mistake in a file becomes one ``SpecError`` naming the file, the step and the field, e.g.
 ``scenarios/x.yaml: steps[3].allocate.resources.nvidia.com/gpu: Input should be a valid integer (found '2')``.
 Steps are numbered from 0, as the error locations and the runner's output number them.
+
+A ``fault`` step is checked against the face the scenario drives (:data:`FACES`): the embedded runner
+drives the device plugin, so a fault on a DRA RPC there is an error, as it could never fire; a live
+daemon's face is known once it answers (``check_fault_rpcs``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fakegpu.control.fault_ops import FaultableRpcs
+from fakegpu.dra.admin_ops import DRA_FAULTS
+from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.sharing.errors import SpecError, error_message, format_location
-from fakegpu.sharing.faults import FAULTABLE_RPCS, STATUS_CODES
+from fakegpu.sharing.faults import STATUS_CODES
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS
 from fakegpu.sharing.yaml_source import parse_yaml, read_text
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+FACES: dict[str, FaultableRpcs] = {f.kind: f for f in (DEVICE_PLUGIN_FAULTS, DRA_FAULTS)}
+"""The faces a scenario can drive, by the kind their daemon's status reports."""
 
 PositiveCount = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(ge=0, le=3600)]
@@ -91,18 +101,12 @@ class HealthArgs(_Target):
 
 class FaultArgs(_Model):
     rpc: str
+    """An RPC of the face the scenario drives; checked by ``check_fault_rpcs``, which knows the face."""
     times: PositiveCount = 1
     code: str | None = None
     message: str = ""
     delay: Seconds = 0.0
     resource: str | None = None
-
-    @field_validator("rpc")
-    @classmethod
-    def _known_rpc(cls, value: str) -> str:
-        if value not in FAULTABLE_RPCS:
-            raise ValueError(f"unknown RPC {value!r}; expected one of: {', '.join(FAULTABLE_RPCS)}")
-        return value
 
     @field_validator("code")
     @classmethod
@@ -116,6 +120,10 @@ class FaultArgs(_Model):
         if self.code is None and self.delay <= 0:
             raise ValueError("a fault needs a 'code' to fail with or a 'delay' in seconds")
         return self
+
+    def settings(self) -> dict[str, Any]:
+        """Everything but the RPC, as ``FaultPlan.inject`` and the ``fault`` admin op take it."""
+        return self.model_dump(exclude={"rpc"})
 
 
 class AllocateArgs(_Model):
@@ -333,7 +341,28 @@ def parse_step(source: str, index: int, raw: Any) -> Step:
         raise _error(source, exc, ("steps", index)) from None
 
 
-def parse_scenario(data: Any, source: str) -> Scenario:
+def _rpc_refusal(rpc: str, face: FaultableRpcs) -> str | None:
+    if rpc in face.rpcs:
+        return None
+    allowed = ", ".join(face.rpcs)
+    owner = next((f for f in FACES.values() if rpc in f.rpcs), None)
+    if owner is None:
+        return f"unknown RPC {rpc!r}; expected one of: {allowed}"
+    return f"{rpc!r} is an RPC of {owner.face}, not of {face.face} this scenario drives; expected one of: {allowed}"
+
+
+def check_fault_rpcs(scenario: Scenario, face: FaultableRpcs) -> None:
+    """SpecError naming the first ``fault`` step whose RPC ``face`` does not serve (it could never fire)."""
+    for index, step in enumerate(scenario.steps):
+        if isinstance(step, FaultStep):
+            refusal = _rpc_refusal(step.fault.rpc, face)
+            if refusal is not None:
+                raise SpecError(scenario.path, refusal, f"steps[{index}].fault.rpc")
+
+
+def parse_scenario(data: Any, source: str, face: FaultableRpcs | None = DEVICE_PLUGIN_FAULTS) -> Scenario:
+    """The scenario in ``data``, validated; its fault steps against ``face`` (the device plugin, which the
+    embedded runner drives), or not yet with None (a live daemon's face is known once it answers)."""
     if data is None:
         raise SpecError(source, "scenario file is empty")
     if not isinstance(data, dict):
@@ -349,7 +378,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         raise SpecError(source, "a scenario needs steps, or expect_start_error for a node that must fail", "steps")
     if header.expect_start_error is not None and steps:
         raise SpecError(source, "a node expected to fail at start runs no steps; remove them", "steps")
-    return Scenario(
+    scenario = Scenario(
         path=source,
         name=header.name,
         issue=header.issue,
@@ -358,9 +387,13 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         expect_start_error=header.expect_start_error,
         steps=steps,
     )
+    if face is not None:
+        check_fault_rpcs(scenario, face)
+    return scenario
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate one scenario file; every problem raises a one-line SpecError."""
+def load_scenario(path: str | Path, face: FaultableRpcs | None = DEVICE_PLUGIN_FAULTS) -> Scenario:
+    """Read and validate one scenario file (its fault steps against ``face``, as ``parse_scenario``);
+    every problem raises a one-line SpecError."""
     source = str(path)
-    return parse_scenario(parse_yaml(read_text(path, "scenario file"), source), source)
+    return parse_scenario(parse_yaml(read_text(path, "scenario file"), source), source, face)

@@ -241,9 +241,7 @@ class ScenarioRun:
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
                 try:
-                    node.live.faults.inject(
-                        f.rpc, times=f.times, code=f.code, message=f.message, delay=f.delay, resource=f.resource
-                    )
+                    node.live.faults.inject(f.rpc, **f.settings())
                 except FaultError as exc:
                     raise BadReference(str(exc)) from None
                 return ""
@@ -357,11 +355,10 @@ async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO, socke
     statuses: list[int] = []
     for path in paths:
         try:
-            scenario = load_scenario(path)
             if socket is None:
-                status = await run_scenario(scenario, out)
+                status = await run_scenario(load_scenario(path), out)
             else:
-                status = await run_live_scenario(scenario, Path(socket), out)
+                status = await run_live_scenario(load_scenario(path, face=None), Path(socket), out)
         except SpecError as exc:
             out.flush()
             err.write(f"fakegpu: error: {exc}\n")

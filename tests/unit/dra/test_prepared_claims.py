@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from fakegpu.dra.claim_devices import ClaimPreparation, claim_preparation, published_devices
+from fakegpu.dra.claim_preparation import ClaimPreparation, claim_preparation
+from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import (
     CHECKPOINT_FILE,
     PREPARE_COMPLETED,
@@ -20,6 +21,8 @@ from fakegpu.dra.prepared_claims import (
     CheckpointCorrupted,
     ClaimRef,
     PreparedClaims,
+    parse_result,
+    result_json,
 )
 from fakegpu.sharing.node import build_node
 from fakegpu.sharing.node_spec import parse_node_spec
@@ -213,3 +216,17 @@ def test_claims_are_listed_by_uid(tmp_path):
     for p in (preparation(UID2, ("gpu-1",)), preparation()):
         store.start(ref(p), p)
     assert [c.uid for c in store.claims()] == [UID, UID2]
+
+
+def test_prepared_result_json_round_trip():
+    n = build_node(parse_node_spec({"gpus": [{"model": "h100-80gb", "count": 1}]}, "t"), NODE, source="t")
+    shared = {"request": "main/sub", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0", "shareID": "abc"}
+    claim = {
+        "metadata": {"namespace": "default", "name": "shared", "uid": UID},
+        "status": {"allocation": {"devices": {"results": [shared]}}},
+    }
+    (r,) = claim_preparation(claim, "gpu.nvidia.com", NODE, published_devices(n, "static")).results
+    assert r.request_name == "main"
+    assert result_json(r)["shareID"] == "abc"
+    assert parse_result(result_json(r)) == r
+    assert parse_result({**result_json(r), "futureField": 1}) == r

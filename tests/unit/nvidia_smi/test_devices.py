@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fakegpu.dra.claim_devices import published_devices
+from fakegpu.dra.device_map import published_devices
 from fakegpu.telemetry.nvidia_smi.devices import (
     VOLUME_MOUNTS_ROOT,
     SmiNode,

@@ -1,5 +1,6 @@
 """The watcher's queue: one node is never repaired by two workers at once, and a node queued while being
-repaired is repaired again afterwards. Failed watches back off; a resync that breaks does not end them."""
+repaired is repaired again afterwards. A resync that breaks does not end the resyncs (the watches' backoff is
+tested in tests/unit/kube)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
-from fakegpu.virtual_nodes.watcher import MAX_RETRY_PAUSE, RETRY_PAUSE, Watcher, WorkQueue, retry_pause
+from fakegpu.virtual_nodes.watcher import Watcher, WorkQueue
 from tests.eventually import eventually
 
 
@@ -113,8 +114,3 @@ async def test_a_resync_that_breaks_unexpectedly_does_not_end_the_resyncs(caplog
             await task
     assert attempts >= 3
     assert "an unexpected bug" in caplog.text
-
-
-def test_failed_watches_back_off_exponentially_up_to_a_cap():
-    assert [retry_pause(n) for n in (1, 2, 3)] == [RETRY_PAUSE, 2 * RETRY_PAUSE, 4 * RETRY_PAUSE]
-    assert retry_pause(50) == retry_pause(10_000) == MAX_RETRY_PAUSE == 30.0

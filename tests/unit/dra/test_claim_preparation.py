@@ -1,4 +1,4 @@
-"""Prepare planning: published device names, allocation results, opaque configs and environment."""
+"""Prepare planning: allocation results, opaque configs and the environment each device gets."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 
 from fakegpu.dra.cdi_specs import cdi_spec, validate_spec
-from fakegpu.dra.claim_devices import (
-    ClaimError,
-    PreparedResult,
-    claim_preparation,
-    published_devices,
-    quantity_bytes,
-)
+from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.claim_preparation import claim_preparation
+from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid
 from fakegpu.sharing.node import Node, build_node
 from fakegpu.sharing.node_spec import parse_node_spec
@@ -74,66 +70,6 @@ def prepare(c: dict[str, Any], n: Node | None = None, mig_mode="static"):
 def env_of(prep, device: str) -> dict[str, str]:
     (r,) = [r for r in prep.results if r.device == device]
     return dict(e.split("=", 1) for e in r.env)
-
-
-# --- published devices ------------------------------------------------------------------------------------
-
-
-def test_whole_gpus_are_published_by_index():
-    devices = published_devices(h100s(2), "static")
-    assert list(devices) == ["gpu-0", "gpu-1"]
-    assert devices["gpu-1"].uuid == gpu_uuid(NODE, 1)
-    assert devices["gpu-1"].kind == "gpu"
-
-
-def test_static_mig_publishes_the_instances_not_the_gpu():
-    n = node(
-        {
-            "model": "h100-80gb",
-            "migEnabled": True,
-            "migDevices": [{"profile": "1g.10gb", "start": 0}, {"profile": "3g.40gb", "start": 4}],
-        },
-        {"model": "h100-80gb"},
-    )
-    devices = published_devices(n, "static")
-    assert list(devices) == ["gpu-0-mig-1g10gb-19-0", "gpu-0-mig-3g40gb-9-4", "gpu-1"]
-    mig = devices["gpu-0-mig-3g40gb-9-4"]
-    assert (mig.kind, mig.profile, mig.start, mig.parent_index) == ("mig", "3g.40gb", 4, 0)
-    assert mig.uuid == mig_uuid(NODE, 0, "3g.40gb", 4)
-
-
-def test_dynamic_mig_publishes_every_placement_and_the_full_gpu():
-    devices = published_devices(h100s(1), "dynamic")
-    model = h100s(1).gpus[0].model
-    assert len(devices) == 1 + sum(len(p.placements) for p in model.mig_profiles)
-    assert "gpu-0" in devices
-    assert "gpu-0-mig-1g10gbme-20-6" in devices
-    assert "gpu-0-mig-7g80gb-0-0" in devices
-    assert all(d.uuid is None for d in devices.values() if d.kind == "mig")
-
-
-def test_dynamic_mig_on_a_mig_enabled_ampere_gpu_does_not_offer_the_whole_gpu():
-    n = node({"model": "a100-40gb", "migEnabled": True}, {"model": "a100-40gb"}, {"model": "t4"})
-    devices = published_devices(n, "dynamic")
-    assert "gpu-0" not in devices
-    assert "gpu-0-mig-1g5gb-19-0" in devices
-    assert "gpu-1" in devices
-    assert "gpu-2" in devices
-    assert not any(name.startswith("gpu-2-mig") for name in devices)
-
-
-@pytest.mark.parametrize("mig_mode", ["static", "dynamic"])
-def test_names_match_the_slice_publisher(mig_mode):
-    resource_slices = pytest.importorskip("fakegpu.dra.resource_slices")
-    n = node(
-        {"model": "a100-40gb", "migEnabled": True, "migDevices": {"1g.5gb": 2, "3g.20gb": 1}},
-        {"model": "h100-80gb", "migEnabled": True, "migDevices": {"1g.10gb+me": 1}},
-        {"model": "h100-80gb"},
-        {"model": "l4"},
-    )
-    specs = resource_slices.build_slice_specs(n, resource_slices.SliceOptions(mig_mode=mig_mode))
-    published = [d["name"] for s in specs for d in resource_slices.spec_devices(s)]
-    assert sorted(published) == sorted(published_devices(n, mig_mode))
 
 
 # --- results --------------------------------------------------------------------------------------------
@@ -236,13 +172,6 @@ def test_preparation_makes_a_valid_cdi_spec():
     validate_spec(spec)
     assert [d["name"] for d in spec["devices"]] == [r.cdi_device_name for r in prep.results]
     assert [f"{spec['kind']}={d['name']}" for d in spec["devices"]] == [r.cdi_ids[0] for r in prep.results]
-
-
-def test_prepared_result_json_round_trip():
-    (r,) = prepare(claim([result("gpu-0", "main/sub", shareID="abc")])).results
-    assert r.request_name == "main"
-    assert PreparedResult.from_json(r.to_json()) == r
-    assert PreparedResult.from_json({**r.to_json(), "futureField": 1}) == r
 
 
 # --- configs --------------------------------------------------------------------------------------------
@@ -392,27 +321,3 @@ def test_invalid_config_source_and_non_opaque_config_are_errors():
         prepare(claim([result("gpu-0")], [bad_source]))
     with pytest.raises(ClaimError, match="only opaque parameters are supported"):
         prepare(claim([result("gpu-0")], [{"source": "FromClaim", "requests": []}]))
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("10Gi", 10 * 2**30),
-        ("512Mi", 512 * 2**20),
-        ("1G", 10**9),
-        ("1.5Gi", 3 * 2**29),
-        ("1e3", 1000),
-        ("1E3", 1000),
-        ("2E", 2 * 10**18),
-        ("100m", 1),
-        (1073741824, 2**30),
-    ],
-)
-def test_quantities(value, expected):
-    assert quantity_bytes(value) == expected
-
-
-@pytest.mark.parametrize("value", ["", "Gi", "1 Gi", "1GB", True, 1.5, None])
-def test_bad_quantities(value):
-    with pytest.raises(ValueError, match="is not a quantity"):
-        quantity_bytes(value)

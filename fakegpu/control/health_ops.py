@@ -1,0 +1,103 @@
+"""The health ops both faces share: set health, XID events, a GPU off the bus, and the GPUs' health for status.
+
+They act on the live inventory, which both faces read, and turn its errors into admin refusals;
+:func:`health_ops` is the ``health``, ``xid`` and ``off-bus`` ops as a daemon serves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fakegpu.control.protocol import AdminError, Op
+from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
+from fakegpu.sharing.node import PhysicalGpu
+
+
+def _check_xid(xid: int) -> None:
+    if xid < 1:
+        raise AdminError(f"xid must be a positive integer, found {xid}")
+
+
+def set_health(live: LiveInventory, target: str, healthy: bool, xid: int | None) -> list[str]:
+    """Mark the devices ``target`` names healthy or unhealthy (directly: the XID is only the reason)."""
+    if xid is not None and healthy:
+        raise AdminError("an XID only applies when marking a device unhealthy")
+    if xid is not None:
+        _check_xid(xid)
+    try:
+        return live.set_health(target, healthy, xid)
+    except UnknownDeviceError as exc:
+        raise AdminError(str(exc)) from None
+
+
+def inject_xid(live: LiveInventory, target: str, xid: int) -> list[str]:
+    """An XID event: devices made unhealthy, or none when the XID policy (``DP_*``) ignores it."""
+    _check_xid(xid)
+    try:
+        return live.inject_xid(target, xid)
+    except UnknownDeviceError as exc:
+        raise AdminError(str(exc)) from None
+
+
+def find_gpu(live: LiveInventory, gpu: str) -> PhysicalGpu:
+    """The physical GPU with this index or UUID (a MIG device is not a GPU here)."""
+    gpus = live.inventory.node.gpus
+    for g in gpus:
+        if gpu in (str(g.index), g.uuid):
+            return g
+    have = f"GPUs 0-{len(gpus) - 1}" if gpus else "no GPUs"
+    raise AdminError(f"no GPU with index or UUID {gpu!r}: this node has {have} (give a GPU, not a MIG device)")
+
+
+def off_bus(live: LiveInventory, gpu: str) -> list[str]:
+    """XID 79 (fallen off the bus) on a whole GPU: it, every replica and every MIG device unhealthy."""
+    return inject_xid(live, find_gpu(live, gpu).uuid, OFF_THE_BUS_XID)
+
+
+def gpu_status(live: LiveInventory) -> list[dict[str, Any]]:
+    """Every physical GPU with its health as both faces see it."""
+    unhealthy = live.unhealthy()
+    return [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "model": g.model.product_name,
+            "healthy": g.uuid not in unhealthy,
+            "xid": unhealthy.get(g.uuid),
+            "mig_devices": len(g.mig_devices),
+        }
+        for g in live.inventory.node.gpus
+    ]
+
+
+def _same(target: str) -> str:
+    return target
+
+
+def _as_changed(change: Callable[[], list[str]]) -> list[str]:
+    return change()
+
+
+def health_ops(
+    live: LiveInventory,
+    resolve: Callable[[str], str] = _same,
+    report: Callable[[Callable[[], list[str]]], list[str]] = _as_changed,
+) -> dict[str, Op]:
+    """The ``health``, ``xid`` and ``off-bus`` ops. ``resolve`` turns a face's own device name into what
+    the live inventory knows; ``report`` runs a change and says which devices it changed, in the face's
+    names (by default the device IDs the live inventory returns)."""
+
+    async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:
+        device = resolve(target)
+        return report(lambda: set_health(live, device, healthy, xid))
+
+    async def xid(target: str, xid: int) -> list[str]:
+        device = resolve(target)
+        return report(lambda: inject_xid(live, device, xid))
+
+    async def off_bus_op(gpu: str) -> list[str]:
+        return report(lambda: off_bus(live, gpu))
+
+    return {"health": health, "xid": xid, "off-bus": off_bus_op}

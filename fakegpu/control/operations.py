@@ -1,0 +1,270 @@
+"""The admin ops as one table: for each op its fields as ``fakegpu ctl`` takes them, and the line printed
+for its answer.
+
+``fakegpu ctl`` builds one subcommand per :class:`Operation` (``add_to``), turns the parsed command line
+into the op's request (``request``) and prints ``summary(request, result)``. A field is sent only when
+it has a value (options left out are ``None``, a switch left off is ``False``), so the daemon's own
+defaults apply. The daemons' op functions say which fields each op takes and check them
+(``fakegpu.control.protocol``); this table is how a person writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fakegpu.control.status_text import fault_effect, render_status
+from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+
+Request = Mapping[str, Any]
+"""An op's fields, without ``op``."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One field, as a positional argument (``flag`` None) or an option."""
+
+    field: str
+    help: str | None = None
+    flag: str | None = None
+    type: Callable[[str], Any] | None = None
+    """How the command line's text becomes the field's value (``int``, ``str.upper``); text by default."""
+    choices: tuple[str, ...] | None = None
+    default: Any = None
+    optional: bool = False
+    """A positional argument that may be left out."""
+    switch: bool = False
+    """An option without a value: the field is ``true`` when it is given."""
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return (self.field,)
+
+    def add_to(self, parser: argparse.ArgumentParser, help_values: Mapping[str, str]) -> None:
+        text = self.help.format_map(help_values) if self.help is not None else None
+        if self.switch:
+            assert self.flag is not None, self.field
+            parser.add_argument(self.flag, dest=self.field, action="store_true", help=text)
+            return
+        kwargs: dict[str, Any] = {"default": self.default, "help": text}
+        if self.type is not None:
+            kwargs["type"] = self.type
+        if self.choices is not None:
+            kwargs["choices"] = self.choices
+        if self.flag is not None:
+            parser.add_argument(self.flag, dest=self.field, **kwargs)
+        else:
+            parser.add_argument(self.field, nargs="?" if self.optional else None, **kwargs)
+
+    def values(self, args: argparse.Namespace) -> dict[str, Any]:
+        value = getattr(args, self.field)
+        return {} if value is None or (self.switch and value is False) else {self.field: value}
+
+
+@dataclass(frozen=True)
+class Either:
+    """A field set by exactly one of several switches (``--healthy`` or ``--unhealthy``)."""
+
+    field: str
+    states: tuple[tuple[str, Any, str], ...]
+    """(flag, the field's value, help) for each switch."""
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return (self.field,)
+
+    def add_to(self, parser: argparse.ArgumentParser, help_values: Mapping[str, str]) -> None:
+        group = parser.add_mutually_exclusive_group(required=True)
+        for flag, value, text in self.states:
+            group.add_argument(flag, dest=self.field, action="store_const", const=value, help=text)
+
+    def values(self, args: argparse.Namespace) -> dict[str, Any]:
+        return {self.field: getattr(args, self.field)}
+
+
+Param = Arg | Either
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One admin op: its name on the wire and on the command line, its fields and its answer's text."""
+
+    name: str
+    help: str
+    summary: Callable[[Request, Any], str]
+    """The text printed for an answer (``-o table``): one line, or the status tables."""
+    args: tuple[Param, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(f for a in self.args for f in a.fields)
+
+    def add_to(self, ops: Any, help_values: Mapping[str, str]) -> argparse.ArgumentParser:
+        """Add this op's subcommand to ``ops`` (a subparsers action); ``{name}`` in a help text is filled
+        from ``help_values``."""
+        parser: argparse.ArgumentParser = ops.add_parser(self.name, help=self.help, description=self.help)
+        parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+        for arg in self.args:
+            arg.add_to(parser, help_values)
+        return parser
+
+    def request(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The request for the parsed command line: ``op`` and the fields given."""
+        request: dict[str, Any] = {"op": self.name}
+        for arg in self.args:
+            request.update(arg.values(args))
+        return request
+
+
+# --- the answers' texts --------------------------------------------------------------------------------
+
+
+def _list(ids: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _status(_request: Request, result: Any) -> str:
+    return render_status(result)
+
+
+def _health(request: Request, result: Any) -> str:
+    healthy, xid = request["healthy"], request.get("xid")
+    if not result:
+        return f"no device changed: {request['target']} was already {'healthy' if healthy else 'unhealthy'}"
+    how = "healthy" if healthy else "unhealthy" + (f" (XID {xid})" if xid is not None else "")
+    return f"marked {len(result)} device(s) {how}: {_list(result)}"
+
+
+def _ignored(xid: int, already: str) -> str:
+    return f"no device changed: XID {xid} is ignored by the daemon's health policy (or {already} already unhealthy)"
+
+
+def _unhealthy(result: Sequence[str]) -> str:
+    return f"{len(result)} device(s) unhealthy: {_list(result)}"
+
+
+def _xid(request: Request, result: Any) -> str:
+    if not result:
+        return _ignored(request["xid"], "the devices were")
+    return f"XID {request['xid']} on {request['target']}: {_unhealthy(result)}"
+
+
+def _off_bus(request: Request, result: Any) -> str:
+    if not result:
+        return _ignored(OFF_THE_BUS_XID, "the GPU was")
+    return f"GPU {request['gpu']} fell off the bus (XID {OFF_THE_BUS_XID}): {_unhealthy(result)}"
+
+
+def _fault(_request: Request, result: Any) -> str:
+    scope = f" for {result['resource']}" if result["resource"] else ""
+    return f"planned: the next {result['times']} {result['method']} call(s){scope} {fault_effect(result)}"
+
+
+def _clear_faults(_request: Request, result: Any) -> str:
+    return f"cleared {result} planned fault(s)"
+
+
+def _end_streams(_request: Request, result: Any) -> str:
+    return f"ended {result} ListAndWatch stream(s)"
+
+
+def _serving(result: Any) -> str:
+    return ", ".join(result["serving"]) or "nothing"
+
+
+def _plugins(request: Request, result: Any) -> str:
+    action = request["action"]
+    if action == "stop":
+        return "plugins stopped"
+    done = {"start": "started", "restart": "restarted"}[action]
+    return f"plugins {done}; serving {_serving(result)}"
+
+
+def _reload(_request: Request, result: Any) -> str:
+    return f"reloaded; serving {_serving(result)}"
+
+
+def _reconfigure(_request: Request, result: Any) -> str:
+    return f"reconfigured: {result['gpus']} GPU(s); serving {_serving(result)}"
+
+
+# --- the table -----------------------------------------------------------------------------------------
+
+_TARGET = "device ID, GPU or MIG UUID, GPU index (or DRA device name)"
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("status", "resources, devices, health, faults and allocations of the daemon", _status),
+    Operation(
+        "health",
+        "set a device's health directly, and recover it again",
+        _health,
+        (
+            Arg("target", _TARGET),
+            Either("healthy", (("--healthy", True, "mark healthy"), ("--unhealthy", False, "mark unhealthy"))),
+            Arg("xid", "the XID that made it unhealthy (with --unhealthy)", flag="--xid", type=int),
+        ),
+    ),
+    Operation(
+        "xid",
+        "an XID event on a device, honouring ignored XIDs and DP_* variables",
+        _xid,
+        (
+            Arg("target", _TARGET),
+            Arg("xid", "XID code, e.g. 79 (fallen off the bus) or 48 (double-bit ECC)", type=int),
+        ),
+    ),
+    Operation(
+        "off-bus",
+        "make a GPU fall off the bus (XID 79): it, its replicas and MIG devices unhealthy",
+        _off_bus,
+        (Arg("gpu", "GPU index or UUID"),),
+    ),
+    Operation(
+        "fault",
+        "make the next calls of an RPC fail with a gRPC status, or take longer",
+        _fault,
+        (
+            Arg("method", "{faultable_rpcs}"),
+            Arg("times", "how many calls (default %(default)s)", flag="--times", type=int, default=1),
+            Arg("code", "gRPC status code name, e.g. INVALID_ARGUMENT", flag="--code", type=str.upper),
+            Arg("message", "the status message", flag="--message", default=""),
+            Arg("delay", "seconds each call takes first", flag="--delay", type=float, default=0.0),
+            Arg("resource", "only calls for this resource (DRA: driver name)", flag="--resource"),
+        ),
+    ),
+    Operation(
+        "clear-faults",
+        "drop planned faults (all, or those of one RPC)",
+        _clear_faults,
+        (Arg("method", optional=True),),
+    ),
+    Operation(
+        "end-streams",
+        "end the open ListAndWatch streams (the kubelet sees them end)",
+        _end_streams,
+        (Arg("resource", "only this resource's streams", flag="--resource"),),
+    ),
+    Operation(
+        "plugins",
+        "stop, start or restart the device plugin servers",
+        _plugins,
+        (Arg("action", choices=("stop", "start", "restart")),),
+    ),
+    Operation("reload", "rebuild the inventory from the daemon's input files", _reload),
+    Operation(
+        "reconfigure",
+        "change the GPUs, the MIG layout or the device IDs of the running daemon",
+        _reconfigure,
+        (
+            Arg("gpus", "the node's GPUs from now on, e.g. 4xh100-80gb", flag="--gpus"),
+            Arg("mig_layout", "re-partition MIG: all-1g.10gb, all-balanced, ...", flag="--mig-layout"),
+            Arg("mig_strategy", flag="--mig-strategy", choices=("none", "single", "mixed")),
+            Arg("new_ids", "restart the plugins with fresh device IDs", flag="--new-ids", switch=True),
+        ),
+    ),
+)
+
+BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}

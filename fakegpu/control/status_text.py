@@ -1,0 +1,112 @@
+"""``fakegpu ctl status`` as text: the status answer of a device plugin or DRA daemon, as tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _health(healthy: bool, xid: int | None) -> str:
+    if healthy:
+        return "Healthy"
+    return "Unhealthy" + (f" (XID {xid})" if xid is not None else "")
+
+
+def fault_effect(fault: Mapping[str, Any]) -> str:
+    """What a planned fault does to each call it hits: ``take 0.5s then fail with INTERNAL: boom``."""
+    delay = f"take {fault['delay']:g}s" if fault["delay"] else ""
+    what = f"fail with {fault['code']}: {fault['message']}" if fault["code"] else ""
+    return " then ".join(p for p in (delay, what) if p)
+
+
+def _faults(faults: dict[str, Any]) -> list[str]:
+    lines = []
+    pending = faults.get("pending", [])
+    if not pending:
+        lines.append("Faults: none planned")
+    else:
+        lines.append("Faults planned:")
+        for f in pending:
+            scope = f" ({f['resource']})" if f["resource"] else ""
+            lines.append(f"  {f['method']}{scope} x{f['remaining']}: {fault_effect(f)}")
+    fired = faults.get("fired", [])
+    if fired:
+        lines.append(f"Faults fired: {len(fired)}")
+        for f in fired[-10:]:
+            lines.append(f"  {f['method']}: {f['what']}")
+    return lines
+
+
+def _gpus(gpus: list[dict[str, Any]]) -> list[str]:
+    lines = [f"{'GPU':<4} {'UUID':<42} {'MODEL':<28} HEALTH"]
+    for g in gpus:
+        lines.append(f"{g['index']:<4} {g['uuid']:<42} {g['model']:<28} {_health(g['healthy'], g['xid'])}")
+    return lines
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The ``status`` answer of either daemon as the tables ``fakegpu ctl status`` prints (no final newline)."""
+    if status.get("kind") == "dra":
+        return _render_dra(status)
+    return _render_plugin(status)
+
+
+def _render_plugin(status: dict[str, Any]) -> str:
+    state = "running" if status["running"] else "stopped"
+    lines = [f"Node {status['node']}: device plugin daemon, plugin servers {state}", ""]
+    lines.append(f"{'RESOURCE':<34} {'CAPACITY':>8} {'HEALTHY':>8}  {'REGISTERED':<10} {'STREAMS':>7}")
+    for r in status["resources"]:
+        registered = "yes" if r["registered"] else ("no" if r["serving"] else "not served")
+        lines.append(f"{r['name']:<34} {r['capacity']:>8} {r['healthy']:>8}  {registered:<10} {r['streams']:>7}")
+    lines.append("")
+    lines.extend(_gpus(status["gpus"]))
+    for r in status["resources"]:
+        lines.append("")
+        lines.append(f"{r['name']}:")
+        lines.append(f"  {'ID':<48} HEALTH")
+        for d in r["devices"]:
+            lines.append(f"  {d['id']:<48} {d['health']}")
+    lines.append("")
+    lines.extend(_faults(status["faults"]))
+    allocations = status.get("allocations", [])
+    if allocations:
+        lines.append(f"Allocations seen (last {len(allocations)}):")
+        for a in allocations:
+            lines.append(f"  {a['resource']}: {', '.join(a['ids'])}")
+    stats = status["stats"]
+    lines.append(
+        f"Registrations {stats['registrations']}, failures {stats['registration_failures']}, "
+        f"restarts {stats['restarts']}, reloads {stats['reloads']}"
+    )
+    if stats["reload_errors"]:
+        lines.append(f"Last reload error: {stats['reload_errors'][-1]}")
+    return "\n".join(lines)
+
+
+def _render_dra(status: dict[str, Any]) -> str:
+    slices = status["slices"]
+    lines = [
+        f"Node {status['node']}: DRA driver {status['driver']} ({status['mig_mode']} MIG)",
+        f"ResourceSlices: {slices['count']} published, pool generation {slices['generation']}, "
+        f"{slices['publishes']} publish(es)",
+    ]
+    lines.extend(f"  error: {e}" for e in slices["errors"])
+    lines.append("")
+    lines.extend(_gpus(status["gpus"]))
+    lines.append("")
+    lines.append(f"{'DEVICE':<34} {'HEALTH':<10} MESSAGE")
+    for d in status["devices"]:
+        lines.append(f"{d['name']:<34} {'Healthy' if d['healthy'] else 'Unhealthy':<10} {d['message']}".rstrip())
+    lines.append("")
+    if status["checkpoint_error"]:
+        lines.append(f"Checkpoint unreadable: {status['checkpoint_error']}")
+    if not status["prepared"]:
+        lines.append("Prepared claims: none")
+    else:
+        lines.append(f"{'CLAIM':<40} {'UID':<38} {'STATE':<16} DEVICES")
+        for c in status["prepared"]:
+            claim = f"{c['namespace']}/{c['name']}"
+            lines.append(f"{claim:<40} {c['uid']:<38} {c['state']:<16} {', '.join(c['devices'])}")
+    lines.append(f"Prepares {status['prepares']}, unprepares {status['unprepares']}")
+    lines.extend(_faults(status["faults"]))
+    return "\n".join(lines)

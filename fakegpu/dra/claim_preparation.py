@@ -1,0 +1,233 @@
+"""What NodePrepareResources must do for one allocated ResourceClaim, computed without side effects.
+
+The kubelet only sends a claim's identity; the driver reads the claim from the API server and works
+out, from ``status.allocation``, which of *its* devices were allocated and with which opaque config.
+Keeping that pure (claim dict in, ``ClaimPreparation`` out) makes prepare idempotent and testable: the
+same claim always yields the same CDI devices and environment, so a retried or restarted prepare can
+recompute instead of trusting half-written state.
+
+Device names are NVIDIA's (``fakegpu.dra.device_map``); opaque configs are NVIDIA's ``GpuConfig`` /
+``MigDeviceConfig`` (``fakegpu.dra.opaque_config``).
+
+Environment each prepared device gets (one CDI device per allocation result):
+
+* ``NVIDIA_VISIBLE_DEVICES=<uuid>,<uuid>`` — the UUIDs of the claim's devices allocated for the same
+  request (a container references a claim or one of its requests; CDI env edits replace rather than
+  merge, so the per-request list is what every device of that request carries). Dynamic MIG devices
+  have no UUID until created; they get ``fakegpu.sharing.identifiers.mig_uuid(pool, gpu, profile, start)``,
+  the same deterministic UUID static MIG devices have.
+* MPS (``sharing.strategy: MPS``): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<n>`` and
+  ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<uuid>=<N>M,...`` (NVIDIA's per-device limit format, MiB rounded
+  down, ``defaultPerDevicePinnedMemoryLimit`` keys are a UUID or an index into the config's devices).
+* Time slicing on a full GPU: ``NVIDIA_TIME_SLICE_INTERVAL=Default|Short|Medium|Long`` — a fakegpu
+  convention (the real driver calls ``nvidia-smi compute-policy``; nothing real sets this variable).
+
+Only configs the claim or its class states produce sharing variables; the implicit defaults do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
+from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.device_map import PublishedDevice
+from fakegpu.dra.opaque_config import MPS, SharingConfig, opaque_configs, pick_config
+
+VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
+MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_PINNED_MEMORY_ENV: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+TIME_SLICE_ENV: Final = "NVIDIA_TIME_SLICE_INTERVAL"
+"""fakegpu convention, see the module docstring."""
+
+
+@dataclass(frozen=True)
+class PreparedResult:
+    """One allocation result of this driver, ready to become a CDI device and a kubelet ``Device``."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+    uuid: str
+    cdi_device_name: str
+    cdi_ids: tuple[str, ...]
+    env: tuple[str, ...]
+
+    @property
+    def request_name(self) -> str:
+        """What goes into the kubelet's ``request_names``: the helper strips ``/<subrequest>``."""
+        return self.request.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class ClaimPreparation:
+    """Everything prepare produces for one claim: the CDI devices to write and the devices to return."""
+
+    uid: str
+    namespace: str
+    name: str
+    driver: str
+    pool: str
+    results: tuple[PreparedResult, ...] = field(default=())
+
+    @property
+    def cdi_vendor(self) -> str:
+        return cdi_vendor(self.driver)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _claim_identity(claim: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = claim.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return _text(meta.get("namespace")), _text(meta.get("name")), _text(meta.get("uid"))
+
+
+@dataclass(frozen=True)
+class _Result:
+    index: int
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+    published: PublishedDevice
+    uuid: str
+
+
+def _results(
+    allocation: Mapping[str, Any], driver: str, pool: str, devices: Mapping[str, PublishedDevice], claim_name: str
+) -> list[_Result]:
+    raw_devices = allocation.get("devices")
+    raw_devices = raw_devices if isinstance(raw_devices, Mapping) else {}
+    raw_results = raw_devices.get("results") or []
+    if not isinstance(raw_results, list):
+        raise ClaimError(f"claim {claim_name}: status.allocation.devices.results must be a list")
+    out: list[_Result] = []
+    seen: dict[tuple[str, str | None], str] = {}
+    for i, r in enumerate(raw_results):
+        if not isinstance(r, Mapping):
+            raise ClaimError(f"claim {claim_name}: results[{i}] must be an object")
+        if r.get("driver") != driver:
+            continue
+        request, device, result_pool = _text(r.get("request")), _text(r.get("device")), _text(r.get("pool"))
+        if not request or not device:
+            raise ClaimError(f"claim {claim_name}: results[{i}] lacks a request or device name")
+        if result_pool != pool:
+            raise ClaimError(
+                f"claim {claim_name}: device {device!r} (request {request}) was allocated from pool "
+                f"{result_pool!r}, but this node's pool is {pool!r}"
+            )
+        published = devices.get(device)
+        if published is None:
+            raise ClaimError(
+                f"claim {claim_name}: device {device!r} (request {request}) is not published by driver "
+                f"{driver} on node {pool}"
+            )
+        share_id = _text(r.get("shareID")) or None
+        key = (device, share_id)
+        if key in seen:
+            raise ClaimError(
+                f"claim {claim_name}: device {device!r} is allocated twice (requests {seen[key]} and {request})"
+            )
+        seen[key] = request
+        out.append(_Result(i, request, result_pool, device, share_id, published, published.visible_uuid(pool)))
+    return out
+
+
+def _mps_limits(config: SharingConfig, group: Sequence[_Result]) -> dict[str, int]:
+    """NVIDIA's ``Normalize``: default limit for every device of the config, then per-device overrides
+    keyed by UUID or by index into the config's devices."""
+    uuids = [r.uuid for r in group]
+    limits = {u: config.pinned_memory_limit_mib for u in uuids} if config.pinned_memory_limit_mib else {}
+    for key, mib in config.per_device_pinned_mib:
+        if key in uuids:
+            limits[key] = mib
+        elif key.isdigit() and int(key) < len(uuids):
+            limits[uuids[int(key)]] = mib
+        else:
+            raise ClaimError(
+                f"defaultPerDevicePinnedMemoryLimit key {key!r} names no device of this config "
+                f"(use an index 0..{len(uuids) - 1} or one of {', '.join(uuids)})"
+            )
+    return limits
+
+
+def claim_preparation(
+    claim: Mapping[str, Any], driver: str, pool: str, devices: Mapping[str, PublishedDevice]
+) -> ClaimPreparation:
+    """Work out this driver's devices, CDI names and environment for an allocated claim.
+
+    ``claim`` is the ResourceClaim as the API server returns it (resource.k8s.io v1, v1beta2 or v1beta1:
+    the status shape is the same). Results of other drivers are skipped; results of this driver must
+    be in ``pool`` and name a published device. The caller checks the UID against the kubelet's.
+    """
+    namespace, name, uid = _claim_identity(claim)
+    claim_name = f"{namespace}/{name}"
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(f"claim {claim_name} is not allocated")
+    try:
+        check_claim_uid(uid)
+    except ValueError as exc:
+        raise ClaimError(f"claim {claim_name}: {exc}") from None
+    results = _results(allocation, driver, pool, devices, claim_name)
+    raw_devices = allocation.get("devices")
+    configs = opaque_configs(
+        raw_devices.get("config") if isinstance(raw_devices, Mapping) else None, driver, claim_name
+    )
+
+    chosen: list[SharingConfig] = []
+    groups: dict[int, list[_Result]] = {}
+    for result in results:
+        config = pick_config(configs, result.request, result.device, result.published.kind)
+        chosen.append(config)
+        groups.setdefault(id(config), []).append(result)
+    limits: dict[int, dict[str, int]] = {}
+    for config in chosen:
+        if config.explicit and config.strategy == MPS and id(config) not in limits:
+            try:
+                limits[id(config)] = _mps_limits(config, groups[id(config)])
+            except ClaimError as exc:
+                raise ClaimError(f"claim {claim_name}: {exc}") from None
+
+    by_request: dict[str, list[_Result]] = {}
+    for result in results:
+        by_request.setdefault(result.request.split("/", 1)[0], []).append(result)
+
+    vendor = cdi_vendor(driver)
+    prepared: list[PreparedResult] = []
+    for result, config in zip(results, chosen, strict=True):
+        siblings = by_request[result.request.split("/", 1)[0]]
+        env = [f"{VISIBLE_DEVICES_ENV}={','.join(r.uuid for r in siblings)}"]
+        if config.explicit and config.strategy == MPS:
+            if config.active_thread_percentage is not None:
+                env.append(f"{MPS_THREAD_PERCENTAGE_ENV}={config.active_thread_percentage}")
+            config_limits = limits[id(config)]
+            visible = [r.uuid for r in siblings if r.uuid in config_limits]
+            if visible:
+                env.append(f"{MPS_PINNED_MEMORY_ENV}={','.join(f'{u}={config_limits[u]}M' for u in visible)}")
+        elif config.explicit and config.interval is not None and result.published.kind == "gpu":
+            env.append(f"{TIME_SLICE_ENV}={config.interval}")
+        try:
+            cdi_name = claim_device_name(uid, result.device, result.share_id)
+        except ValueError as exc:
+            raise ClaimError(f"claim {claim_name}: {exc}") from None
+        prepared.append(
+            PreparedResult(
+                request=result.request,
+                pool=result.pool,
+                device=result.device,
+                share_id=result.share_id,
+                uuid=result.uuid,
+                cdi_device_name=cdi_name,
+                cdi_ids=(qualified_name(vendor, CLAIM_CLASS, cdi_name),),
+                env=tuple(env),
+            )
+        )
+    return ClaimPreparation(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))
