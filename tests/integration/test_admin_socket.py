@@ -374,6 +374,15 @@ async def test_bad_requests_get_clear_answers_and_the_server_survives(plugin_adm
         b'{"op": "plugins", "action": "reboot"}\n': "op 'plugins': field 'action' must be one of \"stop\", "
         '"start", "restart", found "reboot"',
         b'{"op": "fault", "method": "Allocate", "delay": NaN}\n': "request is not valid JSON: NaN is not valid JSON",
+        b'{"op": "fault", "code": "INTERNAL"}\n': "op 'fault': missing field 'method' (a string)",
+        b'{"op": "fault", "method": "Allocate", "colour": 1}\n': "op 'fault': unexpected field 'colour'; 'fault' "
+        "takes: method, times, code, message, delay, resource",
+        b'{"op": "fault", "method": "Allocate", "delay": "1"}\n': "op 'fault': field 'delay' must be a number, "
+        'found "1"',
+        b'{"op": "fault", "method": "Allocate", "times": 0, "code": "INTERNAL"}\n': "times must be at least 1, found 0",
+        b'{"op": "fault", "method": "Allocate", "delay": 9999}\n': "delay must be between 0 and 3600 seconds, "
+        "found 9999.0",
+        b'{"op": "fault", "method": "Allocate"}\n': "a fault needs a 'code' to fail with or a 'delay' in seconds",
         b'{"op": "health", "target": "GPU-nope", "healthy": false}\n': "no device, GPU UUID or GPU index "
         "'GPU-nope' in the inventory",
         b'{"op": "health", "target": "1", "healthy": true, "xid": 79}\n': "an XID only applies when marking a "
@@ -554,6 +563,8 @@ async def test_ctl_changes_health_and_plans_faults(plugin_admin):
     )
     assert (code, out) == (0, "planned: the next 2 Allocate call(s) fail with INVALID_ARGUMENT: no\n")
     assert [f.remaining for f in node.live.faults.faults] == [2]
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert code == 0 and "Faults planned:\n  Allocate x2: fail with INVALID_ARGUMENT: no\n" in out
     code, out, _ = await ctl("--socket", str(sock), "clear-faults")
     assert (code, out) == (0, "cleared 1 planned fault(s)\n")
 
