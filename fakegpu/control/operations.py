@@ -11,6 +11,7 @@ defaults apply. The daemons' op functions say which fields each op takes and che
 from __future__ import annotations
 
 import argparse
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,16 +97,19 @@ _FROM_TEXT: dict[Any, Callable[[str], Any] | None] = {str: None, int: int, float
 
 def options_of(model: type[BaseModel]) -> tuple[Arg, ...]:
     """One ``--name`` option per field of ``model``, so a model defines an op's fields once: the field's
-    description is the help (its default appended when it says something), its default the option's, a
-    ``bool`` field a switch, a :class:`FromText` in its annotation how the text is read."""
+    description is the help (its default appended when it says something), its default the option's (a
+    required field's option left out is not sent, and the daemon names it), a ``bool`` field a switch, a
+    :class:`FromText` in its annotation how the text is read."""
     args = []
     for name, info in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        default = info.get_default()
+        default = None if info.is_required() else info.get_default()
         help_text = info.description or ""
         if default:
             help_text += " (default %(default)s)"
-        scalar = next((a for a in typing.get_args(info.annotation) if a is not type(None)), info.annotation)
+        scalar = info.annotation
+        if typing.get_origin(scalar) in (typing.Union, types.UnionType):  # ``int | None``: left out is None
+            scalar = next(a for a in typing.get_args(scalar) if a is not type(None))
         if scalar is bool:
             args.append(Arg(name, help_text, flag=flag, switch=True))
             continue
