@@ -58,10 +58,15 @@ def _files(paths: list[Path]) -> list[Path]:
 
 def catalog_file(path: Path) -> Path:
     """``path`` itself when it exists; else the shipped scenario of that name (with or without ``.yaml``)."""
-    if path.exists() or path.parent != Path():
+    if path.parent != Path():
         return path
-    shipped = CATALOG / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
-    return shipped if shipped.is_file() else path
+    try:
+        if path.exists():
+            return path
+        shipped = CATALOG / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+        return shipped if shipped.is_file() else path
+    except OSError:  # a name too long to look up: the loader reports it against the name given
+        return path
 
 
 def _list(paths: list[Path]) -> int:

@@ -3,7 +3,8 @@
 Each face serves its own RPCs and so exports its own :class:`FaultableRpcs` (the device plugin its
 v1beta1 ``DevicePlugin`` RPCs, the DRA driver ``NodePrepareResources``/``NodeUnprepareResources``); a fault
 for an RPC the face does not serve is refused here, since it could never fire. The plan itself is pure
-state in ``fakegpu.sharing.faults``, where both faces' servers read it.
+state in ``fakegpu.sharing.faults``, where both faces' servers read it; so is :class:`FaultSpec`, whose
+fields the ``fault`` op takes after the RPC's name.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fakegpu.control.protocol import AdminError, Op
-from fakegpu.sharing.faults import FaultError, FaultPlan, RpcFault
+from fakegpu.control.protocol import AdminError, Op, takes_model
+from fakegpu.sharing.faults import FaultPlan, FaultSpec
 
 
 @dataclass(frozen=True)
@@ -34,41 +35,20 @@ class FaultableRpcs:
             )
 
 
-def _described(fault: RpcFault, calls: str) -> dict[str, Any]:
-    """A planned fault as the ``fault`` answer and status show it: the calls it still hits under the key
-    ``calls``, its message only when it fails."""
-    return {
-        "method": fault.method,
-        calls: fault.remaining,
-        "code": fault.code,
-        "message": fault.message if fault.code else "",
-        "delay": fault.delay,
-        "resource": fault.resource,
-    }
-
-
 def fault_ops(plan: FaultPlan, faultable: FaultableRpcs, scopes: Callable[[], Sequence[str]]) -> dict[str, Op]:
     """The ``fault`` and ``clear-faults`` ops of a daemon serving ``faultable`` for the resources (or driver)
     ``scopes()`` names; both daemons use these."""
 
-    async def fault(
-        method: str,
-        times: int = 1,
-        code: str | None = None,
-        message: str = "",
-        delay: float = 0.0,
-        resource: str | None = None,
-    ) -> dict[str, Any]:
+    @takes_model(FaultSpec, "spec")
+    async def fault(method: str, spec: FaultSpec) -> dict[str, Any]:
         """Plan a fault for an RPC this daemon serves, scoped to one of its resources (or drivers)."""
         faultable.check(method)
         served = scopes()
-        if resource is not None and resource not in served:
-            raise AdminError(f"unknown resource {resource!r}; this daemon serves: {', '.join(served) or 'nothing'}")
-        try:
-            planned = plan.inject(method, times=times, code=code, message=message, delay=delay, resource=resource)
-        except FaultError as exc:
-            raise AdminError(str(exc)) from None
-        return _described(planned, "times")
+        if spec.resource is not None and spec.resource not in served:
+            raise AdminError(
+                f"unknown resource {spec.resource!r}; this daemon serves: {', '.join(served) or 'nothing'}"
+            )
+        return plan.inject(method, spec).described("times")
 
     async def clear_faults(method: str | None = None) -> int:
         """Drop the planned faults (of one RPC, or all); how many were dropped."""
@@ -82,6 +62,6 @@ def fault_ops(plan: FaultPlan, faultable: FaultableRpcs, scopes: Callable[[], Se
 def fault_status(plan: FaultPlan) -> dict[str, Any]:
     """Pending and fired faults, for status."""
     return {
-        "pending": [_described(f, "remaining") for f in plan.faults],
+        "pending": [f.described("remaining") for f in plan.faults],
         "fired": [{"method": m, "what": what} for m, what in plan.fired],
     }

@@ -17,7 +17,8 @@ async def apply_fault(
     fault = faults.take(method, scope)
     if fault is None:
         return
-    if fault.delay:
-        await asyncio.sleep(fault.delay)
-    if fault.code is not None:
-        await context.abort(getattr(grpc.StatusCode, fault.code), fault.message)
+    spec = fault.spec
+    if spec.delay:
+        await asyncio.sleep(spec.delay)
+    if spec.code is not None:
+        await context.abort(getattr(grpc.StatusCode, spec.code), spec.status_message(method))

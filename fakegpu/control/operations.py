@@ -11,12 +11,17 @@ defaults apply. The daemons' op functions say which fields each op takes and che
 from __future__ import annotations
 
 import argparse
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fakegpu.control.status_text import fault_effect, render_status
+from pydantic import BaseModel
+
+from fakegpu.control.status_text import render_status
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.faults import FaultSpec, FromText
 
 Request = Mapping[str, Any]
 """An op's fields, without ``op``."""
@@ -85,6 +90,34 @@ class Either:
 
 
 Param = Arg | Either
+
+_FROM_TEXT: dict[Any, Callable[[str], Any] | None] = {str: None, int: int, float: float}
+"""How an option's text becomes a value of each scalar type (text stays text)."""
+
+
+def options_of(model: type[BaseModel]) -> tuple[Arg, ...]:
+    """One ``--name`` option per field of ``model``, so a model defines an op's fields once: the field's
+    description is the help (its default appended when it says something), its default the option's (a
+    required field's option left out is not sent, and the daemon names it), a ``bool`` field a switch, a
+    :class:`FromText` in its annotation how the text is read."""
+    args = []
+    for name, info in model.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = None if info.is_required() else info.get_default()
+        help_text = info.description or ""
+        if default:
+            help_text += " (default %(default)s)"
+        scalar = info.annotation
+        if typing.get_origin(scalar) in (typing.Union, types.UnionType):  # ``int | None``: left out is None
+            scalar = next(a for a in typing.get_args(scalar) if a is not type(None))
+        if scalar is bool:
+            args.append(Arg(name, help_text, flag=flag, switch=True))
+            continue
+        parse = next((m.parse for m in info.metadata if isinstance(m, FromText)), None)
+        if parse is None and scalar not in _FROM_TEXT:
+            raise TypeError(f"{model.__name__}.{name}: no command-line option for a field of type {scalar!r}")
+        args.append(Arg(name, help_text, flag=flag, type=parse or _FROM_TEXT[scalar], default=default))
+    return tuple(args)
 
 
 @dataclass(frozen=True)
@@ -160,7 +193,8 @@ def _off_bus(request: Request, result: Any) -> str:
 
 def _fault(_request: Request, result: Any) -> str:
     scope = f" for {result['resource']}" if result["resource"] else ""
-    return f"planned: the next {result['times']} {result['method']} call(s){scope} {fault_effect(result)}"
+    effect = FaultSpec.shown(result).effect(result["message"])
+    return f"planned: the next {result['times']} {result['method']} call(s){scope} {effect}"
 
 
 def _clear_faults(_request: Request, result: Any) -> str:
@@ -228,11 +262,7 @@ OPERATIONS: tuple[Operation, ...] = (
         _fault,
         (
             Arg("method", "{faultable_rpcs}"),
-            Arg("times", "how many calls (default %(default)s)", flag="--times", type=int, default=1),
-            Arg("code", "gRPC status code name, e.g. INVALID_ARGUMENT", flag="--code", type=str.upper),
-            Arg("message", "the status message", flag="--message", default=""),
-            Arg("delay", "seconds each call takes first", flag="--delay", type=float, default=0.0),
-            Arg("resource", "only calls for this resource (DRA: driver name)", flag="--resource"),
+            *options_of(FaultSpec),
         ),
     ),
     Operation(

@@ -4,12 +4,14 @@ A request is one JSON object on one line, ``{"op": "health", "target": "3", "hea
 answer is one line, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "<text>"}``. Each op is
 an async function whose keyword parameters are its fields: their annotations (``str``, ``int``,
 ``float``, ``bool``, ``None``, unions and ``Literal``) are checked before the op runs, so a missing,
-unexpected or wrongly typed field is answered with a text naming the op and the field. An op raises
-:class:`AdminError` for a refusal.
+unexpected or wrongly typed field is answered with a text naming the op and the field. An op may take
+a pydantic model's fields in place of one parameter (:func:`takes_model`), so the model stays their one
+definition. An op raises :class:`AdminError` for a refusal.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -19,6 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fakegpu.sharing.errors import error_message
 
 Op = Callable[..., Awaitable[Any]]
 """An admin op: an async function whose keyword parameters are the request's fields."""
@@ -103,6 +109,43 @@ def op_fields(name: str, op: Op) -> list[Field]:
         _describe(param.annotation)  # refuses types the checker does not know
         out.append(Field(param.name, param.annotation, param.default is inspect.Parameter.empty))
     return out
+
+
+def takes_model(model: type[BaseModel], parameter: str) -> Callable[[Op], Op]:
+    """Make an op take ``model``'s fields as request fields in place of its ``parameter``, which gets them
+    as one validated ``model``.
+
+    The op's signature (what :func:`op_fields` reads) lists the model's fields with their annotations and
+    defaults after the op's other parameters, so they are type-checked like any field; then the model
+    validates them, and its refusal (a bound, a cross-field rule) is the answer, in the model's words.
+    """
+
+    def wrap(op: Op) -> Op:
+        signature = inspect.signature(op, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != parameter]
+        taken = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=inspect.Parameter.empty if info.is_required() else info.default,
+                annotation=info.annotation,
+            )
+            for name, info in model.model_fields.items()
+        ]
+
+        @functools.wraps(op)
+        async def with_model(**fields: Any) -> Any:
+            given = {name: fields.pop(name) for name in model.model_fields if name in fields}
+            try:
+                value = model.model_validate(given)
+            except ValidationError as exc:
+                raise AdminError("; ".join(error_message(e) for e in exc.errors(include_url=False))) from None
+            return await op(**fields, **{parameter: value})
+
+        setattr(with_model, "__signature__", signature.replace(parameters=[*own, *taken]))  # noqa: B010
+        return with_model
+
+    return wrap
 
 
 def _found(value: Any) -> str:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
+
+from fakegpu.sharing.faults import FaultSpec
 
 
 def _health(healthy: bool, xid: int | None) -> str:
     if healthy:
         return "Healthy"
     return "Unhealthy" + (f" (XID {xid})" if xid is not None else "")
-
-
-def fault_effect(fault: Mapping[str, Any]) -> str:
-    """What a planned fault does to each call it hits: ``take 0.5s then fail with INTERNAL: boom``."""
-    delay = f"take {fault['delay']:g}s" if fault["delay"] else ""
-    what = f"fail with {fault['code']}: {fault['message']}" if fault["code"] else ""
-    return " then ".join(p for p in (delay, what) if p)
 
 
 def _faults(faults: dict[str, Any]) -> list[str]:
@@ -28,7 +22,7 @@ def _faults(faults: dict[str, Any]) -> list[str]:
         lines.append("Faults planned:")
         for f in pending:
             scope = f" ({f['resource']})" if f["resource"] else ""
-            lines.append(f"  {f['method']}{scope} x{f['remaining']}: {fault_effect(f)}")
+            lines.append(f"  {f['method']}{scope} x{f['remaining']}: {FaultSpec.shown(f).effect(f['message'])}")
     fired = faults.get("fired", [])
     if fired:
         lines.append(f"Faults fired: {len(fired)}")

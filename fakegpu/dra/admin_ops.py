@@ -7,7 +7,7 @@ Ops and their fields:
 - ``health`` (target, healthy, xid=None): set health directly; ``target`` is a published device name
   (``gpu-1``), a GPU or MIG UUID or a GPU index. Returns the published devices whose health changed.
 - ``xid`` (target, xid): an XID event under the ``DP_*`` policy; ``off-bus`` (gpu): XID 79 on a GPU.
-- ``fault`` (method, times=1, code=None, message="", delay=0.0, resource=None): fail or delay the next
+- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
   NodePrepareResources / NodeUnprepareResources calls (``resource`` is the driver name);
   ``clear-faults`` (method=None).
 """

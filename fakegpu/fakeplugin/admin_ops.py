@@ -9,7 +9,7 @@ Ops and their fields:
 - ``xid`` (target, xid): an XID event under the ``DP_*`` policy; returns the device IDs made unhealthy
   (none when the XID is ignored).
 - ``off-bus`` (gpu): XID 79 on a whole GPU (index or UUID): it, its replicas and MIG devices unhealthy.
-- ``fault`` (method, times=1, code=None, message="", delay=0.0, resource=None): fail or delay the next
+- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
   ``times`` calls of a device plugin RPC; ``clear-faults`` (method=None): drop planned faults.
 - ``end-streams`` (resource=None): end the open ListAndWatch streams; returns how many ended.
 - ``plugins`` (action: stop|start|restart): the plugin servers; ``reload``: rebuild from the files.

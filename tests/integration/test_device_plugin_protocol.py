@@ -11,6 +11,7 @@ from fakegpu.fakeplugin import device_plugin_service
 from fakegpu.fakeplugin.allocation_error import AllocationError
 from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from fakegpu.sharing.faults import FaultSpec
 from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
@@ -342,7 +343,7 @@ async def test_failed_preferred_allocation_gives_the_kubelets_text(fakegpu_node,
 
 async def test_injected_allocate_failures_then_recovery(fakegpu_node):
     node = await fakegpu_node("2xt4")
-    node.live.faults.inject("Allocate", times=2, code="UNAVAILABLE", message="driver busy")
+    node.live.faults.inject("Allocate", FaultSpec(times=2, code="UNAVAILABLE", message="driver busy"))
     for uid in ("a", "b"):
         pod = await node.run_pod(uid, {"c": {GPU: 1}})
         assert pod.message == (
@@ -355,7 +356,7 @@ async def test_injected_allocate_failures_then_recovery(fakegpu_node):
 
 async def test_injected_delay_on_preferred_allocation(fakegpu_node):
     node = await fakegpu_node("2xt4")
-    node.live.faults.inject("GetPreferredAllocation", delay=0.3)
+    node.live.faults.inject("GetPreferredAllocation", FaultSpec(delay=0.3))
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert (await node.run_pod("p", {"c": {GPU: 1}})).admitted

@@ -20,6 +20,7 @@ from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.prepared_claims import PreparedClaims
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.faults import FaultSpec
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
@@ -442,7 +443,7 @@ async def test_registry_and_plugin_dirs_are_configurable(apiserver, root):
 async def test_injected_prepare_failure_is_a_grpc_error(apiserver, make_driver):
     driver = await make_driver(apiserver, "1xt4")
     uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
-    driver.live.faults.inject("NodePrepareResources", code="UNAVAILABLE", message="injected outage")
+    driver.live.faults.inject("NodePrepareResources", FaultSpec(code="UNAVAILABLE", message="injected outage"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
     assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE, "injected outage")

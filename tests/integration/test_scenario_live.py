@@ -78,7 +78,12 @@ async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
     await eventually(lambda: node.allocatable().get(GPU) == 0, "0 allocatable GPU(s)", 3.0, detail=node.allocatable)
     assert node.capacity()[GPU] == 2  # the node section was ignored: still the daemon's 2 GPUs
     [fault] = node.live.faults.faults
-    assert (fault.method, fault.remaining, fault.code, fault.message) == ("Allocate", 2, "INTERNAL", "injected live")
+    assert (fault.method, fault.remaining, fault.spec.code, fault.spec.message) == (
+        "Allocate",
+        2,
+        "INTERNAL",
+        "injected live",
+    )
 
 
 async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, short_dir):

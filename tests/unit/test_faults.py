@@ -1,33 +1,36 @@
-"""The fault plan (validation, firing order, scoping and exhaustion) and each face's faultable RPCs."""
+"""The fault spec (validation, texts), the plan (firing order, scoping and exhaustion) and each face's
+faultable RPCs."""
 
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from fakegpu.control.fault_ops import FaultableRpcs
 from fakegpu.control.protocol import AdminError
 from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as dra_v1beta1
-from fakegpu.sharing.faults import FaultError, FaultPlan
+from fakegpu.sharing.errors import error_message
+from fakegpu.sharing.faults import FaultPlan, FaultSpec
 
 
 def test_faults_fire_oldest_first_and_run_out():
     plan = FaultPlan()
-    plan.inject("Allocate", times=2, code="INTERNAL")
-    plan.inject("Allocate", delay=0.5)
+    plan.inject("Allocate", FaultSpec(times=2, code="INTERNAL"))
+    plan.inject("Allocate", FaultSpec(delay=0.5))
     for _ in range(2):
         fault = plan.take("Allocate")
-        assert fault is not None and fault.code == "INTERNAL"
+        assert fault is not None and fault.spec.code == "INTERNAL"
     delayed = plan.take("Allocate")
-    assert delayed is not None and delayed.code is None and delayed.delay == 0.5
+    assert delayed is not None and delayed.spec.code is None and delayed.spec.delay == 0.5
     assert plan.take("Allocate") is None
     assert plan.fired == [("Allocate", "failed with INTERNAL")] * 2 + [("Allocate", "delayed 0.5s")]
 
 
 def test_scoped_faults_only_hit_their_resource():
     plan = FaultPlan()
-    plan.inject("Allocate", code="UNAVAILABLE", resource="nvidia.com/mig-1g.10gb")
+    plan.inject("Allocate", FaultSpec(code="UNAVAILABLE", resource="nvidia.com/mig-1g.10gb"))
     assert plan.take("Allocate", "nvidia.com/gpu") is None
     assert plan.take("Allocate", "nvidia.com/mig-1g.10gb") is not None
 
@@ -35,30 +38,79 @@ def test_scoped_faults_only_hit_their_resource():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"method": "Allocate", "code": "BROKEN"}, "unknown gRPC status code 'BROKEN'"),
-        ({"method": "Allocate"}, "needs a status code to fail with or a delay"),
-        ({"method": "Allocate", "code": "INTERNAL", "times": 0}, "times must be at least 1"),
-        ({"method": "Allocate", "delay": 9999}, "delay must be between 0 and 3600"),
+        ({"code": "BROKEN"}, "unknown gRPC status code 'BROKEN'; expected one of: CANCELLED, UNKNOWN, "),
+        ({}, "a fault needs a 'code' to fail with or a 'delay' in seconds"),
+        ({"code": "INTERNAL", "times": 0}, "times must be at least 1, found 0"),
+        ({"delay": 9999}, "delay must be between 0 and 3600 seconds, found 9999.0"),
+        ({"delay": -5}, "delay must be between 0 and 3600 seconds, found -5.0"),
+        ({"delay": float("nan")}, "delay must be between 0 and 3600 seconds, found nan"),
     ],
 )
-def test_bad_faults_are_refused(kwargs, message):
-    method = kwargs.pop("method")
-    with pytest.raises(FaultError, match=message):
-        FaultPlan().inject(method, **kwargs)
+def test_bad_faults_are_refused_in_the_specs_words(kwargs, message):
+    with pytest.raises(ValidationError) as refused:
+        FaultSpec(**kwargs)
+    [error] = refused.value.errors(include_url=False)
+    assert error_message(error).startswith(message)
+
+
+def test_a_spec_takes_only_its_own_fields_strictly():
+    with pytest.raises(ValidationError, match="colour"):
+        FaultSpec.model_validate({"code": "INTERNAL", "colour": "red"})
+    with pytest.raises(ValidationError, match="times"):
+        FaultSpec.model_validate({"code": "INTERNAL", "times": "2"})
 
 
 def test_clear():
     plan = FaultPlan()
-    plan.inject("Allocate", code="INTERNAL")
-    plan.inject("PreStartContainer", code="INTERNAL")
+    plan.inject("Allocate", FaultSpec(code="INTERNAL"))
+    plan.inject("PreStartContainer", FaultSpec(code="INTERNAL"))
     assert plan.clear("Allocate") == 1
     assert [f.method for f in plan.faults] == ["PreStartContainer"]
     assert plan.clear() == 1 and plan.faults == []
 
 
-def test_negative_delay_names_the_range():
-    with pytest.raises(FaultError, match="delay must be between 0 and 3600 seconds, found -5"):
-        FaultPlan().inject("Allocate", delay=-5)
+@pytest.mark.parametrize(
+    ("spec", "effect", "step", "fired"),
+    [
+        (
+            FaultSpec(code="INTERNAL", message="boom"),
+            "fail with INTERNAL: boom",
+            "fail with INTERNAL",
+            "failed with INTERNAL",
+        ),
+        (FaultSpec(delay=0.5), "take 0.5s", "take 0.5 s", "delayed 0.5s"),
+        (
+            FaultSpec(delay=2, code="UNAVAILABLE"),
+            "take 2s then fail with UNAVAILABLE: injected fault: Allocate fails with UNAVAILABLE",
+            "take 2 s then fail with UNAVAILABLE",
+            "delayed 2.0s then failed with UNAVAILABLE",
+        ),
+    ],
+)
+def test_a_specs_texts(spec: FaultSpec, effect: str, step: str, fired: str):
+    assert spec.effect(spec.status_message("Allocate")) == effect
+    assert spec.effect(seconds=" s") == step
+    assert spec.fired() == fired
+
+
+def test_a_planned_fault_is_described_by_its_fields_and_read_back_for_its_texts():
+    fault = FaultPlan().inject("Allocate", FaultSpec(times=3, code="INTERNAL", resource="nvidia.com/gpu"))
+    answer = fault.described("times")
+    assert answer == {
+        "method": "Allocate",
+        "times": 3,
+        "code": "INTERNAL",
+        "message": "injected fault: Allocate fails with INTERNAL",
+        "delay": 0.0,
+        "resource": "nvidia.com/gpu",
+    }
+    assert list(answer) == ["method", "times", "code", "message", "delay", "resource"]
+    assert list(fault.described("remaining"))[1] == "remaining"
+    assert FaultSpec.shown(answer).effect(answer["message"]) == (
+        "fail with INTERNAL: injected fault: Allocate fails with INTERNAL"
+    )
+    delayed = FaultPlan().inject("Allocate", FaultSpec(delay=1, message="unused")).described("remaining")
+    assert delayed["message"] == "", "a fault that does not fail has no message to show"
 
 
 def test_each_face_faults_exactly_the_rpcs_it_serves():

@@ -79,6 +79,16 @@ def test_steps_parse_into_typed_models():
         (_header(steps=[{"fault": {"rpc": "Allocat", "code": "INTERNAL"}}]), "unknown RPC 'Allocat'"),
         (_header(steps=[{"fault": {"rpc": "Allocate"}}]), "a fault needs a 'code' to fail with or a 'delay'"),
         (_header(steps=[{"fault": {"rpc": "Allocate", "code": "BROKEN"}}]), "unknown gRPC status code 'BROKEN'"),
+        (
+            _header(steps=[{"fault": {"rpc": "Allocate", "code": "INTERNAL", "times": 0}}]),
+            "steps[0].fault.times: times must be at least 1, found 0",
+        ),
+        (
+            _header(steps=[{"fault": {"rpc": "Allocate", "delay": 9999}}]),
+            "steps[0].fault.delay: delay must be between 0 and 3600 seconds, found 9999",
+        ),
+        (_header(steps=[{"fault": {"code": "INTERNAL"}}]), "steps[0].fault.rpc: Field required"),
+        (_header(steps=[{"fault": {"rpc": "Allocate", "code": "internal"}}]), "unknown gRPC status code 'internal'"),
         (_header(steps=[{"delete_checkpoint": False}]), "steps[0].delete_checkpoint: Input should be True"),
         (_header(steps=[{"advance_clock": -1}]), "steps[0].advance_clock: Input should be greater than or equal to 0"),
         (_header(steps=[{"reconfigure": {}}]), "steps[0].reconfigure: give at least one of gpus, config"),

@@ -125,7 +125,7 @@ class LiveScenarioRun:
                 changed = await self._call("health", target=h.target, healthy=h.healthy)
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                await self._call("fault", method=f.rpc, **f.settings())
+                await self._call("fault", method=f.rpc, **f.fields())
                 return ""
             case EndStreamsStep(end_streams=name):
                 ended = await self._call("end-streams", resource=name)

@@ -22,7 +22,7 @@ from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.sharing.errors import SpecError, error_message, format_location
-from fakegpu.sharing.faults import STATUS_CODES
+from fakegpu.sharing.faults import FaultSpec
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS
 from fakegpu.sharing.yaml_source import parse_yaml, read_text
 
@@ -99,31 +99,11 @@ class HealthArgs(_Target):
     healthy: bool
 
 
-class FaultArgs(_Model):
+class FaultArgs(FaultSpec):
+    """A ``fault:`` step: the fault's own fields (``FaultSpec``) and the RPC it hits."""
+
     rpc: str
     """An RPC of the face the scenario drives; checked by ``check_fault_rpcs``, which knows the face."""
-    times: PositiveCount = 1
-    code: str | None = None
-    message: str = ""
-    delay: Seconds = 0.0
-    resource: str | None = None
-
-    @field_validator("code")
-    @classmethod
-    def _known_code(cls, value: str | None) -> str | None:
-        if value is not None and value not in STATUS_CODES:
-            raise ValueError(f"unknown gRPC status code {value!r}; expected one of: {', '.join(STATUS_CODES)}")
-        return value
-
-    @model_validator(mode="after")
-    def _does_something(self) -> FaultArgs:
-        if self.code is None and self.delay <= 0:
-            raise ValueError("a fault needs a 'code' to fail with or a 'delay' in seconds")
-        return self
-
-    def settings(self) -> dict[str, Any]:
-        """Everything but the RPC, as ``FaultPlan.inject`` and the ``fault`` admin op take it."""
-        return self.model_dump(exclude={"rpc"})
 
 
 class AllocateArgs(_Model):

@@ -58,10 +58,7 @@ def describe_step(step: Step) -> str:
         case HealthStep(health=h):
             return f"{_target_name(h.gpu, h.device)} -> {'healthy' if h.healthy else 'unhealthy'}"
         case FaultStep(fault=f):
-            what = f"fail with {f.code}" if f.code else ""
-            if f.delay:
-                what = f"take {f.delay:g} s" + (f" then {what}" if what else "")
-            return f"next {f.times} {f.rpc} call(s) {what}"
+            return f"next {f.times} {f.rpc} call(s) {f.effect(seconds=' s')}"
         case AllocateStep(allocate=a):
             wanted = ", ".join(f"{k}: {v}" for k, v in a.resources.items())
             return f"pod {a.pod}/{a.container} asks {wanted}"

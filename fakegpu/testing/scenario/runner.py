@@ -21,7 +21,6 @@ from typing import Any, TextIO
 import yaml
 
 from fakegpu.sharing.errors import SpecError
-from fakegpu.sharing.faults import FaultError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
 from fakegpu.testing.fake_node import FakeNode
@@ -240,10 +239,7 @@ class ScenarioRun:
                     raise BadReference(str(exc)) from None
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                try:
-                    node.live.faults.inject(f.rpc, **f.settings())
-                except FaultError as exc:
-                    raise BadReference(str(exc)) from None
+                node.live.faults.inject(f.rpc, f)
                 return ""
             case AllocateStep(allocate=a):
                 return await self._allocate(node, a)
