@@ -23,7 +23,6 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.kube.backoff import jittered_pause
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
     SUPPORTED_API_VERSIONS,
@@ -32,6 +31,7 @@ from fakegpu.kube.discovery import (
     served_api_version,
     serves_slices,
 )
+from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.kube.watch_loop import collect, list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -75,6 +75,13 @@ def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
     if "devices" in spec:
         out["devices"] = devices
     return out
+
+
+def _log_publish_failure(exc: Exception) -> None:
+    if isinstance(exc, PublishError):
+        log.error("%s; retrying", exc)
+    else:  # the API server may be unreachable for a while
+        log.error("publishing ResourceSlices failed: %s; retrying", exc)
 
 
 class SlicePublisher:
@@ -289,22 +296,7 @@ class SlicePublisher:
         self._dirty.set()
 
     async def _reconcile_loop(self) -> None:
-        failures = 0
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
-            self._dirty.clear()
-            try:
-                await self.publish()
-                failures = 0
-                continue
-            except PublishError as exc:
-                log.error("%s; retrying", exc)
-            except Exception as exc:  # the API server may be unreachable for a while
-                log.error("publishing ResourceSlices failed: %s; retrying", exc)
-            failures += 1
-            await asyncio.sleep(jittered_pause(failures))
-            self._dirty.set()
+        await reconcile_forever(self._dirty, self.resync_interval, self.publish, _log_publish_failure)
 
     async def _watch_loop(self) -> None:
         """List, then watch from the list's resourceVersion: a deletion between our publish and the

@@ -24,6 +24,7 @@ from lightkube.types import PatchType
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
 from fakegpu.kube.node_watch import NodeWatch
+from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
@@ -180,22 +181,13 @@ class PluginNodeSync:
         self._dirty.set()
 
     async def _loop(self) -> None:
-        failures = 0
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), self.resync_interval)
-            self._dirty.clear()
-            try:
-                await self.sync_once()
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.stats.label_errors += 1
-                failures += 1
-                log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
-                await asyncio.sleep(jittered_pause(failures, first=self.retry_interval))
-                self._dirty.set()
+        await reconcile_forever(
+            self._dirty, self.resync_interval, self.sync_once, self._sync_failed, first_pause=self.retry_interval
+        )
+
+    def _sync_failed(self, exc: Exception) -> None:
+        self.stats.label_errors += 1
+        log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
 
     async def sync_once(self) -> None:
         if not self._seen_node:

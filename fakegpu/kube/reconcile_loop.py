@@ -1,0 +1,45 @@
+"""The one reconcile loop: work again when asked or every resync period, and back off while it fails.
+
+The DRA driver's slice publisher and the device plugin's node sync both keep API objects as they should
+be: a change marks them dirty, a timer catches what no event said, and a failed attempt is retried by the
+one backoff policy (``fakegpu.kube.backoff``) until it succeeds, without hammering a server that is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
+
+
+async def reconcile_forever(
+    dirty: asyncio.Event,
+    resync_interval: float,
+    reconcile: Callable[[], Awaitable[object]],
+    on_failure: Callable[[Exception], None],
+    *,
+    first_pause: float = RETRY_PAUSE,
+) -> None:
+    """Run ``reconcile`` (its result is not used) whenever ``dirty`` is set, or ``resync_interval`` seconds
+    after the last run.
+
+    A failure is reported to ``on_failure`` (which logs and counts it), then retried after the backoff
+    pause; the failure count resets on success. Runs until cancelled.
+    """
+    failures = 0
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(dirty.wait(), resync_interval)
+        dirty.clear()
+        try:
+            await reconcile()
+        except Exception as exc:
+            on_failure(exc)
+        else:
+            failures = 0
+            continue
+        failures += 1
+        await asyncio.sleep(jittered_pause(failures, first=first_pause))
+        dirty.set()

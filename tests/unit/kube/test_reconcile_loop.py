@@ -1,0 +1,90 @@
+"""The one reconcile loop: runs when dirty, resyncs on a timer, backs off while failing, resets on success."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import fakegpu.kube.reconcile_loop as loop_module
+from fakegpu.kube.reconcile_loop import reconcile_forever
+
+
+async def _until(predicate, what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+async def test_runs_when_dirty_and_not_before():
+    dirty = asyncio.Event()
+    runs: list[int] = []
+
+    async def reconcile() -> None:
+        runs.append(1)
+
+    task = asyncio.create_task(reconcile_forever(dirty, 3600.0, reconcile, lambda exc: None))
+    try:
+        await asyncio.sleep(0.05)
+        assert runs == []  # nothing asked for it, and the resync period is an hour away
+        dirty.set()
+        await _until(lambda: len(runs) == 1, "the run a dirty mark asks for")
+        assert not dirty.is_set()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_resyncs_on_the_timer_without_being_asked():
+    runs: list[int] = []
+
+    async def reconcile() -> None:
+        runs.append(1)
+
+    task = asyncio.create_task(reconcile_forever(asyncio.Event(), 0.01, reconcile, lambda exc: None))
+    try:
+        await _until(lambda: len(runs) >= 3, "three resyncs")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_failures_are_reported_retried_with_growing_pauses_and_reset_on_success(monkeypatch):
+    pauses: list[float] = []
+
+    def recorded_pause(failures: int, first: float) -> float:
+        pauses.append(first * 2 ** (failures - 1))  # the policy's shape, without its jitter
+        return 0.0  # and no real wait
+
+    monkeypatch.setattr(loop_module, "jittered_pause", recorded_pause)
+    outcomes = [RuntimeError("a"), RuntimeError("b"), None, RuntimeError("c")]
+    reported: list[str] = []
+    done = asyncio.Event()
+
+    async def reconcile() -> None:
+        if not outcomes:  # the script is over: every later run succeeds
+            done.set()
+            return
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    dirty = asyncio.Event()
+    dirty.set()
+    task = asyncio.create_task(
+        reconcile_forever(dirty, 0.01, reconcile, lambda exc: reported.append(str(exc)), first_pause=1.0)
+    )
+    try:
+        await asyncio.wait_for(done.wait(), 5.0)
+        await _until(lambda: len(pauses) == 3, "the pause after the last failure")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert reported == ["a", "b", "c"]
+    # two failures in a row double the pause; the success in between resets it for "c"
+    assert pauses == [1.0, 2.0, 1.0]
