@@ -8,14 +8,7 @@ import pytest
 
 import fakegpu.kube.reconcile_loop as loop_module
 from fakegpu.kube.reconcile_loop import reconcile_forever
-
-
-async def _until(predicate, what: str, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.001)
+from tests.eventually import eventually
 
 
 async def test_runs_when_dirty_and_not_before():
@@ -30,7 +23,7 @@ async def test_runs_when_dirty_and_not_before():
         await asyncio.sleep(0.05)
         assert runs == []  # nothing asked for it, and the resync period is an hour away
         dirty.set()
-        await _until(lambda: len(runs) == 1, "the run a dirty mark asks for")
+        await eventually(lambda: len(runs) == 1, "the run a dirty mark asks for")
         assert not dirty.is_set()
     finally:
         task.cancel()
@@ -46,7 +39,7 @@ async def test_resyncs_on_the_timer_without_being_asked():
 
     task = asyncio.create_task(reconcile_forever(asyncio.Event(), 0.01, reconcile, lambda exc: None))
     try:
-        await _until(lambda: len(runs) >= 3, "three resyncs")
+        await eventually(lambda: len(runs) >= 3, "three resyncs")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -80,7 +73,7 @@ async def test_failures_are_reported_retried_with_growing_pauses_and_reset_on_su
     )
     try:
         await asyncio.wait_for(done.wait(), 5.0)
-        await _until(lambda: len(pauses) == 3, "the pause after the last failure")
+        await eventually(lambda: len(pauses) == 3, "the pause after the last failure")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
