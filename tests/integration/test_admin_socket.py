@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,19 +47,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def sockdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fga-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def serve(sockdir: Path) -> AsyncIterator[Callable[..., Awaitable[Path]]]:
+async def serve(root: Path) -> AsyncIterator[Callable[..., Awaitable[Path]]]:
     """``path = await serve(ops)``: an AdminServer on a fresh socket, stopped when the test ends."""
     servers: list[AdminServer] = []
 
     async def start(ops: Mapping[str, Any], **kwargs: Any) -> Path:
-        server = AdminServer(sockdir / f"admin{len(servers)}.sock", ops, **kwargs)
+        server = AdminServer(root / f"admin{len(servers)}.sock", ops, **kwargs)
         servers.append(server)
         await server.start()
         return server.path
@@ -282,8 +273,8 @@ async def _noop() -> str:
     return "ok"
 
 
-async def test_socket_is_owner_only_and_removed_on_stop(sockdir):
-    path = sockdir / "sub" / "admin.sock"
+async def test_socket_is_owner_only_and_removed_on_stop(root):
+    path = root / "sub" / "admin.sock"
     server = AdminServer(path, {"ping": _noop})
     await server.start()
     try:
@@ -298,8 +289,8 @@ async def test_socket_is_owner_only_and_removed_on_stop(sockdir):
         await admin_call(path, "ping")
 
 
-async def test_refuses_to_replace_a_file_that_is_not_a_socket(sockdir):
-    path = sockdir / "admin.sock"
+async def test_refuses_to_replace_a_file_that_is_not_a_socket(root):
+    path = root / "admin.sock"
     path.write_text("keep me")
     with pytest.raises(OSError, match="not a socket"):
         await AdminServer(path, {"ping": _noop}).start()
@@ -331,11 +322,11 @@ def world_python() -> str | None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
 @pytest.mark.skipif(world_python() is None, reason="no Python interpreter that user nobody may run")
-async def test_another_user_is_refused_even_when_the_file_mode_would_let_it_in(serve, sockdir):
+async def test_another_user_is_refused_even_when_the_file_mode_would_let_it_in(serve, root):
     python = world_python()
     assert python is not None
     path = await serve({"ping": _noop})
-    sockdir.chmod(0o755)
+    root.chmod(0o755)
     path.chmod(0o666)
     script = (
         "import socket,sys\n"
@@ -420,12 +411,12 @@ async def test_an_op_that_raises_is_reported_and_does_not_stop_the_server(serve)
     assert await admin_call(path, "ping") == "ok"
 
 
-async def test_stop_ends_open_connections_quietly(sockdir, caplog, timing):
+async def test_stop_ends_open_connections_quietly(root, caplog, timing):
     async def slow() -> str:
         await asyncio.sleep(30)
         return "late"
 
-    server = AdminServer(sockdir / "a.sock", {"ping": _noop, "slow": slow})
+    server = AdminServer(root / "a.sock", {"ping": _noop, "slow": slow})
     await server.start()
     idle_reader, idle_writer = await asyncio.open_unix_connection(server.path)
     busy_reader, busy_writer = await asyncio.open_unix_connection(server.path)
@@ -499,12 +490,12 @@ def test_ctl_options_come_from_a_models_fields():
         options_of(Listed)
 
 
-def test_ops_with_unsupported_field_types_are_refused_at_construction(sockdir):
+def test_ops_with_unsupported_field_types_are_refused_at_construction(root):
     async def takes_a_list(ids: list[str]) -> None:
         return None
 
     with pytest.raises(TypeError, match="cannot be of type"):
-        AdminServer(sockdir / "a.sock", {"bad": takes_a_list})
+        AdminServer(root / "a.sock", {"bad": takes_a_list})
 
 
 # --- fakegpu ctl ---------------------------------------------------------------------------------------
@@ -634,8 +625,8 @@ async def test_ctl_unknown_device_is_one_clear_error_line(plugin_admin):
     assert err == "fakegpu: error: no device, GPU UUID or GPU index 'GPU-nope' in the inventory\n"
 
 
-async def test_ctl_without_a_daemon_and_with_bad_usage(sockdir):
-    missing = sockdir / "none.sock"
+async def test_ctl_without_a_daemon_and_with_bad_usage(root):
+    missing = root / "none.sock"
     code, out, err = await ctl("status", env={"FAKEGPU_ADMIN_SOCKET": str(missing)})
     assert (code, out, err) == (1, "", f"fakegpu: error: no fakegpu daemon is listening on {missing}\n")
     code, _, err = await ctl("--socket", str(missing), "health", "3")
@@ -650,14 +641,14 @@ DRIVER = "gpu.nvidia.com"
 
 
 @pytest.fixture
-async def dra_admin(sockdir, serve) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
+async def dra_admin(root, serve) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
     apiserver = FakeApiServer("1.36").start()
     apiserver.add_node(NODE)
     live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
     driver = DraDriver(
         live,
-        KubeletPaths(sockdir / "kubelet"),
-        DraSettings(cdi_root=sockdir / "cdi"),
+        KubeletPaths(root / "kubelet"),
+        DraSettings(cdi_root=root / "cdi"),
         apiserver.client,
     )
     await driver.start()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import io
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -22,18 +20,11 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="fgl-", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
 async def daemon(
-    fakegpu_node: Callable[..., Awaitable[FakeNode]], short_dir: Path
+    fakegpu_node: Callable[..., Awaitable[FakeNode]], root: Path
 ) -> AsyncIterator[tuple[FakeNode, Path]]:
     node = await fakegpu_node("2xh100-80gb")
-    path = short_dir / "admin.sock"
+    path = root / "admin.sock"
     async with AdminServer(path, device_plugin_ops(node.live, node.plugins)):
         yield node, path
 
@@ -50,11 +41,11 @@ async def run(path: Path, socket: Path) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
+async def test_inject_steps_reach_the_live_daemon(daemon, root):
     node, socket = daemon
     assert node.allocatable()[GPU] == 2
     path = scenario(
-        short_dir,
+        root,
         "  - xid: {gpu: 0, xid: 94}\n"
         "  - wait: 0.05\n"
         "  - fault: {rpc: Allocate, times: 2, code: INTERNAL, message: injected live}\n"
@@ -86,18 +77,18 @@ async def test_inject_steps_reach_the_live_daemon(daemon, short_dir):
     )
 
 
-async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, short_dir):
+async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, root):
     node, socket = daemon
     server = node.plugins.servers[GPU]
     await eventually(lambda: server.service.streams == 1, "one ListAndWatch stream", 3.0)
-    status, out, err = await run(scenario(short_dir, f"  - end_streams: {GPU}\n"), socket)
+    status, out, err = await run(scenario(root, f"  - end_streams: {GPU}\n"), socket)
     assert status == EXIT_PASS, out + err
     assert "1 stream(s) ended" in out.splitlines()[2]
     # The kubelet saw EOF: the resource is not allocatable until the plugin registers again.
     await eventually(lambda: node.allocatable().get(GPU) == 0, "0 allocatable GPU(s)", 3.0, detail=node.allocatable)
 
     restarts = node.plugins.stats.restarts
-    status, out, err = await run(scenario(short_dir, "  - restart: plugins\n", "r.yaml"), socket)
+    status, out, err = await run(scenario(root, "  - restart: plugins\n", "r.yaml"), socket)
     assert status == EXIT_PASS, out + err
     assert f"serving {GPU}" in out.splitlines()[2]
     assert node.plugins.stats.restarts == restarts + 1
@@ -105,10 +96,10 @@ async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, shor
     await eventually(lambda: node.allocatable().get(GPU) == 2, "2 allocatable GPU(s)", 3.0, detail=node.allocatable)
 
 
-async def test_a_refused_op_fails_with_the_daemons_error(daemon, short_dir):
+async def test_a_refused_op_fails_with_the_daemons_error(daemon, root):
     node, socket = daemon
     path = scenario(
-        short_dir,
+        root,
         "  - fault: {rpc: Allocate, code: INTERNAL, resource: nvidia.com/nope}\n  - xid: {gpu: 0, xid: 94}\n",
     )
     status, out, err = await run(path, socket)
@@ -121,9 +112,9 @@ async def test_a_refused_op_fails_with_the_daemons_error(daemon, short_dir):
     assert node.live.unhealthy() == {}  # the scenario stopped at the failing step
 
 
-async def test_a_fault_the_daemons_face_does_not_serve_is_refused_before_anything_is_sent(daemon, short_dir):
+async def test_a_fault_the_daemons_face_does_not_serve_is_refused_before_anything_is_sent(daemon, root):
     node, socket = daemon
-    path = scenario(short_dir, "  - xid: {gpu: 0, xid: 94}\n  - fault: {rpc: NodeUnprepareResources, delay: 1}\n")
+    path = scenario(root, "  - xid: {gpu: 0, xid: 94}\n  - fault: {rpc: NodeUnprepareResources, delay: 1}\n")
     status, out, err = await run(path, socket)
     assert status == EXIT_BAD_FILE
     assert " PASS" not in out
@@ -147,21 +138,21 @@ async def test_a_fault_the_daemons_face_does_not_serve_is_refused_before_anythin
         ("  - advance_clock: 5\n", "step 0 (advance_clock)"),
     ],
 )
-async def test_a_step_needing_the_emulator_is_refused_up_front(daemon, short_dir, steps, named):
+async def test_a_step_needing_the_emulator_is_refused_up_front(daemon, root, steps, named):
     node, socket = daemon
-    status, out, err = await run(scenario(short_dir, steps), socket)
+    status, out, err = await run(scenario(root, steps), socket)
     assert status == EXIT_BAD_FILE
     assert out == ""
     assert err.splitlines() == [
-        f"fakegpu: error: {short_dir / 's.yaml'}: {named} needs the embedded kubelet emulator; run without --socket"
+        f"fakegpu: error: {root / 's.yaml'}: {named} needs the embedded kubelet emulator; run without --socket"
     ]
     assert node.live.unhealthy() == {}  # nothing was sent, not even the steps before it
 
 
-async def test_expect_start_error_is_refused_in_socket_mode(short_dir):
-    path = short_dir / "s.yaml"
+async def test_expect_start_error_is_refused_in_socket_mode(root):
+    path = root / "s.yaml"
     path.write_text(HEADER + "expect_start_error: boom\n")
-    status, out, err = await run(path, short_dir / "none.sock")
+    status, out, err = await run(path, root / "none.sock")
     assert status == EXIT_BAD_FILE
     assert out == ""
     assert err.splitlines() == [
@@ -169,21 +160,21 @@ async def test_expect_start_error_is_refused_in_socket_mode(short_dir):
     ]
 
 
-async def test_an_unreachable_socket_exits_2_with_one_line(short_dir):
-    socket = short_dir / "nobody.sock"
-    status, out, err = await run(scenario(short_dir, "  - xid: {gpu: 0, xid: 94}\n"), socket)
+async def test_an_unreachable_socket_exits_2_with_one_line(root):
+    socket = root / "nobody.sock"
+    status, out, err = await run(scenario(root, "  - xid: {gpu: 0, xid: 94}\n"), socket)
     assert status == EXIT_BAD_FILE
     assert len(err.splitlines()) == 1
     assert err.startswith("fakegpu: error: ") and f"no fakegpu daemon is listening on {socket}" in err
     assert "Traceback" not in out + err and " PASS" not in out
 
 
-def test_the_cli_takes_socket(short_dir, capsys):
-    socket = short_dir / "nobody.sock"
-    path = scenario(short_dir, "  - allocate: {pod: p1, resources: {nvidia.com/gpu: 1}}\n")
+def test_the_cli_takes_socket(root, capsys):
+    socket = root / "nobody.sock"
+    path = scenario(root, "  - allocate: {pod: p1, resources: {nvidia.com/gpu: 1}}\n")
     assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
     assert "step 0 (allocate) needs the embedded kubelet emulator" in capsys.readouterr().err
-    path = scenario(short_dir, "  - wait: 0\n")
+    path = scenario(root, "  - wait: 0\n")
     assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"no fakegpu daemon is listening on {socket}" in err
