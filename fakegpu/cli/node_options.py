@@ -21,6 +21,7 @@ from fakegpu.sharing.named_configs import (
     available_configs,
     parse_fallback_strategies,
 )
+from fakegpu.sharing.plugin_config import parse_go_bool
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,13 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the GPU Feature Discovery labels to this node and keep them current; only labels "
         "fakegpu wrote are ever removed (they are listed in the fakegpu.io/managed-labels annotation)",
+    )
+    group.add_argument(
+        "--no-timestamp",
+        action="store_true",
+        default=None,
+        help="with --label-node, leave out nvidia.com/gfd.timestamp, as GFD's --no-timestamp does "
+        "(env GFD_NO_TIMESTAMP)",
     )
     group.add_argument(
         "--config-dir",
@@ -65,6 +73,14 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         help="with no label and no default: comma-separated named (a config called 'default'), single (the only "
         f"config), empty (built-in defaults); env FALLBACK_STRATEGIES, default {','.join(DEFAULT_FALLBACKS)}",
     )
+
+
+def no_timestamp(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """``--no-timestamp``, else ``GFD_NO_TIMESTAMP`` read as GFD's urfave/cli reads a bool (Go's ParseBool)."""
+    if args.no_timestamp is not None:
+        return bool(args.no_timestamp)
+    raw = env.get("GFD_NO_TIMESTAMP")
+    return raw is not None and parse_go_bool(raw, "GFD_NO_TIMESTAMP")
 
 
 def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeSettings:
@@ -103,4 +119,9 @@ def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None
         for flag in ("config_label", "default_config", "fallback_strategies"):
             if getattr(args, flag) is not None:
                 raise SpecError("--" + flag.replace("_", "-"), "only applies with --config-dir")
-    return NodeSettings(label_node=args.label_node, selection=selection, kubeconfig=args.kubeconfig)
+    return NodeSettings(
+        label_node=args.label_node,
+        selection=selection,
+        kubeconfig=args.kubeconfig,
+        timestamp=not no_timestamp(args, env),
+    )

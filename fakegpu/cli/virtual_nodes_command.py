@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -158,6 +159,12 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "ones as they were",
     )
     group.add_argument(
+        "--no-timestamp",
+        action="store_true",
+        help="leave out nvidia.com/gfd.timestamp, as GFD's --no-timestamp does (by default a node gets the time "
+        "its labels were first written; --watch stamps the nodes with its own start)",
+    )
+    group.add_argument(
         "--resync-interval",
         type=float,
         default=None,
@@ -206,6 +213,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         api_version=args.resource_api_version,
         concurrency=args.concurrency,
         name_prefix=args.name_prefix,
+        refresh_timestamp=args.watch,
     )
 
 
@@ -282,7 +290,8 @@ async def run_virtual_nodes(
     settings = settings_from_args(args)
     nodes: list[VirtualNode] = []
     if not args.delete:
-        nodes, warnings = build_virtual_nodes(pools_from_args(args), settings.name_prefix)
+        timestamp = None if args.no_timestamp else int(time.time())
+        nodes, warnings = build_virtual_nodes(pools_from_args(args), settings.name_prefix, timestamp)
         for warning in warnings:
             say(f"warning: {warning}")
     own_client = client is None

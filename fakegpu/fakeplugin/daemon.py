@@ -42,6 +42,8 @@ class NodeSettings:
     selection: ConfigSelection | None = None
     kubeconfig: str | None = None
     resync_interval: float = 30.0
+    timestamp: bool = True
+    """Write ``nvidia.com/gfd.timestamp`` with the labels (GFD's default; ``--no-timestamp``)."""
 
     @property
     def wanted(self) -> bool:
@@ -131,6 +133,7 @@ async def run_plugin_daemon(
                 selection=node.selection,
                 base_watch_files=base_watch,
                 resync_interval=node.resync_interval,
+                timestamp=node.timestamp,
             )
             sync.set_initial(selected, label_value)
         admin = (

@@ -5,6 +5,11 @@ inventory changes, or a resync interval passes, it (1) applies the config the no
 ``nvidia.com/device-plugin.config`` label names, as NVIDIA's config-manager sidecar does but in-process
 and without ever exiting, and (2) patches the GFD label set onto the node, removing only labels it wrote
 before. The API server being away never stops the plugin serving; both steps retry.
+
+``nvidia.com/gfd.timestamp`` is written as NVIDIA's GFD writes it: the time its labelling run started. GFD
+takes it once per run (``cmd/gpu-feature-discovery/main.go``: the timestamp labeler is built before the
+60 s relabel loop) and starts a new run on start-up and on SIGHUP, which its config-manager sends when the
+selected config changes; here, when the plugin starts and when the config it serves changes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +37,7 @@ from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
 from fakegpu.sharing.label_ownership import label_patch
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, FallbackStrategy, choose_config
+from fakegpu.sharing.plugin_config import PluginConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +137,8 @@ class PluginNodeSync:
         base_watch_files: Sequence[Path] = (),
         resync_interval: float = 30.0,
         retry_interval: float = 1.0,
+        timestamp: bool = True,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.client_factory = client_factory
         self.node_name = node_name
@@ -140,6 +149,11 @@ class PluginNodeSync:
         self.base_watch_files = list(base_watch_files)
         self.resync_interval = resync_interval
         self.retry_interval = retry_interval
+        self.timestamp = timestamp
+        """Write ``nvidia.com/gfd.timestamp`` (GFD's default; ``--no-timestamp`` turns it off)."""
+        self.clock = clock or time.time
+        self._stamp: tuple[int, PluginConfig] | None = None
+        """The run's timestamp and the config it was taken for."""
         self.stats = NodeSyncStats()
         self.node: Node | None = None
         self._seen_node = False
@@ -257,13 +271,21 @@ class PluginNodeSync:
         selected = [Path(inputs.config_file)] if inputs.config_file else []
         self.manager.set_watch_files([*self.base_watch_files, *selected])
 
+    def _timestamp_for(self, config: PluginConfig) -> int | None:
+        """The run's timestamp; a new run (a new stamp) when the served config changed, as GFD restarts."""
+        if not self.timestamp:
+            return None
+        if self._stamp is None or self._stamp[1] != config:
+            self._stamp = (int(self.clock()), config)
+        return self._stamp[0]
+
     async def _label(self) -> None:
         assert self.node is not None and self._client is not None
         meta = self.node.metadata
         # From the inventory being served, not from the files: a config the reload rejected must not
         # show up in the labels while the kubelet still gets the previous one.
         serving = self.manager.live.inventory
-        wanted = gfd_labels(serving.node, serving.config)
+        wanted = gfd_labels(serving.node, serving.config, self._timestamp_for(serving.config))
         patch = label_patch(meta.labels if meta else None, meta.annotations if meta else None, wanted)
         if patch is None:
             return

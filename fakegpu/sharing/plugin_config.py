@@ -118,13 +118,18 @@ def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
     return node
 
 
+def parse_go_bool(raw: str, origin: str) -> bool:
+    """A boolean flag's text as NVIDIA's urfave/cli reads it (Go's ``strconv.ParseBool``)."""
+    if raw in _BOOL_TRUE:
+        return True
+    if raw in _BOOL_FALSE:
+        return False
+    raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)")
+
+
 def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...]:
     if spec.kind == "bool":
-        if raw in _BOOL_TRUE:
-            return True
-        if raw in _BOOL_FALSE:
-            return False
-        raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)")
+        return parse_go_bool(raw, origin)
     if spec.kind == "list":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
     return raw

@@ -61,6 +61,8 @@ class Settings:
     """resource.k8s.io version for the slices; None picks the newest the server serves."""
     concurrency: int = 16
     name_prefix: str = DEFAULT_PREFIX
+    refresh_timestamp: bool = False
+    """``--watch``: the nodes carry this run's ``nvidia.com/gfd.timestamp``; else a stored one is kept."""
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -97,7 +99,9 @@ class VirtualNodeController:
         self.settings = settings
         self.say = say
         self.nodes = {v.name: v for v in nodes}
-        self.desired: dict[str, DesiredNode] = {v.name: desired_node(v, settings.shape) for v in nodes}
+        self.desired: dict[str, DesiredNode] = {
+            v.name: desired_node(v, settings.shape, refresh_timestamp=settings.refresh_timestamp) for v in nodes
+        }
         self.options: SliceOptions | None = None
         """How slices are published; None when the server serves no ResourceSlices (or before discover)."""
         self.seen: set[str] = set()

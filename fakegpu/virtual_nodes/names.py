@@ -15,14 +15,13 @@ import hashlib
 import re
 
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.label_syntax import value_problem
 
 DEFAULT_PREFIX = "fakegpu-virtual-"
 INDEX_WIDTH = 4
 MAX_NAME_LENGTH = 63
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-MAX_LABEL_VALUE = 63
 
 
 def prefix_label_value(prefix: str) -> str:
@@ -33,7 +32,7 @@ def prefix_label_value(prefix: str) -> str:
     stem = prefix.rstrip("-")
     dashes = len(prefix) - len(stem)
     value = f"{stem}.{dashes}" if dashes else stem
-    if "." in stem or len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.match(value):
+    if "." in stem or value_problem(value) is not None:
         value = "sha256-" + hashlib.sha256(prefix.encode()).hexdigest()[:40]
     return value
 

@@ -9,7 +9,9 @@ What the tool owns on a Node, and compares before writing (so a second run write
 
 - labels: the usual node labels, ``fakegpu.io/virtual-node: "true"`` and
   ``fakegpu.io/virtual-node-prefix`` (how ``--delete`` finds the nodes of one ``--name-prefix``),
-  ``fakegpu.io/virtual-node-pool`` and GPU Feature Discovery's labels;
+  ``fakegpu.io/virtual-node-pool`` and GPU Feature Discovery's labels. ``nvidia.com/gfd.timestamp`` (when
+  the labels were written) is compared only with ``--watch``, the long-running labeller that stamps the
+  nodes with its start as GFD does; a one-off run keeps a stored timestamp, so a second run writes nothing;
 - ``status.capacity`` / ``status.allocatable``: cpu, memory, pods and one entry per device plugin
   resource (every device / the healthy ones), compared as quantities, since the API server rewrites
   them in canonical form;
@@ -33,6 +35,7 @@ from typing import Any
 
 from fakegpu.dra.quantities import decimal_quantity, parse_quantity, same_quantity
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.pools import VirtualNode
 
@@ -97,6 +100,8 @@ class DesiredNode:
     labels: Mapping[str, str]
     capacity: Mapping[str, str]
     allocatable: Mapping[str, str]
+    kept_if_present: frozenset[str] = frozenset()
+    """Labels whose stored value stands whatever it is (the GFD timestamp, unless ``--watch``)."""
     managed: str = field(init=False)
     """The ``fakegpu.io/virtual-node-managed`` annotation value for these labels and resources."""
 
@@ -160,7 +165,9 @@ def read_prior(annotations: Mapping[str, str]) -> Prior | None:
     )
 
 
-def desired_node(node: VirtualNode, shape: NodeShape) -> DesiredNode:
+def desired_node(node: VirtualNode, shape: NodeShape, *, refresh_timestamp: bool = False) -> DesiredNode:
+    """The plan for one Node; ``refresh_timestamp`` (``--watch``) makes a stored GFD timestamp that differs
+    from this run's a change to write."""
     base = dict(zip(BASE_LABELS, ("kwok", node.name, "linux", "amd64", ""), strict=True))
     labels = {
         **base,
@@ -174,7 +181,8 @@ def desired_node(node: VirtualNode, shape: NodeShape) -> DesiredNode:
     for resource in node.inventory.resources:
         capacity[resource.name] = decimal_quantity(len(resource.devices))
         allocatable[resource.name] = decimal_quantity(resource.healthy)
-    return DesiredNode(node.name, labels, capacity, allocatable)
+    kept = frozenset() if refresh_timestamp else frozenset({TIMESTAMP_LABEL})
+    return DesiredNode(node.name, labels, capacity, allocatable, kept)
 
 
 def new_node(desired: DesiredNode) -> JSON:
@@ -269,7 +277,7 @@ def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChang
 
     label_patch: JSON = {}
     for key, value in desired.labels.items():
-        if labels.get(key) != value:
+        if labels.get(key) != value and not (key in desired.kept_if_present and key in labels):
             label_patch[key] = value
             if prior is not None and key not in prior.labels:
                 prior.labels[key] = labels.get(key)

@@ -74,8 +74,11 @@ def node_names(pools: list[Pool], prefix: str) -> list[tuple[str, Pool]]:
     return out
 
 
-def build_virtual_nodes(pools: list[Pool], prefix: str) -> tuple[list[VirtualNode], list[str]]:
-    """Each node's inventory and labels, and the warnings the inputs gave (once each).
+def build_virtual_nodes(
+    pools: list[Pool], prefix: str, timestamp: int | None = None
+) -> tuple[list[VirtualNode], list[str]]:
+    """Each node's inventory and labels, and the warnings the inputs gave (once each); ``timestamp`` is the
+    run's ``nvidia.com/gfd.timestamp`` (None: ``--no-timestamp``).
 
     A bad pool file is reported against ``--pool`` as well as the file, since that is what the user typed."""
     nodes: list[VirtualNode] = []
@@ -95,5 +98,5 @@ def build_virtual_nodes(pools: list[Pool], prefix: str) -> tuple[list[VirtualNod
         for warning in (*config.warnings, *inventory.warnings):
             if warning not in warnings:
                 warnings.append(warning)
-        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config), prefix=prefix))
+        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config, timestamp), prefix=prefix))
     return nodes, warnings

@@ -10,6 +10,7 @@ from pathlib import Path
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
+from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.deploy.manifests import (
     DEPLOY,
     ROOT,
@@ -92,6 +93,8 @@ def test_gfd_labels_block_is_what_the_plugin_writes() -> None:
     configs = one(render("device-plugin"), "ConfigMap", "fakegpu-device-plugin-configs")["data"]
     path = DEPLOY / "overlays" / "device-plugin" / "configs" / "default.yaml"
     assert path.read_text() == configs["default"]
+    # The GFD timestamp is the plugin's start (NVIDIA/k8s-device-plugin internal/lm/timestamp.go): any 10 digits.
+    assert re.fullmatch(r"[0-9]{10}", quoted.pop(TIMESTAMP_LABEL))
     assert quoted == load_labels(replace(device_plugin_inputs(), config_file=str(path)))
 
 

@@ -7,21 +7,28 @@ sockets) and the in-process API server (the Node object), as it would on a kind 
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
+from fakegpu.cli.main import _parser
+from fakegpu.cli.node_options import node_settings
+from fakegpu.fakeplugin import node_sync
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
+from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.apiserver import FakeApiServer
 from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
@@ -117,6 +124,68 @@ async def test_label_node_writes_the_gfd_labels_and_records_them(daemon, apiserv
     patches = apiserver.count("patch", "nodes")
     await asyncio.sleep(0.5)
     assert apiserver.count("patch", "nodes") == patches == 1
+
+
+async def test_label_node_writes_the_gfd_timestamp_once_per_run(daemon, apiserver, root):
+    """NVIDIA's GFD writes ``nvidia.com/gfd.timestamp`` by default (``internal/lm/timestamp.go``), taken once
+    per run: ``cmd/gpu-feature-discovery/main.go`` builds the timestamp labeler before its relabel loop, so
+    the 60 s relabelling keeps the value; NVIDIA's e2e test (``tests/e2e/gpu-feature-discovery_test.go``)
+    waits for ``[0-9]{10}``."""
+    await daemon(settings(apiserver, root, label_node=True))
+    await eventually(lambda: TIMESTAMP_LABEL in node_labels(apiserver), "the GFD timestamp")
+    stamp = node_labels(apiserver)[TIMESTAMP_LABEL]
+    assert re.fullmatch(r"[0-9]{10}", stamp)
+    patches = apiserver.count("patch", "nodes")
+    set_label(apiserver, "nvidia.com/gpu.count", None)  # a relabel pass: the run's timestamp stays
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.count") == "2", "label restored")
+    assert node_labels(apiserver)[TIMESTAMP_LABEL] == stamp
+    assert apiserver.count("patch", "nodes") == patches + 1
+
+
+async def test_no_timestamp_leaves_the_label_out(daemon, apiserver, root):
+    """GFD's ``--no-timestamp`` (``GFD_NO_TIMESTAMP``): ``NewTimestampLabeler`` returns no label."""
+    await daemon(settings(apiserver, root, label_node=True, timestamp=False))
+    await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels")
+    assert TIMESTAMP_LABEL not in node_labels(apiserver)
+
+
+async def test_a_config_switch_is_a_new_gfd_run_with_a_new_timestamp(daemon, apiserver, root, monkeypatch):
+    """GFD's config-manager sends SIGHUP on a new config and GFD starts a new run, with a new timestamp
+    (``cmd/gpu-feature-discovery/main.go`` ``start``/``run``)."""
+    now = [1_700_000_000.0]
+    monkeypatch.setattr(node_sync, "time", SimpleNamespace(time=lambda: now[0]))
+    configs = write_configs(root / "configs", {"default": {"version": "v1"}, "time-slicing-4": TIME_SLICING_4})
+    await daemon(settings(apiserver, root, label_node=True, selection=ConfigSelection(configs)))
+    await eventually(lambda: node_labels(apiserver).get(TIMESTAMP_LABEL) == "1700000000", "first run's stamp")
+    now[0] += 90
+    set_label(apiserver, "nvidia.com/gpu.count", None)
+    await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.count") == "2", "relabelled")
+    assert node_labels(apiserver)[TIMESTAMP_LABEL] == "1700000000"
+    set_label(apiserver, LABEL, "time-slicing-4")
+    await eventually(lambda: node_labels(apiserver).get(TIMESTAMP_LABEL) == "1700000090", "the new run's stamp")
+    assert node_labels(apiserver)["nvidia.com/gpu.replicas"] == "4"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "timestamp"),
+    [
+        ([], {}, True),
+        (["--no-timestamp"], {}, False),
+        ([], {"GFD_NO_TIMESTAMP": "true"}, False),
+        ([], {"GFD_NO_TIMESTAMP": "0"}, True),
+        (["--no-timestamp"], {"GFD_NO_TIMESTAMP": "false"}, False),
+    ],
+)
+def test_no_timestamp_flag_and_env(argv, env, timestamp):
+    """GFD's flag and env var (``cmd/gpu-feature-discovery/main.go``: ``no-timestamp``, ``GFD_NO_TIMESTAMP``)."""
+    args = _parser().parse_args(["plugin", "--label-node", *argv])
+    assert node_settings(args, env).timestamp is timestamp
+
+
+def test_a_bad_gfd_no_timestamp_is_named():
+    args = _parser().parse_args(["plugin", "--label-node"])
+    with pytest.raises(SpecError, match="GFD_NO_TIMESTAMP: could not parse 'maybe' as bool value"):
+        node_settings(args, {"GFD_NO_TIMESTAMP": "maybe"})
 
 
 async def test_a_label_someone_removes_is_put_back(daemon, apiserver, root):

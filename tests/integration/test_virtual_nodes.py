@@ -8,14 +8,17 @@ import io
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import yaml
 from lightkube import AsyncClient
 
+from fakegpu.cli import virtual_nodes_command
 from fakegpu.cli.main import main as cli_main
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
@@ -116,6 +119,49 @@ async def test_running_again_writes_nothing(server, run):
     assert result.code == 0
     assert writes(server) == before
     assert "0 created, 0 adopted, 0 updated, 5 unchanged" in result.out
+
+
+def at(monkeypatch: pytest.MonkeyPatch, seconds: int) -> None:
+    """The clock ``fakegpu virtual-nodes`` stamps ``nvidia.com/gfd.timestamp`` with."""
+    monkeypatch.setattr(virtual_nodes_command, "time", SimpleNamespace(time=lambda: float(seconds)))
+
+
+def stamps(server: FakeApiServer) -> set[str | None]:
+    return {n["metadata"]["labels"].get(TIMESTAMP_LABEL) for n in server.objects("nodes")}
+
+
+async def test_nodes_get_the_gfd_timestamp_and_a_later_run_keeps_it(server, run, monkeypatch):
+    """GFD writes ``nvidia.com/gfd.timestamp`` by default (NVIDIA/k8s-device-plugin ``internal/lm/timestamp.go``);
+    a one-off run is no long-running labeller, so a later run keeps the stored stamp and writes nothing."""
+    at(monkeypatch, 1_700_000_000)
+    assert (await run("--count", "3")).code == 0
+    assert stamps(server) == {"1700000000"}
+    before = writes(server)
+    at(monkeypatch, 1_700_000_600)
+    result = await run("--count", "3")
+    assert "0 updated, 3 unchanged" in result.out
+    assert writes(server) == before
+    assert stamps(server) == {"1700000000"}
+
+
+async def test_a_changed_plan_keeps_the_stored_timestamp(server, run, monkeypatch):
+    at(monkeypatch, 1_700_000_000)
+    assert (await run("--count", "1", "--gpus", "2xa100-40gb")).code == 0
+    at(monkeypatch, 1_700_000_600)
+    assert "1 updated" in (await run("--count", "1", "--gpus", "4xa100-40gb")).out
+    assert stamps(server) == {"1700000000"}
+
+
+async def test_no_timestamp_leaves_the_label_out_and_removes_ours(server, run, monkeypatch):
+    """GFD's ``--no-timestamp`` (``cmd/gpu-feature-discovery/main.go``); a stamp this tool wrote before goes."""
+    at(monkeypatch, 1_700_000_000)
+    assert (await run("--count", "2")).code == 0
+    result = await run("--count", "2", "--no-timestamp")
+    assert "2 updated" in result.out
+    assert stamps(server) == {None}
+    before = writes(server)
+    assert (await run("--count", "2", "--no-timestamp")).code == 0
+    assert writes(server) == before
 
 
 async def test_a_changed_plan_updates_labels_capacity_and_slices_in_place(server, run):

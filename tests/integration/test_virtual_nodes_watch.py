@@ -16,9 +16,10 @@ from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import CascadeType, PatchType
 
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
+from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
-from tests.integration.test_virtual_nodes import WRITES, parse, slices_of
+from tests.integration.test_virtual_nodes import WRITES, at, parse, slices_of, stamps
 
 NODES = [f"fakegpu-virtual-000{i}" for i in range(3)]
 
@@ -250,3 +251,26 @@ async def test_a_slice_of_the_old_driver_showing_up_is_deleted_and_the_watch_goe
         assert server.count("get", "nodes") == reads, "the watcher keeps re-reading the node"
         (left,) = slices_of(server, NODES[0])
         assert left["metadata"]["name"] == ours["metadata"]["name"]
+
+
+async def test_watch_stamps_the_nodes_with_its_start_and_keeps_that_stamp(server, monkeypatch):
+    """``--watch`` is the long-running labeller: like GFD, which takes ``nvidia.com/gfd.timestamp`` when its
+    run starts (NVIDIA/k8s-device-plugin ``cmd/gpu-feature-discovery/main.go``), it writes its start time
+    over an older stamp and puts it back when someone changes it; a one-off run never refreshes it."""
+    at(monkeypatch, 1_700_000_000)
+    out = io.StringIO()
+    args = parse("--count", "2", "--gpus", "1xl4")
+    client = server.client()
+    try:
+        assert await run_virtual_nodes(args, client=client, out=out, err=out, retry_pause=0.01) == 0
+    finally:
+        await client.close()
+    assert stamps(server) == {"1700000000"}
+    at(monkeypatch, 1_700_000_600)
+    async with watch_run(server, "--count", "2", "--gpus", "1xl4", "--resync-interval", "30"):
+        assert stamps(server) == {"1700000600"}
+        node = server.get_object("nodes", NODES[0])
+        assert node is not None
+        node["metadata"]["labels"][TIMESTAMP_LABEL] = "1"
+        server.update_direct(node)
+        await eventually(lambda: stamps(server) == {"1700000600"}, "the watch's stamp put back")

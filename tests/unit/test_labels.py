@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from tests.inventory_builders import labels, mps, time_slicing
+from typing import Any
+
+import pytest
+
+from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.inputs import load_labels
+from fakegpu.sharing.label_syntax import fit_label_value, key_problem, label_problems, value_problem
+from fakegpu.sharing.labels import TIMESTAMP_LABEL, sanitize_product
+from fakegpu.sharing.mig_parted import generated_layout_names
+from tests.inventory_builders import inputs, labels, mps, time_slicing
 
 COMMON_H100 = {
     "nvidia.com/cuda.driver-version.full": "570.172.08",
@@ -144,3 +153,141 @@ def test_mixed_models_describe_the_full_gpus_counted_per_model(tmp_path):
 def test_heterogeneous_full_gpus_use_the_last_model(tmp_path):
     got = labels(tmp_path, ("2xl4", "3xt4"))
     assert (got["nvidia.com/gpu.product"], got["nvidia.com/gpu.count"]) == ("Tesla-T4", "3")
+
+
+# -- every label passes Kubernetes' rules --------------------------------------------------------------
+
+_LAYOUTS = [
+    (key, layout)
+    for key, model in CATALOG.items()
+    for layout in (generated_layout_names([model]) if model.mig_capable else [None])
+]
+
+
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+@pytest.mark.parametrize("shared", [False, True], ids=["unshared", "time-sliced"])
+@pytest.mark.parametrize(("board", "layout"), _LAYOUTS, ids=[f"{b}-{lay}" for b, lay in _LAYOUTS])
+def test_every_label_is_a_valid_kubernetes_label(tmp_path, board, layout, strategy, shared):
+    """Every catalog board, generated layout and MIG strategy, plain and time-sliced (the longest
+    products, ``-SHARED``): the API server would refuse a Node patch carrying any invalid key or value
+    (k8s.io/apimachinery pkg/util/validation ``IsQualifiedName`` / ``IsValidLabelValue``)."""
+    config = time_slicing(4) if shared else None
+    got = labels(tmp_path, f"2x{board}", layout=layout, cli={"mig_strategy": strategy}, config=config)
+    assert label_problems(got) == []
+
+
+def test_the_label_rules_catch_what_the_api_server_refuses():
+    """The checker itself: the value ``+me`` gave before NVIDIA's ``+`` -> ``.`` rule fails it."""
+    assert value_problem("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb+me") is not None
+    assert value_problem("x" * 64) is not None
+    assert value_problem("-lead") is not None and value_problem("trail.") is not None
+    assert value_problem("") is None and value_problem("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me") is None
+    assert key_problem("nvidia.com/mig-1g.10gb.me.product") is None
+    assert key_problem("nvidia.com/mig-1g.10gb+me.product") is not None
+    assert key_problem("Nvidia.com/gpu.count") is not None and key_problem("a/b/c") is not None
+    assert key_problem("nvidia.com/" + "x" * 64) is not None
+
+
+def test_machine_names_become_valid_values(tmp_path):
+    """GFD writes the DMI product name with spaces as ``-`` (``internal/lm/machine-type.go``); fakegpu also
+    drops what a label value may not hold, so an odd node spec cannot break the Node patch."""
+    spec = {"machine": "  (Super)Server  SYS-821GE-TNHR / rev 2.0 " + "x" * 80, "gpus": [{"model": "l4", "count": 1}]}
+    got = labels(tmp_path, node_spec=spec)["nvidia.com/gpu.machine"]
+    assert got == "SuperServer-SYS-821GE-TNHR-rev-2.0-" + "x" * 28
+    assert value_problem(got) is None
+    assert fit_label_value("--..--") == ""
+    assert fit_label_value("a" * 62 + "-b") == "a" * 62
+
+
+# -- MIG ``+me`` profiles (NVIDIA/k8s-device-plugin internal/resource/nvml-mig-device.go GetName) ---------
+
+
+def test_mixed_me_profile_product_uses_a_dot(tmp_path):
+    """``GetName`` replaces ``+`` by ``.`` before the labeler sanitises the product
+    (``internal/lm/resource.go`` ``getProductName``)."""
+    got = labels(tmp_path, layout="all-1g.10gb+me", cli={"mig_strategy": "mixed"})
+    assert got["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+    assert got["nvidia.com/mig-1g.10gb.me.count"] == "8"
+    assert not [k for k in got if "+" in k or "+" in got[k]]
+
+
+def test_single_me_profile_product_uses_a_dot(tmp_path):
+    got = labels(tmp_path, "2xa30", layout="all-2g.12gb+me", cli={"mig_strategy": "single"})
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-A30-MIG-2g.12gb.me"
+    assert got["nvidia.com/gpu.count"] == "2"
+
+
+def test_me_profile_shared_keeps_the_suffix_after_the_profile(tmp_path):
+    config = time_slicing(2, "nvidia.com/mig-1g.10gb.me")
+    got = labels(tmp_path, layout="all-1g.10gb+me", cli={"mig_strategy": "mixed"}, config=config)
+    assert got["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me-SHARED"
+    assert got["nvidia.com/mig-1g.10gb.me.sharing-strategy"] == "time-slicing"
+
+
+# -- GFD on MIG-enabled GPUs (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go newGPULabelers) --------
+
+
+def test_none_strategy_labels_mig_enabled_gpus_without_sharing(tmp_path):
+    """MIG-enabled GPUs get ``NewGPUResourceLabelerWithoutSharing`` under every strategy, ``none`` included:
+    replicas 0, strategy none, no ``-SHARED`` even with a time-slicing rule."""
+    got = labels(tmp_path, layout="all-balanced", cli={"mig_strategy": "none"}, config=time_slicing(4))
+    assert got["nvidia.com/gpu.replicas"] == "0"
+    assert got["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert got["nvidia.com/gpu.count"] == "8"
+    assert "nvidia.com/mig.strategy" not in got
+
+
+def _one_mig_one_full(board: str = "h100-80gb", profile: str = "1g.10gb") -> dict[str, Any]:
+    return {"gpus": [{"model": board, "migEnabled": True, "migDevices": {profile: 7}}, {"model": board}]}
+
+
+def test_mixed_counts_mig_enabled_and_full_gpus_of_one_model(tmp_path):
+    """``counts[name]`` adds MIG-enabled and full GPUs of a model; the full GPU's labeler (with sharing)
+    comes last and wins."""
+    spec = _one_mig_one_full()
+    got = labels(tmp_path, node_spec=spec, cli={"mig_strategy": "mixed"}, config=time_slicing(2))
+    assert got["nvidia.com/gpu.count"] == "2"
+    assert got["nvidia.com/gpu.replicas"] == "2"
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert got["nvidia.com/mig-1g.10gb.count"] == "7"
+
+
+def test_single_invalid_leaves_the_sharing_strategy_of_the_full_gpu_labels(tmp_path):
+    """``newInvalidMigStrategyLabeler`` sets product, count, replicas and memory only; the sharing
+    strategy is what the full-GPU labelers wrote (here the full GPU's time-slicing)."""
+    spec = _one_mig_one_full()
+    got = labels(tmp_path, node_spec=spec, cli={"mig_strategy": "single"}, config=time_slicing(2))
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+    assert (got["nvidia.com/gpu.count"], got["nvidia.com/gpu.replicas"], got["nvidia.com/gpu.memory"]) == ("0",) * 3
+    assert got["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+
+
+def test_single_invalid_on_mig_only_gpus_says_none(tmp_path):
+    got = labels(tmp_path, layout="all-balanced", cli={"mig_strategy": "single"}, config=time_slicing(2))
+    assert got["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+
+
+def test_single_is_valid_across_boards_sharing_one_profile_name(tmp_path):
+    """GFD groups MIG devices by profile name only; the product names the first device's board."""
+    spec = {
+        "gpus": [
+            {"model": "a100-80gb", "migEnabled": True, "migDevices": {"1g.10gb": 7}},
+            {"model": "h100-80gb", "migEnabled": True, "migDevices": {"1g.10gb": 7}},
+        ]
+    }
+    got = labels(tmp_path, node_spec=spec, cli={"mig_strategy": "single"})
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    assert got["nvidia.com/gpu.count"] == "14"
+
+
+def test_sanitise_collapses_runs_of_spaces():
+    """``sanitise`` joins ``strings.Fields``: runs of spaces are one ``-``, none at the ends."""
+    assert sanitize_product(" NVIDIA  H100 (80GB) ") == "NVIDIA-H100-80GB"
+
+
+def test_timestamp_label_when_given(tmp_path):
+    """``internal/lm/timestamp.go``: ``nvidia.com/gfd.timestamp`` is the Unix time in seconds."""
+    assert load_labels(inputs(tmp_path), 1724632719)[TIMESTAMP_LABEL] == "1724632719"
+    assert TIMESTAMP_LABEL not in load_labels(inputs(tmp_path))
