@@ -1,8 +1,10 @@
 """The DevicePlugin gRPC service for one resource name, served over the live inventory.
 
 ListAndWatch pushes the full device list at once and again on every change (a listener on the live
-inventory wakes the stream; nothing polls). Bad requests are answered with INVALID_ARGUMENT and the
-text NVIDIA's plugin uses; nothing a client sends can crash the server.
+inventory wakes the stream; nothing polls). Bad requests are answered as NVIDIA's plugin answers them:
+its RPCs return plain Go errors, which grpc-go sends as UNKNOWN, with NVIDIA's text (so a pod's
+message reads ``rpc error: code = Unknown desc = ...`` as on a real node); nothing a client sends can
+crash the server.
 """
 
 from __future__ import annotations
@@ -192,7 +194,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 validate_request(resource, ids)
                 responses.append(container_allocate_response(inventory, resource, ids))
             except AllocationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                # NVIDIA's Allocate returns a plain Go error (internal/plugin/server.go): gRPC sends Unknown.
+                await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         return api_pb2.AllocateResponse(container_responses=responses)
 
     @observed_unary

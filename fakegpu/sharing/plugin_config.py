@@ -223,6 +223,10 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
         seen.add(name)
         default_rename = name + SHARED_SUFFIX if replicated.rename_by_default else ""
         rename = normalize_resource_name(r.rename, source, f"sharing.{key}.resources[{i}].rename") if r.rename else ""
+        if not rename:
+            # NVIDIA pre-fills the rename when decoding renameByDefault (api/config/v1/replicas.go), so
+            # only a rename the user wrote can differ from the default and draw the warning.
+            rename = default_rename
         devices: str | int | tuple[str, ...] = r.devices if not isinstance(r.devices, list) else tuple(r.devices)
         if not honor:
             if rename != default_rename:
@@ -231,8 +235,6 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
             if devices != "all":
                 set_devices = True
                 devices = "all"
-        elif not rename:
-            rename = default_rename
         rules.append(ReplicaRule(name, rename, r.replicas, devices))
     if set_rename:
         warnings.append(

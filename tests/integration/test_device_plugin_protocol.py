@@ -197,11 +197,13 @@ async def test_nvlink_aware_preference_for_whole_gpus(fakegpu_node):
 
 
 async def test_fail_requests_greater_than_one_gives_the_kubelets_admission_error(fakegpu_node):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go: Allocate returns a plain Go error, which
+    grpc-go sends as Unknown; the kubelet copies the code (/work/shared/golden/real-kubelet.md)."""
     node = await fakegpu_node("2xa100-40gb", config=ts(2, failRequestsGreaterThanOne=True))
     pod = await node.run_pod("p", {"c": {GPU: 2}})
     assert pod.phase == "Failed" and pod.reason == "UnexpectedAdmissionError"
     assert pod.message == (
-        "Pod was rejected: Allocate failed due to rpc error: code = InvalidArgument desc = invalid allocation "
+        "Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = invalid allocation "
         'request for "nvidia.com/gpu": invalid request: maximum request size for shared resources is 1; found 2, '
         "which is unexpected"
     )
@@ -290,14 +292,16 @@ async def test_replicas_of_one_gpu_are_deduplicated(fakegpu_node):
     assert pod.env("c")["NVIDIA_VISIBLE_DEVICES"] == node.inventory.node.gpus[0].uuid
 
 
-async def test_unknown_device_is_invalid_argument(fakegpu_node):
+async def test_unknown_device_is_unknown_as_nvidias_plain_go_error(fakegpu_node):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go: Allocate and GetPreferredAllocation return plain
+    Go errors, which grpc-go sends as Unknown."""
     node = await fakegpu_node("1xt4")
     endpoint = PluginEndpoint(GPU, node.kubelet.paths.device_plugins / "nvidia-gpu.sock")
     await endpoint.connect()
     try:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await endpoint.allocate(["GPU-does-not-exist"])
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
         assert err.value.details() == (
             'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-does-not-exist'
         )

@@ -20,9 +20,7 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-async def daemon(
-    fakegpu_node: Callable[..., Awaitable[FakeNode]], root: Path
-) -> AsyncIterator[tuple[FakeNode, Path]]:
+async def daemon(fakegpu_node: Callable[..., Awaitable[FakeNode]], root: Path) -> AsyncIterator[tuple[FakeNode, Path]]:
     node = await fakegpu_node("2xh100-80gb")
     path = root / "admin.sock"
     async with AdminServer(path, device_plugin_ops(node.live, node.plugins)):
