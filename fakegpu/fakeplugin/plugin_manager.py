@@ -4,6 +4,9 @@ It reacts to both signs of a kubelet restart: ``kubelet.sock`` re-created (NVIDI
 plugins then) and a plugin's own socket deleted (the kubelet removes every socket at start). It
 tolerates a missing ``kubelet.sock`` and registers when it appears. A reload that fails leaves the
 running inventory serving and records the error.
+
+Start, stop and registration are logged with NVIDIA's lines (``internal/plugin/server.go``,
+``cmd/nvidia-device-plugin/main.go``), so log greps written for the real plugin carry over.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
 
-RegistrationMode = Literal["kubelet", "plugins-registry"]
+RegistrationMode = Literal["kubelet", "plugins-registry", "none"]
+"""``none``: serve without registering, as NVIDIA does with an empty ``--kubelet-socket``."""
 
 
 @dataclass
@@ -82,6 +86,7 @@ class PluginManager:
     async def start(self) -> None:
         self._kubelet_identity = identity(self.paths.kubelet_socket)
         self._file_stamps = {p: _mtime(p) for p in self.watch_files}
+        log.info("Starting Plugins.")
         async with self._lock:
             await self._reconcile()
         self._task = asyncio.create_task(self._watch(), name="fakegpu-plugin-watch")
@@ -89,6 +94,7 @@ class PluginManager:
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
         self._task = None
+        log.info("Stopping plugins.")
         async with self._lock:
             for name in list(self.servers):
                 await self._stop_one(name)
@@ -123,9 +129,13 @@ class PluginManager:
     async def _start_one(self, name: str) -> None:
         server = self.servers.get(name) or self._make_server(name)
         self.servers[name] = server
+        log.info("Starting GRPC server for '%s'", name)
         await server.start()
+        log.info("Starting to serve '%s' on %s", name, server.socket_path)
         self.registered[name] = False
-        if self.registration == "plugins-registry":
+        if self.registration == "none":
+            log.info("Skipping registration with Kubelet")
+        elif self.registration == "plugins-registry":
             service = RegistrationService(
                 name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
             )
@@ -141,6 +151,7 @@ class PluginManager:
     async def _stop_one(self, name: str) -> None:
         server = self.servers.pop(name, None)
         if server is not None:
+            log.info("Stopping to serve '%s' on %s", name, server.socket_path)
             await server.stop()
         reg = self.registry.pop(name, None)
         if reg is not None:
@@ -173,7 +184,8 @@ class PluginManager:
             self.metrics.registration_failed(name)
             self.stats.last_error = str(exc)
             self._next_retry[name] = time.monotonic() + self.retry_interval
-            log.error("%s; retrying in %.0fs", exc, self.retry_interval)
+            log.error("Could not register device plugin: %s", exc)
+            log.info("Failed to start one or more plugins. Retrying in %.0fs...", self.retry_interval)
             return
         finally:
             await cancel_and_wait([call])
@@ -182,10 +194,12 @@ class PluginManager:
         self.stats.registrations += 1
         self.metrics.registered(name)
         self.stats.last_registered[name] = time.monotonic()
-        log.info("registered %s with the kubelet", name)
+        log.info("Registered device plugin for '%s' with Kubelet", name)
 
     async def _reconcile(self) -> None:
         wanted = self.wanted()
+        if not wanted and not self.servers:
+            log.info("No devices found. Waiting indefinitely.")
         for name in list(self.servers):
             if name not in wanted:
                 log.info("stopping %s: no longer in the inventory", name)
@@ -198,8 +212,10 @@ class PluginManager:
         """What NVIDIA does when kubelet.sock is created: stop every plugin, serve and register again."""
         async with self._lock:
             self.stats.restarts += 1
+            log.info("Stopping plugins.")
             for name in list(self.servers):
                 await self._stop_one(name)
+            log.info("Starting Plugins.")
             await self._reconcile()
 
     def set_watch_files(self, paths: Sequence[Path]) -> None:
@@ -263,7 +279,7 @@ class PluginManager:
         if current != self._kubelet_identity:
             self._kubelet_identity = current
             if current is not None and self.registration == "kubelet":
-                log.info("%s created, restarting plugins", self.paths.kubelet_socket)
+                log.info("inotify: %s created, restarting.", self.paths.kubelet_socket)
                 await self.restart_all()
                 return
         async with self._lock:

@@ -187,16 +187,11 @@ class SharingFile(BaseModel):
 
 
 class ImexFile(BaseModel):
-    model_config = _ALLOW
-    channel_ids: list[int] = Field(default_factory=list, alias="channelIDs")
-    required: bool = False
+    """``imex``; which channel IDs are valid is checked with the resolved flags (``plugin_config``)."""
 
-    @field_validator("channel_ids")
-    @classmethod
-    def _zero_only(cls, value: list[int]) -> list[int]:
-        if value not in ([], [0]):
-            raise ValueError("invalid IMEX channel IDs")
-        return value
+    model_config = _ALLOW
+    channel_ids: list[int] | None = Field(default=None, alias="channelIDs")
+    required: bool | None = None
 
 
 class NvidiaConfigFile(BaseModel):

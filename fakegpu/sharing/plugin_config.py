@@ -87,6 +87,8 @@ class PluginConfig:
     mig_resource_rules: tuple[ResourcePatternRule, ...] = ()
     imex_channel_ids: tuple[int, ...] = ()
     imex_required: bool = False
+    cdi_feature_flags: tuple[str, ...] = ()
+    cdi_disable_hooks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     nvidia_smi_dir: str | None = None
     """fakegpu extension, not NVIDIA's: where the fake nvidia-smi files live on the host when containers get
@@ -109,6 +111,8 @@ def normalize_resource_name(name: str, source: str, where: str) -> str:
 
 
 def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
+    if not path:  # a command-line-only flag
+        return None
     node: Any = file
     for part in path:
         if node is None:
@@ -118,7 +122,7 @@ def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
     return node
 
 
-def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...]:
+def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...] | tuple[int, ...]:
     if spec.kind == "bool":
         if raw in _BOOL_TRUE:
             return True
@@ -127,6 +131,11 @@ def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str
         raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)")
     if spec.kind == "list":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
+    if spec.kind == "ints":
+        try:
+            return tuple(int(v) for v in raw.split(",") if v.strip())
+        except ValueError:
+            raise SpecError(origin, f"could not parse {raw!r} as a comma-separated list of integers") from None
     return raw
 
 
@@ -157,7 +166,7 @@ def resolve_plugin_config(
         elif (from_file := _from_file(file, spec.file_path)) is not None:
             origin = f"{file_source}: {'.'.join(spec.file_path)}"
             value = from_file
-            if spec.kind == "list":
+            if spec.kind in ("list", "ints"):
                 value = (value,) if isinstance(value, str) else tuple(value)
         else:
             origin = f"default of {spec.cli}"
@@ -191,8 +200,6 @@ def resolve_plugin_config(
         sharing=sharing,
         gpu_resource_rules=gpu_rules,
         mig_resource_rules=mig_rules,
-        imex_channel_ids=tuple(file.imex.channel_ids) if file else (),
-        imex_required=file.imex.required if file else False,
         warnings=tuple(warnings),
     )
     _validate(config, origins)
@@ -293,3 +300,6 @@ def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
             origins["device_discovery_strategy"],
             f"invalid --device-discovery-strategy option: {config.device_discovery_strategy}",
         )
+    if config.imex_channel_ids not in ((), (0,)):
+        # NVIDIA's AssertChannelIDsValid: no channel, or channel 0 only.
+        raise SpecError(origins["imex_channel_ids"], "invalid IMEX channel IDs: only [] or [0] are supported")
