@@ -29,6 +29,7 @@ from fakegpu.runtime.unix_socket import identity
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.mps_daemon import PLUGIN_WAIT_ERROR, mps_daemon_error
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,17 @@ class PluginManager:
         return self._task is not None and not self._task.done()
 
     def wanted(self) -> list[str]:
-        """Resources to serve: those with at least one device (NVIDIA skips empty ones)."""
-        return [r.name for r in self.live.inventory.resources if r.devices]
+        """Resources to serve: those with at least one device (NVIDIA skips empty ones), except those whose
+        MPS control daemon would not run (NVIDIA's Start fails in waitForDaemon; ``blocked``)."""
+        blocked = self.blocked()
+        return [r.name for r in self.live.inventory.resources if r.devices and r.name not in blocked]
+
+    def blocked(self) -> dict[str, str]:
+        """Resources NVIDIA's plugin cannot start, with the MPS control daemon's start error
+        (``fakegpu.sharing.mps_daemon``): more MPS replicas than an MPS server takes clients."""
+        node = self.live.inventory.node
+        found = ((r.name, mps_daemon_error(r, node)) for r in self.live.inventory.resources if r.devices)
+        return {name: error for name, error in found if error is not None}
 
     # -- serving ---------------------------------------------------------------------------------
     def _socket_path(self, name: str) -> Path:
@@ -198,12 +208,22 @@ class PluginManager:
 
     async def _reconcile(self) -> None:
         wanted = self.wanted()
-        if not wanted and not self.servers:
+        blocked = self.blocked()
+        if not wanted and not self.servers and not blocked:
             log.info("No devices found. Waiting indefinitely.")
         for name in list(self.servers):
             if name not in wanted:
-                log.info("stopping %s: no longer in the inventory", name)
+                if name not in blocked:
+                    log.info("stopping %s: no longer in the inventory", name)
                 await self._stop_one(name)
+        for name, error in blocked.items():
+            # The MPS control daemon (another pod on a real node) exits with this; the plugin then finds no
+            # daemon to answer and leaves the resource unserved, retrying every 30 s to the same result.
+            log.error("MPS control daemon for '%s' failed to start: %s", name, error)
+            log.error("Failed to start plugin: %s", PLUGIN_WAIT_ERROR)
+            self.stats.last_error = f"{name}: {error}"
+        if blocked:
+            log.info("Failed to start one or more plugins. Retrying in %.0fs...", self.retry_interval)
         for name in wanted:
             if name not in self.servers:
                 await self._start_one(name)

@@ -375,3 +375,47 @@ async def test_ended_streams_leave_the_resource_unallocatable(fakegpu_node):
     assert node.capacity() == {GPU: 2}
     await node.restart_kubelet()
     assert node.allocatable() == {GPU: 2}
+
+
+async def test_start_registration_and_stop_are_logged_with_nvidias_lines(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go Start/Stop and cmd/nvidia-device-plugin/main.go:
+    the same lines, so log greps written for the real plugin carry over."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.plugin_manager")
+    node = await fakegpu_node("1xl4")
+    socket = node.kubelet.paths.device_plugins / "nvidia-gpu.sock"
+    await node.restart_plugins()
+    lines = [r.getMessage() for r in caplog.records if r.name == "fakegpu.fakeplugin.plugin_manager"]
+    for line in (
+        "Starting Plugins.",
+        "Starting GRPC server for 'nvidia.com/gpu'",
+        f"Starting to serve 'nvidia.com/gpu' on {socket}",
+        "Registered device plugin for 'nvidia.com/gpu' with Kubelet",
+        "Stopping plugins.",
+        f"Stopping to serve 'nvidia.com/gpu' on {socket}",
+    ):
+        assert line in lines, (line, lines)
+    assert lines.index("Stopping plugins.") < lines.index(f"Stopping to serve 'nvidia.com/gpu' on {socket}")
+
+
+async def test_mps_replicas_over_the_daemons_cap_leave_the_resource_unserved(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin cmd/mps-control-daemon/mps/device.go (assertReplicas) and
+    internal/plugin/mps.go (waitForDaemon): 49 replicas load, the control daemon refuses them, and the
+    plugin never serves the resource, logging why."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.plugin_manager")
+    config = {
+        "version": "v1",
+        "flags": {"mpsRoot": "/run/nvidia/mps"},
+        "sharing": {"mps": {"resources": [{"name": GPU, "replicas": 49}]}},
+    }
+    node = await fakegpu_node("1xh100-80gb", config=config)
+    assert len(node.inventory.resources[0].devices) == 49
+    assert node.plugins.servers == {} and node.capacity() == {}
+    assert node.plugins.blocked() == {
+        GPU: "invalid MPS configuration: invalid device maximum allowed replicas exceeded: 49 > 48"
+    }
+    assert (
+        "Failed to start plugin: error waiting for MPS daemon: error checking MPS daemon health: failed to send "
+        "command to MPS daemon: exit status 1"
+    ) in caplog.text
+    assert "Failed to start one or more plugins. Retrying in 30s..." in caplog.text
+    assert not (await node.run_pod("p", {"c": {GPU: 1}})).admitted
