@@ -38,6 +38,17 @@ def device_message(resource: Resource) -> api_pb2.ListAndWatchResponse:
     return api_pb2.ListAndWatchResponse(devices=devices)
 
 
+def log_health_changes(
+    resource_name: str, before: api_pb2.ListAndWatchResponse, after: api_pb2.ListAndWatchResponse
+) -> None:
+    """NVIDIA's ListAndWatch lines for a device whose health changed (``internal/plugin/server.go``)."""
+    was = {d.ID: d.health for d in before.devices}
+    for device in after.devices:
+        if device.ID in was and was[device.ID] != device.health:
+            state = "unhealthy" if device.health == "Unhealthy" else "healthy"
+            log.info("'%s' device marked %s: %s", resource_name, state, device.ID)
+
+
 def _lost_gpu_breaks_alignment(live: LiveInventory, resource: Resource) -> str | None:
     """Bug-compatible NVIDIA #2038: the aligned allocator asks NVML for the links of every GPU, so one
     GPU off the bus (XID 79) fails GetPreferredAllocation for whole-GPU requests on the node."""
@@ -137,6 +148,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             async for _ in state_changes(self.live, self._stopping):
                 current = device_message(self._resource())
                 if current != last:
+                    if last is not None:
+                        log_health_changes(self.resource_name, last, current)
                     last = current
                     self.sends += 1
                     sends.inc()

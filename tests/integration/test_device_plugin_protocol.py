@@ -419,3 +419,18 @@ async def test_mps_replicas_over_the_daemons_cap_leave_the_resource_unserved(fak
     ) in caplog.text
     assert "Failed to start one or more plugins. Retrying in 30s..." in caplog.text
     assert not (await node.run_pod("p", {"c": {GPU: 1}})).admitted
+
+
+async def test_health_changes_are_logged_with_nvidias_lines(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go ListAndWatch: "'%s' device marked unhealthy: %s"
+    (and "healthy" when a device recovers)."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.device_plugin_service")
+    node = await fakegpu_node("2xl4")
+    g1 = node.inventory.node.gpus[1].uuid
+    node.set_health("1", False)
+    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 1, 5.0, "GPU 1 unhealthy")
+    node.set_health("1", True)
+    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 2, 5.0, "GPU 1 healthy again")
+    lines = [r.getMessage() for r in caplog.records if r.name == "fakegpu.fakeplugin.device_plugin_service"]
+    assert lines.count(f"'nvidia.com/gpu' device marked unhealthy: {g1}") == 1
+    assert lines.count(f"'nvidia.com/gpu' device marked healthy: {g1}") == 1
