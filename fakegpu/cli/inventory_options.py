@@ -42,14 +42,15 @@ def add_inventory_options(parser: argparse.ArgumentParser) -> None:
     flags = parser.add_argument_group("NVIDIA device plugin flags (flag > env > config file)")
     for spec in PLUGIN_FLAGS:
         env = ", ".join(spec.env)
-        default = ",".join(spec.default) if isinstance(spec.default, tuple) else spec.default
+        default = ",".join(str(v) for v in spec.default) if isinstance(spec.default, tuple) else spec.default
         help_text = f"{spec.help} (env {env}; default {default!s})"
+        names = (spec.cli, *spec.aliases)
         if spec.kind == "bool":
             flags.add_argument(
-                spec.cli, dest=spec.key, nargs="?", const="true", default=None, metavar="BOOL", help=help_text
+                *names, dest=spec.key, nargs="?", const="true", default=None, metavar="BOOL", help=help_text
             )
         else:
-            flags.add_argument(spec.cli, dest=spec.key, default=None, metavar="VALUE", help=help_text)
+            flags.add_argument(*names, dest=spec.key, default=None, metavar="VALUE", help=help_text)
 
 
 def default_node_name(env: Mapping[str, str]) -> str:

@@ -15,6 +15,7 @@ from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
+from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option, kubelet_target
 from fakegpu.cli.node_options import add_node_options, node_settings
 from fakegpu.cli.nvidia_smi_command import (
     add_inject_options,
@@ -82,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         default="kubelet",
         help="register by calling kubelet.sock (NVIDIA's way) or through the plugin watcher",
     )
+    add_kubelet_socket_option(plugin)
     plugin.add_argument(
         "--pre-start-required",
         action="store_true",
@@ -240,12 +242,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return asyncio.run(run_demo(inputs, sys.stdout))
     if args.command == "plugin":
-        paths = KubeletPaths(args.kubelet_dir)
+        paths, registration = kubelet_target(args.kubelet_socket, args.kubelet_dir, args.registration, os.environ)
         return run_bounded(
             run_plugin_daemon(
                 inputs,
                 paths,
-                registration=args.registration,
+                registration=registration,
                 pre_start_required=args.pre_start_required,
                 bug_modes=parse_bug_modes(args.bug_compat),
                 admin_socket=args.admin_socket,

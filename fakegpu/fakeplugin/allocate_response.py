@@ -7,6 +7,7 @@ and CDI names it would see on a real node.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +33,7 @@ VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 VOLUME_MOUNTS_HOST_PATH = "/dev/null"
 MPS_CONTAINER_ROOT = "/mps"
 CONTROL_DEVICE_PATHS = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
-"""Optional in NVIDIA (skipped when absent); a fake node always has them."""
+"""Optional in NVIDIA: each is passed only if it exists where the plugin runs (``os.Stat`` on the path)."""
 
 # /proc/driver/nvidia-caps/mig-minors numbering: "config" is 1, "monitor" 2, then per GPU (up to 32)
 # per GPU instance (up to 15) one "gi access" minor followed by 8 "ci access" minors.
@@ -103,9 +104,16 @@ def _mig_instance(inventory: Inventory, device: Device) -> MigInstance:
     raise AllocationError(f"MIG device {device.base_id} not found on GPU {device.parent_index}")
 
 
-def _device_paths(inventory: Inventory, devices: Sequence[Device]) -> list[str]:
-    """NVIDIA's GetDevicePaths: control nodes, then each GPU node and, for MIG, its GI and CI caps."""
-    paths = list(CONTROL_DEVICE_PATHS)
+def device_paths(
+    inventory: Inventory, devices: Sequence[Device], device_exists: Callable[[str], bool] = os.path.exists
+) -> list[str]:
+    """NVIDIA's GetDevicePaths as apiDeviceSpecs filters it (``internal/rm/nvml_manager.go``,
+    ``internal/plugin/server.go``): the control nodes that exist on the node, then each requested device's
+    node and, for MIG, its GI and CI caps, once per requested ID, so replicas of one GPU repeat them.
+
+    NVIDIA walks a map, so its order is random; here the request's order is kept.
+    """
+    paths = [p for p in CONTROL_DEVICE_PATHS if device_exists(p)]
     for device in devices:
         paths.append(f"/dev/nvidia{inventory.node.gpus[device.parent_index].minor}")
         if device.is_mig:
@@ -113,7 +121,7 @@ def _device_paths(inventory: Inventory, devices: Sequence[Device]) -> list[str]:
             gi_minor, ci_minor = mig_cap_minors(device.parent_index, mig.gi_id, mig.ci_id)
             paths.append(f"/dev/nvidia-caps/nvidia-cap{gi_minor}")
             paths.append(f"/dev/nvidia-caps/nvidia-cap{ci_minor}")
-    return _unique(paths)
+    return paths
 
 
 def _cdi_names(inventory: Inventory, runtime_ids: Sequence[str]) -> list[str]:
@@ -177,9 +185,12 @@ def container_allocate_response(
     ids: Sequence[str],
     *,
     annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    device_exists: Callable[[str], bool] = os.path.exists,
 ) -> api_pb2.ContainerAllocateResponse:
-    """NVIDIA's response (``_nvidia_response``) plus, when configured, the fake nvidia-smi's mounts."""
-    response = _nvidia_response(inventory, resource, ids, annotation_id)
+    """NVIDIA's response (``_nvidia_response``) plus, when configured, the fake nvidia-smi's mounts.
+
+    ``device_exists`` says whether an optional device node exists on the node (injectable for tests)."""
+    response = _nvidia_response(inventory, resource, ids, annotation_id, device_exists)
     if inventory.config.nvidia_smi_dir:
         strategy = inventory.config.device_id_strategy
         runtime_ids = _unique(_runtime_id(d, strategy) for d in _lookup(resource, ids))
@@ -192,6 +203,7 @@ def _nvidia_response(
     resource: Resource,
     ids: Sequence[str],
     annotation_id: Callable[[], str],
+    device_exists: Callable[[str], bool],
 ) -> api_pb2.ContainerAllocateResponse:
     """NVIDIA's getAllocateResponse for one container's request, in NVIDIA's order.
 
@@ -239,6 +251,6 @@ def _nvidia_response(
     if config.pass_device_specs:
         response.devices.extend(
             api_pb2.DeviceSpec(container_path=p, host_path=_join_root(config.nvidia_dev_root, p), permissions="rw")
-            for p in _device_paths(inventory, devices)
+            for p in device_paths(inventory, devices, device_exists)
         )
     return response

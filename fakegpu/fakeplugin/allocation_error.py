@@ -1,4 +1,8 @@
-"""The one error a device plugin RPC raises for a bad request: answered as INVALID_ARGUMENT."""
+"""The one error a device plugin RPC raises for a bad request: answered as UNKNOWN, as NVIDIA's plugin.
+
+NVIDIA's RPCs return plain Go errors (``internal/plugin/server.go``), which grpc-go sends with code
+Unknown; the kubelet copies that code into the pod's message.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """The DevicePlugin gRPC service for one resource name, served over the live inventory.
 
 ListAndWatch pushes the full device list at once and again on every change (a listener on the live
-inventory wakes the stream; nothing polls). Bad requests are answered with INVALID_ARGUMENT and the
-text NVIDIA's plugin uses; nothing a client sends can crash the server.
+inventory wakes the stream; nothing polls). Bad requests are answered as NVIDIA's plugin answers them:
+its RPCs return plain Go errors, which grpc-go sends as UNKNOWN, with NVIDIA's text (so a pod's
+message reads ``rpc error: code = Unknown desc = ...`` as on a real node); nothing a client sends can
+crash the server.
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def device_message(resource: Resource) -> api_pb2.ListAndWatchResponse:
         topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=d.numa)]) if d.numa is not None else None
         devices.append(api_pb2.Device(ID=d.id, health=d.health, topology=topology))
     return api_pb2.ListAndWatchResponse(devices=devices)
+
+
+def log_health_changes(
+    resource_name: str, before: api_pb2.ListAndWatchResponse, after: api_pb2.ListAndWatchResponse
+) -> None:
+    """NVIDIA's ListAndWatch lines for a device whose health changed (``internal/plugin/server.go``)."""
+    was = {d.ID: d.health for d in before.devices}
+    for device in after.devices:
+        if device.ID in was and was[device.ID] != device.health:
+            state = "unhealthy" if device.health == "Unhealthy" else "healthy"
+            log.info("'%s' device marked %s: %s", resource_name, state, device.ID)
 
 
 def _lost_gpu_breaks_alignment(live: LiveInventory, resource: Resource) -> str | None:
@@ -135,6 +148,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             async for _ in state_changes(self.live, self._stopping):
                 current = device_message(self._resource())
                 if current != last:
+                    if last is not None:
+                        log_health_changes(self.resource_name, last, current)
                     last = current
                     self.sends += 1
                     sends.inc()
@@ -192,7 +207,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 validate_request(resource, ids)
                 responses.append(container_allocate_response(inventory, resource, ids))
             except AllocationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                # NVIDIA's Allocate returns a plain Go error (internal/plugin/server.go): gRPC sends Unknown.
+                await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         return api_pb2.AllocateResponse(container_responses=responses)
 
     @observed_unary

@@ -4,6 +4,9 @@ It reacts to both signs of a kubelet restart: ``kubelet.sock`` re-created (NVIDI
 plugins then) and a plugin's own socket deleted (the kubelet removes every socket at start). It
 tolerates a missing ``kubelet.sock`` and registers when it appears. A reload that fails leaves the
 running inventory serving and records the error.
+
+Start, stop and registration are logged with NVIDIA's lines (``internal/plugin/server.go``,
+``cmd/nvidia-device-plugin/main.go``), so log greps written for the real plugin carry over.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from fakegpu.runtime.unix_socket import identity
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.mps_daemon import PLUGIN_WAIT_ERROR, mps_daemon_error
 
 log = logging.getLogger(__name__)
 
-RegistrationMode = Literal["kubelet", "plugins-registry"]
+RegistrationMode = Literal["kubelet", "plugins-registry", "none"]
+"""``none``: serve without registering, as NVIDIA does with an empty ``--kubelet-socket``."""
 
 
 @dataclass
@@ -82,6 +87,7 @@ class PluginManager:
     async def start(self) -> None:
         self._kubelet_identity = identity(self.paths.kubelet_socket)
         self._file_stamps = {p: _mtime(p) for p in self.watch_files}
+        log.info("Starting Plugins.")
         async with self._lock:
             await self._reconcile()
         self._task = asyncio.create_task(self._watch(), name="fakegpu-plugin-watch")
@@ -89,6 +95,7 @@ class PluginManager:
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
         self._task = None
+        log.info("Stopping plugins.")
         async with self._lock:
             for name in list(self.servers):
                 await self._stop_one(name)
@@ -99,8 +106,17 @@ class PluginManager:
         return self._task is not None and not self._task.done()
 
     def wanted(self) -> list[str]:
-        """Resources to serve: those with at least one device (NVIDIA skips empty ones)."""
-        return [r.name for r in self.live.inventory.resources if r.devices]
+        """Resources to serve: those with at least one device (NVIDIA skips empty ones), except those whose
+        MPS control daemon would not run (NVIDIA's Start fails in waitForDaemon; ``blocked``)."""
+        blocked = self.blocked()
+        return [r.name for r in self.live.inventory.resources if r.devices and r.name not in blocked]
+
+    def blocked(self) -> dict[str, str]:
+        """Resources NVIDIA's plugin cannot start, with the MPS control daemon's start error
+        (``fakegpu.sharing.mps_daemon``): more MPS replicas than an MPS server takes clients."""
+        node = self.live.inventory.node
+        found = ((r.name, mps_daemon_error(r, node)) for r in self.live.inventory.resources if r.devices)
+        return {name: error for name, error in found if error is not None}
 
     # -- serving ---------------------------------------------------------------------------------
     def _socket_path(self, name: str) -> Path:
@@ -123,9 +139,13 @@ class PluginManager:
     async def _start_one(self, name: str) -> None:
         server = self.servers.get(name) or self._make_server(name)
         self.servers[name] = server
+        log.info("Starting GRPC server for '%s'", name)
         await server.start()
+        log.info("Starting to serve '%s' on %s", name, server.socket_path)
         self.registered[name] = False
-        if self.registration == "plugins-registry":
+        if self.registration == "none":
+            log.info("Skipping registration with Kubelet")
+        elif self.registration == "plugins-registry":
             service = RegistrationService(
                 name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
             )
@@ -141,6 +161,7 @@ class PluginManager:
     async def _stop_one(self, name: str) -> None:
         server = self.servers.pop(name, None)
         if server is not None:
+            log.info("Stopping to serve '%s' on %s", name, server.socket_path)
             await server.stop()
         reg = self.registry.pop(name, None)
         if reg is not None:
@@ -173,7 +194,8 @@ class PluginManager:
             self.metrics.registration_failed(name)
             self.stats.last_error = str(exc)
             self._next_retry[name] = time.monotonic() + self.retry_interval
-            log.error("%s; retrying in %.0fs", exc, self.retry_interval)
+            log.error("Could not register device plugin: %s", exc)
+            log.info("Failed to start one or more plugins. Retrying in %.0fs...", self.retry_interval)
             return
         finally:
             await cancel_and_wait([call])
@@ -182,14 +204,26 @@ class PluginManager:
         self.stats.registrations += 1
         self.metrics.registered(name)
         self.stats.last_registered[name] = time.monotonic()
-        log.info("registered %s with the kubelet", name)
+        log.info("Registered device plugin for '%s' with Kubelet", name)
 
     async def _reconcile(self) -> None:
         wanted = self.wanted()
+        blocked = self.blocked()
+        if not wanted and not self.servers and not blocked:
+            log.info("No devices found. Waiting indefinitely.")
         for name in list(self.servers):
             if name not in wanted:
-                log.info("stopping %s: no longer in the inventory", name)
+                if name not in blocked:
+                    log.info("stopping %s: no longer in the inventory", name)
                 await self._stop_one(name)
+        for name, error in blocked.items():
+            # The MPS control daemon (another pod on a real node) exits with this; the plugin then finds no
+            # daemon to answer and leaves the resource unserved, retrying every 30 s to the same result.
+            log.error("MPS control daemon for '%s' failed to start: %s", name, error)
+            log.error("Failed to start plugin: %s", PLUGIN_WAIT_ERROR)
+            self.stats.last_error = f"{name}: {error}"
+        if blocked:
+            log.info("Failed to start one or more plugins. Retrying in %.0fs...", self.retry_interval)
         for name in wanted:
             if name not in self.servers:
                 await self._start_one(name)
@@ -198,8 +232,10 @@ class PluginManager:
         """What NVIDIA does when kubelet.sock is created: stop every plugin, serve and register again."""
         async with self._lock:
             self.stats.restarts += 1
+            log.info("Stopping plugins.")
             for name in list(self.servers):
                 await self._stop_one(name)
+            log.info("Starting Plugins.")
             await self._reconcile()
 
     def set_watch_files(self, paths: Sequence[Path]) -> None:
@@ -263,7 +299,7 @@ class PluginManager:
         if current != self._kubelet_identity:
             self._kubelet_identity = current
             if current is not None and self.registration == "kubelet":
-                log.info("%s created, restarting plugins", self.paths.kubelet_socket)
+                log.info("inotify: %s created, restarting.", self.paths.kubelet_socket)
                 await self.restart_all()
                 return
         async with self._lock:

@@ -15,9 +15,6 @@ from fakegpu.sharing.mig_naming import resource_suffix
 from fakegpu.sharing.node import MigInstance, Node, PhysicalGpu
 from fakegpu.sharing.plugin_config import PluginConfig, ReplicaRule, ResourcePatternRule
 
-MPS_MAX_REPLICAS_MODERN = 48
-MPS_MAX_REPLICAS_LEGACY = 16
-
 
 def _full_device(gpu: PhysicalGpu) -> Device:
     return Device(
@@ -176,19 +173,10 @@ def build_inventory(node: Node, config: PluginConfig) -> Inventory:
             put(Resource(name, name, tuple(devices), "none", 1, False))
             continue
         mps = sharing.strategy == "mps"
-        if mps:
-            if any(d.is_mig for d in devices):
-                raise SpecError(sharing.source, "sharing using MPS is not supported for MIG devices", "sharing.mps")
-            for d in devices:
-                gpu = node.gpus[d.parent_index]
-                cap = MPS_MAX_REPLICAS_MODERN if gpu.model.compute_capability >= (7, 5) else MPS_MAX_REPLICAS_LEGACY
-                if rule.replicas > cap:
-                    raise SpecError(
-                        sharing.source,
-                        f"device {gpu.uuid} ({gpu.model.product_name}): maximum allowed replicas exceeded: "
-                        f"{rule.replicas} > {cap}",
-                        "sharing.mps",
-                    )
+        # No cap on MPS replicas here: NVIDIA's config accepts any count and its MPS control daemon refuses
+        # too many clients at start (fakegpu.sharing.mps_daemon, checked where the plugin starts).
+        if mps and any(d.is_mig for d in devices):
+            raise SpecError(sharing.source, "sharing using MPS is not supported for MIG devices", "sharing.mps")
         chosen = _selected(rule, devices)
         rest = [d for d in devices if d not in chosen]
         shared = tuple(r for d in chosen for r in _replicate(d, rule.replicas, mps, node))

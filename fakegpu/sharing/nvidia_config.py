@@ -161,8 +161,13 @@ def _parse_devices(value: Any) -> str | int | list[str]:
 
 
 class ReplicatedResources(BaseModel):
+    """``sharing.timeSlicing`` / ``sharing.mps`` as NVIDIA v0.20.0 reads them (``api/config/v1/replicas.go``).
+
+    No ``strategy`` field: v0.12 removed it and v0.20 drops the key like any unknown one, so an old
+    ``strategy: roundrobin`` loads (with fakegpu's unknown-field warning) instead of failing.
+    """
+
     model_config = _ALLOW
-    strategy: str = ""
     rename_by_default: bool = Field(default=False, alias="renameByDefault")
     fail_requests_greater_than_one: bool | None = Field(default=None, alias="failRequestsGreaterThanOne")
     resources: list[ReplicaResource]
@@ -170,11 +175,8 @@ class ReplicatedResources(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nvidia_checks(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            if data.get("strategy", "") not in ("", None):
-                raise ValueError(f"unknown time-slicing strategy: {data['strategy']}")
-            if not data.get("resources"):
-                raise ValueError("no resources specified")
+        if isinstance(data, dict) and not data.get("resources"):
+            raise ValueError("no resources specified")
         return data
 
 
@@ -185,16 +187,11 @@ class SharingFile(BaseModel):
 
 
 class ImexFile(BaseModel):
-    model_config = _ALLOW
-    channel_ids: list[int] = Field(default_factory=list, alias="channelIDs")
-    required: bool = False
+    """``imex``; which channel IDs are valid is checked with the resolved flags (``plugin_config``)."""
 
-    @field_validator("channel_ids")
-    @classmethod
-    def _zero_only(cls, value: list[int]) -> list[int]:
-        if value not in ([], [0]):
-            raise ValueError("invalid IMEX channel IDs")
-        return value
+    model_config = _ALLOW
+    channel_ids: list[int] | None = Field(default=None, alias="channelIDs")
+    required: bool | None = None
 
 
 class NvidiaConfigFile(BaseModel):

@@ -87,6 +87,8 @@ class PluginConfig:
     mig_resource_rules: tuple[ResourcePatternRule, ...] = ()
     imex_channel_ids: tuple[int, ...] = ()
     imex_required: bool = False
+    cdi_feature_flags: tuple[str, ...] = ()
+    cdi_disable_hooks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     nvidia_smi_dir: str | None = None
     """fakegpu extension, not NVIDIA's: where the fake nvidia-smi files live on the host when containers get
@@ -109,6 +111,8 @@ def normalize_resource_name(name: str, source: str, where: str) -> str:
 
 
 def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
+    if not path:  # a command-line-only flag
+        return None
     node: Any = file
     for part in path:
         if node is None:
@@ -127,11 +131,16 @@ def parse_go_bool(raw: str, origin: str) -> bool:
     raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)")
 
 
-def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...]:
+def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...] | tuple[int, ...]:
     if spec.kind == "bool":
         return parse_go_bool(raw, origin)
     if spec.kind == "list":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
+    if spec.kind == "ints":
+        try:
+            return tuple(int(v) for v in raw.split(",") if v.strip())
+        except ValueError:
+            raise SpecError(origin, f"could not parse {raw!r} as a comma-separated list of integers") from None
     return raw
 
 
@@ -162,7 +171,7 @@ def resolve_plugin_config(
         elif (from_file := _from_file(file, spec.file_path)) is not None:
             origin = f"{file_source}: {'.'.join(spec.file_path)}"
             value = from_file
-            if spec.kind == "list":
+            if spec.kind in ("list", "ints"):
                 value = (value,) if isinstance(value, str) else tuple(value)
         else:
             origin = f"default of {spec.cli}"
@@ -196,8 +205,6 @@ def resolve_plugin_config(
         sharing=sharing,
         gpu_resource_rules=gpu_rules,
         mig_resource_rules=mig_rules,
-        imex_channel_ids=tuple(file.imex.channel_ids) if file else (),
-        imex_required=file.imex.required if file else False,
         warnings=tuple(warnings),
     )
     _validate(config, origins)
@@ -228,6 +235,10 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
         seen.add(name)
         default_rename = name + SHARED_SUFFIX if replicated.rename_by_default else ""
         rename = normalize_resource_name(r.rename, source, f"sharing.{key}.resources[{i}].rename") if r.rename else ""
+        if not rename:
+            # NVIDIA pre-fills the rename when decoding renameByDefault (api/config/v1/replicas.go), so
+            # only a rename the user wrote can differ from the default and draw the warning.
+            rename = default_rename
         devices: str | int | tuple[str, ...] = r.devices if not isinstance(r.devices, list) else tuple(r.devices)
         if not honor:
             if rename != default_rename:
@@ -236,8 +247,6 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
             if devices != "all":
                 set_devices = True
                 devices = "all"
-        elif not rename:
-            rename = default_rename
         rules.append(ReplicaRule(name, rename, r.replicas, devices))
     if set_rename:
         warnings.append(
@@ -296,3 +305,6 @@ def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
             origins["device_discovery_strategy"],
             f"invalid --device-discovery-strategy option: {config.device_discovery_strategy}",
         )
+    if config.imex_channel_ids not in ((), (0,)):
+        # NVIDIA's AssertChannelIDsValid: no channel, or channel 0 only.
+        raise SpecError(origins["imex_channel_ids"], "invalid IMEX channel IDs: only [] or [0] are supported")

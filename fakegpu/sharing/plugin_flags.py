@@ -2,6 +2,9 @@
 
 One table drives both the CLI (which builds its options from it) and precedence resolution
 (flag > env > file > default), so a flag can never exist in one place and be missing in the other.
+Names, aliases, environment variables, defaults and file paths follow NVIDIA v0.20.0
+(``cmd/nvidia-device-plugin/main.go``, ``api/config/v1/flags.go``, ``api/config/v1/config.go``), so a
+DaemonSet's args and env copied from NVIDIA's chart work unchanged.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-FlagKind = Literal["str", "bool", "list"]
+FlagKind = Literal["str", "bool", "list", "ints"]
 
 
 @dataclass(frozen=True)
@@ -17,12 +20,16 @@ class FlagSpec:
     key: str
     """Attribute name on the resolved config."""
     file_path: tuple[str, ...]
-    """Where the value lives in the config file, e.g. ``("flags", "plugin", "deviceListStrategy")``."""
+    """Where the value lives in the config file, e.g. ``("flags", "plugin", "deviceListStrategy")``;
+    empty for NVIDIA's command-line-only flags."""
     cli: str
+    """NVIDIA's primary flag name."""
     env: tuple[str, ...]
-    default: str | bool | tuple[str, ...]
+    default: str | bool | tuple[str, ...] | tuple[int, ...]
     kind: FlagKind
     help: str
+    aliases: tuple[str, ...] = ()
+    """NVIDIA's older names for the same flag (urfave/cli ``Aliases``)."""
 
 
 PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
@@ -56,20 +63,22 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec(
         "nvidia_driver_root",
         ("flags", "nvidiaDriverRoot"),
-        "--nvidia-driver-root",
+        "--driver-root",
         ("NVIDIA_DRIVER_ROOT",),
         "/",
         "str",
-        "root of the (fake) driver installation",
+        "root of the (fake) driver installation on the host",
+        ("--nvidia-driver-root",),
     ),
     FlagSpec(
         "nvidia_dev_root",
         ("flags", "nvidiaDevRoot"),
-        "--nvidia-dev-root",
+        "--dev-root",
         ("NVIDIA_DEV_ROOT",),
         "",
         "str",
         "host prefix of /dev/nvidia* in device specs (default: the driver root)",
+        ("--nvidia-dev-root",),
     ),
     FlagSpec(
         "gds_enabled",
@@ -146,20 +155,22 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec(
         "nvidia_ctk_path",
         ("flags", "plugin", "nvidiaCTKPath"),
-        "--nvidia-ctk-path",
+        "--nvidia-cdi-hook-path",
         ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
         "/usr/bin/nvidia-ctk",
         "str",
-        "nvidia-ctk path used in generated CDI specs",
+        "path of NVIDIA's CDI hook used in generated CDI specs",
+        ("--nvidia-ctk-path",),
     ),
     FlagSpec(
         "container_driver_root",
         ("flags", "plugin", "containerDriverRoot"),
-        "--container-driver-root",
+        "--driver-root-ctr-path",
         ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
         "/driver-root",
         "str",
         "where the driver root is mounted in the plugin container",
+        ("--container-driver-root",),
     ),
     FlagSpec(
         "shared_devices_allocation_policy",
@@ -169,6 +180,42 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
         "distributed",
         "str",
         "preferred allocation of replicas and MIG devices: distributed | packed",
+    ),
+    FlagSpec(
+        "imex_channel_ids",
+        ("imex", "channelIDs"),
+        "--imex-channel-ids",
+        ("IMEX_CHANNEL_IDS",),
+        (),
+        "ints",
+        "IMEX channels to inject (comma-separated; only 0 is valid)",
+    ),
+    FlagSpec(
+        "imex_required",
+        ("imex", "required"),
+        "--imex-required",
+        ("IMEX_REQUIRED",),
+        False,
+        "bool",
+        "the IMEX channels are required",
+    ),
+    FlagSpec(
+        "cdi_feature_flags",
+        (),
+        "--cdi-feature-flags",
+        ("CDI_FEATURE_FLAGS",),
+        (),
+        "list",
+        "feature flags for NVIDIA's CDI spec generation (accepted; the fake spec has no such features)",
+    ),
+    FlagSpec(
+        "cdi_disable_hooks",
+        (),
+        "--cdi-disable-hooks",
+        ("CDI_DISABLE_HOOKS",),
+        (),
+        "list",
+        "CDI hooks to leave out of generated specs (accepted; the fake spec has no hooks)",
     ),
 )
 

@@ -98,9 +98,10 @@ class FakeNode:
 
     # -- what the kubelet sees -----------------------------------------------------------------
     def expected(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Capacity and allocatable the kubelet should report for the current inventory."""
-        capacity = {r.name: len(r.devices) for r in self.inventory.resources if r.devices}
-        allocatable = {r.name: r.healthy for r in self.inventory.resources if r.devices}
+        """Capacity and allocatable the kubelet should report for the resources the plugins serve."""
+        served = set(self.plugins.wanted())
+        capacity = {r.name: len(r.devices) for r in self.inventory.resources if r.name in served}
+        allocatable = {r.name: r.healthy for r in self.inventory.resources if r.name in served}
         return capacity, allocatable
 
     def synced(self) -> bool:

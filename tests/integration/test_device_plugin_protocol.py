@@ -197,11 +197,13 @@ async def test_nvlink_aware_preference_for_whole_gpus(fakegpu_node):
 
 
 async def test_fail_requests_greater_than_one_gives_the_kubelets_admission_error(fakegpu_node):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go: Allocate returns a plain Go error, which
+    grpc-go sends as Unknown; the kubelet copies the code (/work/shared/golden/real-kubelet.md)."""
     node = await fakegpu_node("2xa100-40gb", config=ts(2, failRequestsGreaterThanOne=True))
     pod = await node.run_pod("p", {"c": {GPU: 2}})
     assert pod.phase == "Failed" and pod.reason == "UnexpectedAdmissionError"
     assert pod.message == (
-        "Pod was rejected: Allocate failed due to rpc error: code = InvalidArgument desc = invalid allocation "
+        "Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = invalid allocation "
         'request for "nvidia.com/gpu": invalid request: maximum request size for shared resources is 1; found 2, '
         "which is unexpected"
     )
@@ -290,14 +292,16 @@ async def test_replicas_of_one_gpu_are_deduplicated(fakegpu_node):
     assert pod.env("c")["NVIDIA_VISIBLE_DEVICES"] == node.inventory.node.gpus[0].uuid
 
 
-async def test_unknown_device_is_invalid_argument(fakegpu_node):
+async def test_unknown_device_is_unknown_as_nvidias_plain_go_error(fakegpu_node):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go: Allocate and GetPreferredAllocation return plain
+    Go errors, which grpc-go sends as Unknown."""
     node = await fakegpu_node("1xt4")
     endpoint = PluginEndpoint(GPU, node.kubelet.paths.device_plugins / "nvidia-gpu.sock")
     await endpoint.connect()
     try:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await endpoint.allocate(["GPU-does-not-exist"])
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
         assert err.value.details() == (
             'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-does-not-exist'
         )
@@ -371,3 +375,62 @@ async def test_ended_streams_leave_the_resource_unallocatable(fakegpu_node):
     assert node.capacity() == {GPU: 2}
     await node.restart_kubelet()
     assert node.allocatable() == {GPU: 2}
+
+
+async def test_start_registration_and_stop_are_logged_with_nvidias_lines(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go Start/Stop and cmd/nvidia-device-plugin/main.go:
+    the same lines, so log greps written for the real plugin carry over."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.plugin_manager")
+    node = await fakegpu_node("1xl4")
+    socket = node.kubelet.paths.device_plugins / "nvidia-gpu.sock"
+    await node.restart_plugins()
+    lines = [r.getMessage() for r in caplog.records if r.name == "fakegpu.fakeplugin.plugin_manager"]
+    for line in (
+        "Starting Plugins.",
+        "Starting GRPC server for 'nvidia.com/gpu'",
+        f"Starting to serve 'nvidia.com/gpu' on {socket}",
+        "Registered device plugin for 'nvidia.com/gpu' with Kubelet",
+        "Stopping plugins.",
+        f"Stopping to serve 'nvidia.com/gpu' on {socket}",
+    ):
+        assert line in lines, (line, lines)
+    assert lines.index("Stopping plugins.") < lines.index(f"Stopping to serve 'nvidia.com/gpu' on {socket}")
+
+
+async def test_mps_replicas_over_the_daemons_cap_leave_the_resource_unserved(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin cmd/mps-control-daemon/mps/device.go (assertReplicas) and
+    internal/plugin/mps.go (waitForDaemon): 49 replicas load, the control daemon refuses them, and the
+    plugin never serves the resource, logging why."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.plugin_manager")
+    config = {
+        "version": "v1",
+        "flags": {"mpsRoot": "/run/nvidia/mps"},
+        "sharing": {"mps": {"resources": [{"name": GPU, "replicas": 49}]}},
+    }
+    node = await fakegpu_node("1xh100-80gb", config=config)
+    assert len(node.inventory.resources[0].devices) == 49
+    assert node.plugins.servers == {} and node.capacity() == {}
+    assert node.plugins.blocked() == {
+        GPU: "invalid MPS configuration: invalid device maximum allowed replicas exceeded: 49 > 48"
+    }
+    assert (
+        "Failed to start plugin: error waiting for MPS daemon: error checking MPS daemon health: failed to send "
+        "command to MPS daemon: exit status 1"
+    ) in caplog.text
+    assert "Failed to start one or more plugins. Retrying in 30s..." in caplog.text
+    assert not (await node.run_pod("p", {"c": {GPU: 1}})).admitted
+
+
+async def test_health_changes_are_logged_with_nvidias_lines(fakegpu_node, caplog):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go ListAndWatch: "'%s' device marked unhealthy: %s"
+    (and "healthy" when a device recovers)."""
+    caplog.set_level("INFO", logger="fakegpu.fakeplugin.device_plugin_service")
+    node = await fakegpu_node("2xl4")
+    g1 = node.inventory.node.gpus[1].uuid
+    node.set_health("1", False)
+    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 1, 5.0, "GPU 1 unhealthy")
+    node.set_health("1", True)
+    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 2, 5.0, "GPU 1 healthy again")
+    lines = [r.getMessage() for r in caplog.records if r.name == "fakegpu.fakeplugin.device_plugin_service"]
+    assert lines.count(f"'nvidia.com/gpu' device marked unhealthy: {g1}") == 1
+    assert lines.count(f"'nvidia.com/gpu' device marked healthy: {g1}") == 1

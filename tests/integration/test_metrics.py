@@ -201,17 +201,17 @@ async def test_device_plugin_metrics_follow_what_the_kubelet_does(plugin_daemon)
 
     # A pod: the kubelet asks for a preference, then allocates.
     assert (await kubelet.run_pod("p1", {"c": {GPU: 1}})).admitted
-    # An unknown device ID: INVALID_ARGUMENT with NVIDIA's text.
+    # An unknown device ID: UNKNOWN (NVIDIA's plain Go error) with NVIDIA's text.
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await allocate(kubelet, ["GPU-does-not-exist"])
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.code() == grpc.StatusCode.UNKNOWN
     # An injected fault counts with its code.
     await admin_call(admin, "fault", method="Allocate", code="UNAVAILABLE", message="boom")
     assert not (await kubelet.run_pod("p2", {"c": {GPU: 1}})).admitted
     m = await scrape(url)
     assert m["fakegpu_device_plugin_rpc_requests_total", rpc("GetPreferredAllocation")] == 2
     assert m["fakegpu_device_plugin_rpc_requests_total", rpc("Allocate")] == 1
-    assert m["fakegpu_device_plugin_rpc_requests_total", rpc("Allocate", "INVALID_ARGUMENT")] == 1
+    assert m["fakegpu_device_plugin_rpc_requests_total", rpc("Allocate", "UNKNOWN")] == 1
     assert m["fakegpu_device_plugin_rpc_requests_total", rpc("Allocate", "UNAVAILABLE")] == 1
     assert m["fakegpu_device_plugin_rpc_duration_seconds_count", {"resource": GPU, "method": "Allocate"}] == 3
 

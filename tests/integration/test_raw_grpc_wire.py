@@ -197,10 +197,11 @@ async def test_allocate_cdi_cri(fakegpu_node):
     assert cdi == [f"k8s.device-plugin.nvidia.com/gpu={ids[1]}"]
 
 
-async def test_allocate_unknown_device_is_invalid_argument(fakegpu_node):
+async def test_allocate_unknown_device_is_unknown(fakegpu_node):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go: a plain Go error, sent by grpc-go as Unknown."""
     node = await fakegpu_node("2xh100-80gb")
     err = await rpc_error(plugin_socket(node), DP + "Allocate", allocate_request(["GPU-no-such-device"]))
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.code() == grpc.StatusCode.UNKNOWN
     assert "unknown device" in (err.details() or "")
 
 

@@ -6,12 +6,13 @@ unicode, NUL bytes, extreme ints) or raw bytes (random, or a valid request cut s
 flipped). Every request is sent over the plugin's real Unix socket as raw bytes, and:
 
 - the answer is OK with a valid response, or a refusal the server gives on purpose (``Refusal``s:
-  NVIDIA's Allocate texts as INVALID_ARGUMENT; GetPreferredAllocation's as UNKNOWN, which is what
-  NVIDIA's plugin sends; grpc-go's INTERNAL for bytes that do not parse; RESOURCE_EXHAUSTED over 4 MiB);
+  NVIDIA's Allocate and GetPreferredAllocation texts as UNKNOWN, which is what NVIDIA's plugin sends
+  (plain Go errors, internal/plugin/server.go); grpc-go's INTERNAL for bytes that do not parse;
+  RESOURCE_EXHAUSTED over 4 MiB);
   UNKNOWN from an escaped exception, a transport error or any other code or text fails;
 - what OK or refused means is predicted from the request itself (parsed locally with the same
   protobuf): an undecodable request gets grpc-go's unmarshalling error, an Allocate of unknown devices
-  INVALID_ARGUMENT, a prepare of a claim that exists answers with its device, and so on;
+  UNKNOWN with NVIDIA's text, a prepare of a claim that exists answers with its device, and so on;
 - after every example the server still answers a normal call (and the DRA checkpoint still holds
   exactly the claims that were prepared, with their devices);
 - nothing is logged with a traceback, and at the end no stream is left open and no descriptor or task
@@ -88,7 +89,7 @@ TOO_LARGE = Refusal(
     "a request over gRPC's 4 MiB default",
 )
 ALLOCATE_REFUSED = Refusal(
-    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNKNOWN,
     r'invalid allocation request for "nvidia\.com/[^"]+": invalid request: '
     r"(no devices requested|unknown device: .{0,260}|maximum request size for shared resources is 1; found \d+)",
     "NVIDIA's ValidateRequest texts",
@@ -840,7 +841,7 @@ async def test_a_very_long_unknown_device_id_is_quoted_short(dp_target: DevicePl
         not_preferred = await unary_bytes(channel, DP + "GetPreferredAllocation", preferred.SerializeToString())
     shown = "GPU-" + "x" * 196 + "... (1000004 characters)"
     assert (refused.code, refused.details) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNKNOWN,
         f'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: {shown}',
     )
     assert (not_preferred.code, not_preferred.details) == (

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.mps_daemon import mps_daemon_error
 from tests.inventory_builders import counts, inventory, mps, time_slicing
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -90,8 +91,6 @@ def test_mps_limits_and_admission_default(tmp_path):
             "all devices on the node must be configured with the same migEnabled value",
         ),
         ("8xh100-80gb", "all-1g.10gb", "single", mps(2), "sharing using MPS is not supported for MIG devices"),
-        ("1xv100-32gb", None, "none", mps(17), "maximum allowed replicas exceeded: 17 > 16"),
-        ("1xt4", None, "none", mps(49), "maximum allowed replicas exceeded: 49 > 48"),
     ],
 )
 def test_nvidia_inventory_errors(tmp_path, gpus, layout, strategy, config, message):
@@ -100,9 +99,24 @@ def test_nvidia_inventory_errors(tmp_path, gpus, layout, strategy, config, messa
     assert message in str(err.value)
 
 
-def test_mps_cap_boundaries_are_accepted(tmp_path):
-    assert counts(inventory(tmp_path, "1xt4", config=mps(48))) == {"nvidia.com/gpu": 48}
-    assert counts(inventory(tmp_path, "1xv100-32gb", config=mps(16))) == {"nvidia.com/gpu": 16}
+@pytest.mark.parametrize(
+    ("gpus", "replicas", "error"),
+    [
+        ("1xt4", 48, None),
+        ("1xt4", 49, "invalid MPS configuration: invalid device maximum allowed replicas exceeded: 49 > 48"),
+        ("1xv100-32gb", 16, None),
+        ("1xv100-32gb", 17, "invalid MPS configuration: invalid device maximum allowed replicas exceeded: 17 > 16"),
+    ],
+)
+def test_mps_replicas_over_the_cap_load_and_the_daemon_refuses_them(tmp_path, gpus, replicas, error):
+    """NVIDIA/k8s-device-plugin: the config accepts any count (api/config/v1/replicas.go); the MPS
+    control daemon refuses more clients than 48 (compute capability >= 7.5) or 16
+    (cmd/mps-control-daemon/mps/device.go assertReplicas)."""
+    inv = inventory(tmp_path, gpus, config=mps(replicas))
+    assert counts(inv) == {"nvidia.com/gpu": replicas}
+    resource = inv.resource("nvidia.com/gpu")
+    assert resource is not None
+    assert mps_daemon_error(resource, inv.node) == error
 
 
 def test_mixed_empty_mig_gpu_only_warns(tmp_path):

@@ -36,7 +36,6 @@ ERRORS = [
     ),
     (ts([{"name": "gpu", "replicas": 2, "devices": 0}]), "devices set as '0' but a count of devices must be > 0"),
     (ts([{"name": "gpu", "replicas": 2, "devices": ["GPU-nope"]}]), "unsupported type for device in devices list"),
-    (ts([{"name": "gpu", "replicas": 2}], strategy="round-robin"), "unknown time-slicing strategy: round-robin"),
     (ts([{"name": "gpu", "replicas": "two"}]), "replicas: Input should be a valid integer"),
     ({"flags": {"migStrategy": "weird"}}, "unknown MIG strategy: weird"),
     (
@@ -154,6 +153,36 @@ def test_misplaced_rename_by_default_is_ignored_with_a_warning():
     c = resolve({"flags": {"renameByDefault": True}, **ts([{"name": "gpu", "replicas": 2}])})
     assert c.sharing.rules[0].rename == ""
     assert any("unknown field flags.renameByDefault" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "round-robin", "packed"])
+def test_removed_time_slicing_strategy_is_accepted_and_ignored(strategy):
+    """NVIDIA/k8s-device-plugin api/config/v1/replicas.go (v0.20.0): ReplicatedResources has no
+    ``strategy`` any more (removed in v0.12), so the key is dropped like any unknown one."""
+    c = resolve(ts([{"name": "gpu", "replicas": 2}], strategy=strategy))
+    assert c.sharing.strategy == "time-slicing" and c.sharing.rules[0].replicas == 2
+    assert any("unknown field sharing.timeSlicing.strategy is ignored" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize("key", ["timeSlicing", "mps"])
+def test_rename_by_default_is_prefilled_without_a_warning(key):
+    """NVIDIA/k8s-device-plugin api/config/v1/replicas.go: decoding renameByDefault fills every empty
+    rename with ``<name>.shared``, so DisableResourceNamingInConfig finds nothing to override."""
+    data = {
+        "flags": {"mpsRoot": "/run/nvidia/mps"},
+        "sharing": {key: {"renameByDefault": True, "resources": [{"name": "gpu", "replicas": 2}]}},
+    }
+    c = resolve(data)
+    assert c.sharing.rules[0].rename == "nvidia.com/gpu.shared"
+    assert c.warnings == ()
+
+
+def test_rename_by_default_with_another_rename_is_overridden_with_a_warning():
+    """NVIDIA/k8s-device-plugin api/config/v1 (DisableResourceNamingInConfig): a rename other than
+    ``<name>.shared`` under renameByDefault is reset to the default, with NVIDIA's warning."""
+    c = resolve(ts([{"name": "gpu", "replicas": 2, "rename": "gpu-ts"}], renameByDefault=True))
+    assert c.sharing.rules[0].rename == "nvidia.com/gpu.shared"
+    assert "Setting the 'rename' field in sharing.timeSlicing.resources is not yet supported" in " ".join(c.warnings)
 
 
 def test_rename_and_devices_are_overridden_like_nvidia():

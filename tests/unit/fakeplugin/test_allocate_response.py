@@ -43,10 +43,15 @@ def resource(inv: Inventory, name: str = "nvidia.com/gpu") -> Resource:
     return found
 
 
-def allocate(inv: Inventory, ids: list[str], name: str = "nvidia.com/gpu") -> dict[str, Any]:
+def allocate(
+    inv: Inventory, ids: list[str], name: str = "nvidia.com/gpu", present: tuple[str, ...] = tuple(CONTROL)
+) -> dict[str, Any]:
+    """Allocate on a node where the optional device nodes ``present`` exist (by default all of them)."""
     res = resource(inv, name)
     validate_request(res, ids)
-    return summary(container_allocate_response(inv, res, ids, annotation_id=lambda: "fixed-id"))
+    return summary(
+        container_allocate_response(inv, res, ids, annotation_id=lambda: "fixed-id", device_exists=present.__contains__)
+    )
 
 
 # (device list strategies, expected fields with {g0} for GPU 0's UUID)
@@ -203,11 +208,26 @@ def test_device_specs_not_sent_with_only_cdi(tmp_path):
     assert allocate(inv, [g0]) == expect(cdi=[f"{CDI}/gpu={g0}"])
 
 
-def test_device_specs_for_replicas_are_deduplicated(tmp_path):
+def test_device_specs_repeat_per_replica(tmp_path):
+    """NVIDIA/k8s-device-plugin internal/rm/nvml_manager.go GetDevicePaths: ``Devices().Subset(ids).GetPaths()``
+    collects every requested (replica) device's paths, so two replicas of GPU 1 give /dev/nvidia1 twice."""
     inv = inventory(tmp_path, "2xh100-80gb", config=time_slicing(3), cli={"pass_device_specs": True})
     g0, g1 = (g.uuid for g in inv.node.gpus)
     got = allocate(inv, [f"{g1}::2", f"{g0}::0", f"{g1}::0"])
-    assert got["devices"] == specs("", [*CONTROL, "/dev/nvidia1", "/dev/nvidia0"])
+    assert got["devices"] == specs("", [*CONTROL, "/dev/nvidia1", "/dev/nvidia0", "/dev/nvidia1"])
+
+
+@pytest.mark.parametrize(
+    "present",
+    [(), ("/dev/nvidiactl",), ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"), tuple(CONTROL)],
+)
+def test_device_specs_pass_only_the_control_nodes_that_exist(tmp_path, present):
+    """NVIDIA/k8s-device-plugin internal/plugin/server.go apiDeviceSpecs: nvidiactl, nvidia-uvm,
+    nvidia-uvm-tools and nvidia-modeset are optional and skipped when ``os.Stat`` fails; the GPU's own
+    node is always passed."""
+    inv = inventory(tmp_path, "2xh100-80gb", cli={"pass_device_specs": True})
+    got = allocate(inv, [inv.node.gpus[0].uuid], present=present)
+    assert got["devices"] == specs("", [p for p in CONTROL if p in present] + ["/dev/nvidia0"])
 
 
 @pytest.mark.parametrize(
@@ -219,10 +239,13 @@ def test_device_specs_for_replicas_are_deduplicated(tmp_path):
         ([(1, 1)], ["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap156", "/dev/nvidia-caps/nvidia-cap157"]),
         (
             [(0, 1), (0, 0)],
+            # Each MIG device carries its parent's node, so two MIG devices of GPU 0 repeat it (NVIDIA's
+            # GetPaths appends every device's paths).
             [
                 "/dev/nvidia0",
                 "/dev/nvidia-caps/nvidia-cap21",
                 "/dev/nvidia-caps/nvidia-cap22",
+                "/dev/nvidia0",
                 "/dev/nvidia-caps/nvidia-cap12",
                 "/dev/nvidia-caps/nvidia-cap13",
             ],
@@ -253,9 +276,8 @@ def test_mig_replicas_share_caps(tmp_path):
     mig = inv.node.gpus[0].mig_devices[0].uuid
     got = allocate(inv, [f"{mig}::0", f"{mig}::1"], "nvidia.com/mig-3g.40gb")
     assert got["envs"] == {"NVIDIA_VISIBLE_DEVICES": "0:0"}
-    assert got["devices"] == specs(
-        "", [*CONTROL, "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"]
-    )
+    caps = ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"]
+    assert got["devices"] == specs("", [*CONTROL, *caps, *caps])
 
 
 def test_mig_cap_minors_match_driver_numbering_and_are_unique():
