@@ -151,6 +151,46 @@ def test_slices_and_deviceclasses_print_valid_objects(capsys):
         kubernetes_validate.validate(doc, "1.36.0", strict=True)
 
 
+def test_deviceclasses_map_nvidia_com_gpu_on_v1_unless_told_not_to(capsys):
+    """NVIDIA's chart sets extendedResourceName: nvidia.com/gpu on the gpu.nvidia.com class on resource.k8s.io/v1
+    (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu, since v25.12.0)."""
+    _, out, _ = run(capsys, "deviceclasses")
+    gpu, mig = yaml.safe_load_all(out)
+    assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu" and "extendedResourceName" not in mig["spec"]
+    _, out, _ = run(capsys, "deviceclasses", "--extended-resource-name", "")
+    assert "extendedResourceName" not in out
+    _, out, _ = run(capsys, "deviceclasses", "--resource-api-version", "resource.k8s.io/v1beta2")
+    assert "extendedResourceName" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "error"),
+    [
+        (["--feature-gates", "MpsSupport=true"], "", "--feature-gates: unrecognized feature gate: MpsSupport"),
+        ([], "MPSSupport", "FEATURE_GATES: missing bool value for MPSSupport"),
+        (
+            ["--mig-mode", "dynamic", "--feature-gates", "MPSSupport=true"],
+            "",
+            "feature gate validation failed: feature gate DynamicMIG is currently mutually exclusive with MPSSupport",
+        ),
+        ([], "DynamicMIG=true,MPSSupport=true,", "mutually exclusive with MPSSupport"),
+        (
+            ["--mig-mode", "static", "--feature-gates", "DynamicMIG=true"],
+            "",
+            "contradicts feature gate DynamicMIG=true",
+        ),
+    ],
+)
+def test_dra_feature_gates_are_checked_before_start(capsys, monkeypatch, tmp_path, argv, env, error):
+    """kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go (ValidateFeatureGates) and
+    cmd/gpu-kubelet-plugin/main.go: the gates come from --feature-gates or $FEATURE_GATES (NVIDIA's chart), and
+    a bad value or combination stops the driver before it serves anything."""
+    monkeypatch.setenv("FEATURE_GATES", env)
+    code, _, err = run(capsys, "dra", "--gpus", "1xh100-80gb", "--kubelet-dir", str(tmp_path), *argv)
+    assert code == 2 and error in err
+    assert list(tmp_path.iterdir()) == [], "nothing is created before the gates pass"
+
+
 def test_bad_driver_name_exits_2(capsys):
     code, out, err = run(capsys, "slices", "--driver-name", "Bad_Name")
     assert code == 2 and "driver name 'Bad_Name'" in err and out == ""

@@ -27,7 +27,9 @@ from fakegpu.cli.scenario_command import add_scenario_parser, run_scenario_comma
 from fakegpu.cli.slice_commands import (
     API_VERSIONS,
     KNOWN_VERSIONS,
+    add_feature_gates_option,
     add_slice_options,
+    dra_feature_gates,
     render_device_classes,
     render_slices,
     server_minor,
@@ -36,6 +38,7 @@ from fakegpu.cli.slice_commands import (
 from fakegpu.cli.version import version_line
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kubelet.daemon import run_kubelet
@@ -160,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
         "conventionally /var/run/fakegpu/dra.sock)",
     )
+    add_feature_gates_option(dra)
     add_metrics_address_option(dra)
     add_dcgm_options(dra)
 
@@ -184,8 +188,9 @@ def _parser() -> argparse.ArgumentParser:
     classes.add_argument("--resource-api-version", choices=API_VERSIONS, default="resource.k8s.io/v1")
     classes.add_argument(
         "--extended-resource-name",
-        default=None,
-        help="map an extended resource (e.g. nvidia.com/gpu) to the gpu class (resource.k8s.io/v1)",
+        default=EXTENDED_RESOURCE_NAME,
+        help="the extended resource the gpu class serves (resource.k8s.io/v1 only, as NVIDIA's chart does; "
+        "'' for none; default %(default)s)",
     )
 
     devices = sub.add_parser("devices", help="print the resources and devices a node would advertise")
@@ -235,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_nvidia_smi_command(args)
     if args.command == "deviceclasses":
         sys.stdout.write(
-            render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name)
+            render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name or None)
         )
         return 0
     inputs = apply_inject_flags(args, inventory_inputs(args))
@@ -256,9 +261,11 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     if args.command == "dra":
+        gates, mig_mode = dra_feature_gates(args, os.environ)
         settings = DraSettings(
             driver=args.driver_name,
-            mig_mode=args.mig_mode,
+            mig_mode=mig_mode,
+            feature_gates=gates,
             cdi_root=args.cdi_root,
             kubeconfig=args.kubeconfig,
             server_minor=args.server_version,

@@ -34,7 +34,8 @@ from typing import Any, Final
 from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import PublishedDevice
-from fakegpu.dra.opaque_config import MPS, SharingConfig, opaque_configs, pick_config
+from fakegpu.dra.feature_gates import DYNAMIC_MIG, MPS_SUPPORT, TIME_SLICING_SETTINGS, FeatureGates
+from fakegpu.dra.opaque_config import MPS, TIME_SLICING, SharingConfig, opaque_configs, pick_config
 
 VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -157,15 +158,43 @@ def _mps_limits(config: SharingConfig, group: Sequence[_Result]) -> dict[str, in
     return limits
 
 
+_GATE_OF_STRATEGY: Final = {TIME_SLICING: TIME_SLICING_SETTINGS, MPS: MPS_SUPPORT}
+
+
+def check_sharing_gates(config: SharingConfig, gates: FeatureGates) -> None:
+    """NVIDIA's ``validateSharingStrategy`` and ``applySharingConfig`` (``sharing.go``, ``device_state.go``):
+    a config that states a sharing strategy needs that strategy's feature gate, and MPS is refused with
+    DynamicMIG. Only configs applied to a device are checked, and only a stated ``sharing`` section."""
+    if not config.sharing_given:
+        return
+    gate = _GATE_OF_STRATEGY[config.strategy]
+    if not gates.enabled(gate):
+        raise ClaimError(
+            f'{config.where}: error validating GPU config: "{config.strategy}" is selected as the GPU sharing '
+            f'strategy, but the "{gate}" feature gate is not enabled'
+        )
+    if config.strategy == MPS and gates.enabled(DYNAMIC_MIG):
+        raise ClaimError(
+            f"{config.where}: error applying config: MPS is not yet supported when using featureGates.DynamicMIG=true"
+        )
+
+
 def claim_preparation(
-    claim: Mapping[str, Any], driver: str, pool: str, devices: Mapping[str, PublishedDevice]
+    claim: Mapping[str, Any],
+    driver: str,
+    pool: str,
+    devices: Mapping[str, PublishedDevice],
+    gates: FeatureGates | None = None,
 ) -> ClaimPreparation:
     """Work out this driver's devices, CDI names and environment for an allocated claim.
 
     ``claim`` is the ResourceClaim as the API server returns it (resource.k8s.io v1, v1beta2 or v1beta1:
     the status shape is the same). Results of other drivers are skipped; results of this driver must
     be in ``pool`` and name a published device. The caller checks the UID against the kubelet's.
+    ``gates`` are the driver's feature gates (NVIDIA's defaults when None): a config's sharing strategy
+    must be enabled by its gate (``check_sharing_gates``).
     """
+    gates = gates or FeatureGates()
     namespace, name, uid = _claim_identity(claim)
     claim_name = f"{namespace}/{name}"
     status = claim.get("status")
@@ -186,6 +215,7 @@ def claim_preparation(
     groups: dict[int, list[_Result]] = {}
     for result in results:
         config = pick_config(configs, result.request, result.device, result.published.kind)
+        check_sharing_gates(config, gates)
         chosen.append(config)
         groups.setdefault(id(config), []).append(result)
     limits: dict[int, dict[str, int]] = {}

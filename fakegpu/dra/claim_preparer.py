@@ -23,6 +23,7 @@ from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_n
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult, claim_preparation
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from fakegpu.sharing.errors import shorten
@@ -96,8 +97,10 @@ class ClaimPreparer:
         cdi_root: Path,
         checkpoint: PreparedClaims,
         metrics: DraMetrics | None = None,
+        gates: FeatureGates | None = None,
     ) -> None:
         self.metrics = metrics if metrics is not None else DraMetrics()
+        self.gates = gates or FeatureGates()
         self.reader = reader
         self.live = live
         self.driver = driver
@@ -155,7 +158,7 @@ class ClaimPreparer:
                 f"the kubelet asked for {ref.uid}"
             )
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = claim_preparation(claim, self.driver, self.pool, devices)
+        prep = claim_preparation(claim, self.driver, self.pool, devices, self.gates)
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:

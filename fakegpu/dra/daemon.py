@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from lightkube.core.exceptions import ApiError
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_preparer import CLAIM_KINDS, ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.health_service import HealthService
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.metrics import DraMetrics
@@ -145,6 +146,9 @@ class DraSettings:
     server_minor: int | None = None
     api_version: str | None = None
     resync_interval: float = 30.0
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    """NVIDIA's driver feature gates (``--feature-gates``); TimeSlicingSettings and MPSSupport admit the
+    opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``."""
 
 
 class DraDriver:
@@ -190,6 +194,7 @@ class DraDriver:
             cdi_root=settings.cdi_root,
             checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
             metrics=self.metrics,
+            gates=settings.feature_gates,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)

@@ -14,6 +14,8 @@ from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
+EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
+"""What NVIDIA's chart maps to the whole-GPU class."""
 
 _EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -26,13 +28,15 @@ def selector_expression(driver: str, device_type: str) -> str:
 def device_classes(
     driver: str = "gpu.nvidia.com",
     api_version: str = "resource.k8s.io/v1",
-    extended_resource_name: str | None = None,
+    extended_resource_name: str | None = EXTENDED_RESOURCE_NAME,
 ) -> list[dict[str, Any]]:
     """The ``gpu.nvidia.com`` and ``mig.nvidia.com`` DeviceClasses for ``driver``.
 
-    ``extended_resource_name`` (e.g. ``nvidia.com/gpu``) goes on the whole-GPU class only, and only for
-    ``resource.k8s.io/v1``: like NVIDIA's chart, it is left out when the cluster is served an older
-    version, so pods asking for the extended resource keep going to the device plugin there."""
+    ``extended_resource_name`` goes on the whole-GPU class only, and only for ``resource.k8s.io/v1``: as
+    in NVIDIA's chart (its gpu.nvidia.com DeviceClass, since v25.12.0), pods asking for ``nvidia.com/gpu`` are
+    then served by DRA on clusters with the DRAExtendedResource feature (beta, on by default from 1.36) on
+    nodes that do not advertise the resource through a device plugin. It is left out where the cluster is
+    served an older version, which cannot carry it, and with ``None``."""
     check_driver_name(driver)
     if api_version not in SUPPORTED_API_VERSIONS:
         raise ValueError(

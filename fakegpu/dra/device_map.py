@@ -1,7 +1,7 @@
 """Every device name the DRA driver publishes for a node, and what each one is.
 
 Names are NVIDIA's (``gpu.nvidia.com`` driver): full GPU ``gpu-<index>``; MIG
-``gpu-<index>-mig-<profile without '.' and '+'>-<GI profile ID>-<start slot>``. Prepare, the health
+``gpu-<index>-mig-<profile without '.', '+' as '-'>-<GI profile ID>-<start slot>``. Prepare, the health
 stream and the admin socket look devices up here; the names come from the slice builder's own rules,
 so what is prepared and what is published can never disagree.
 """

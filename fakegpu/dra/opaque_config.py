@@ -41,6 +41,10 @@ class SharingConfig:
     multi_user: bool | None = None
     explicit: bool = True
     """False for the built-in defaults, which set no sharing variables."""
+    sharing_given: bool = True
+    """False when the config has no ``sharing`` section: NVIDIA validates (and gates) only a given one."""
+    where: str = "default config"
+    """Which config this is, for error texts."""
 
     @property
     def device_kind(self) -> DeviceKind:
@@ -57,9 +61,13 @@ class OpaqueConfig:
 
 
 _DEFAULTS: Final = (
-    OpaqueConfig((), SharingConfig(kind=MIG_CONFIG, strategy=TIME_SLICING, explicit=False), "default config"),
     OpaqueConfig(
-        (), SharingConfig(kind=GPU_CONFIG, strategy=TIME_SLICING, interval="Default", explicit=False), "default config"
+        (), SharingConfig(kind=MIG_CONFIG, strategy=TIME_SLICING, explicit=False, sharing_given=False), "default config"
+    ),
+    OpaqueConfig(
+        (),
+        SharingConfig(kind=GPU_CONFIG, strategy=TIME_SLICING, interval="Default", explicit=False, sharing_given=False),
+        "default config",
     ),
 )
 """What applies when no config names a device; lowest precedence."""
@@ -139,7 +147,13 @@ class _Decoder:
         sharing_raw = head.get("sharing")
         if sharing_raw is None:
             # NVIDIA's Normalize(): no sharing section means time slicing with the default interval.
-            return SharingConfig(kind=kind, strategy=TIME_SLICING, interval="Default" if kind == GPU_CONFIG else None)
+            return SharingConfig(
+                kind=kind,
+                strategy=TIME_SLICING,
+                interval="Default" if kind == GPU_CONFIG else None,
+                sharing_given=False,
+                where=self.where,
+            )
         allowed = ("strategy", "timeSlicingConfig", "mpsConfig") if kind == GPU_CONFIG else ("strategy", "mpsConfig")
         sharing = self.obj(sharing_raw, "sharing", allowed)
         strategy = sharing.get("strategy")
@@ -149,17 +163,20 @@ class _Decoder:
             if sharing.get("mpsConfig") is not None:
                 raise self.fail(f"sharing.mpsConfig cannot be used with the {TIME_SLICING} strategy")
             if kind == MIG_CONFIG:
-                return SharingConfig(kind=kind, strategy=strategy)
+                return SharingConfig(kind=kind, strategy=strategy, where=self.where)
             ts = self.obj(sharing.get("timeSlicingConfig") or {}, "sharing.timeSlicingConfig", ("interval",))
             interval = ts.get("interval", "Default")
             if interval not in INTERVALS:
                 shown = shorten(repr(interval), 60)
                 raise self.fail(f"sharing.timeSlicingConfig.interval {shown} is not one of {', '.join(INTERVALS)}")
-            return SharingConfig(kind=kind, strategy=strategy, interval=interval)
+            return SharingConfig(kind=kind, strategy=strategy, interval=interval, where=self.where)
         if sharing.get("timeSlicingConfig") is not None:
             raise self.fail(f"sharing.timeSlicingConfig cannot be used with the {MPS} strategy")
         return SharingConfig(
-            kind=kind, strategy=strategy, **self.mps(sharing.get("mpsConfig") or {}, "sharing.mpsConfig")
+            kind=kind,
+            strategy=strategy,
+            where=self.where,
+            **self.mps(sharing.get("mpsConfig") or {}, "sharing.mpsConfig"),
         )
 
 

@@ -39,6 +39,8 @@ GENERATED_NAME_BASE_MAX = 58
 
 XID_TAINT_KEY = "gpu.nvidia.com/xid"
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 FIRST_MINOR_WITH_TAINTS = 36
 """DRADeviceTaints is beta (on by default) from 1.36; earlier servers drop the field."""
 FIRST_MINOR_WITH_SPLIT_SLICES = 35
@@ -48,9 +50,13 @@ FIRST_MINOR_WITH_INDEXED_NAMES = 36
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NOT_RFC1123 = re.compile(r"[^a-z0-9.-]")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 Device = dict[str, Any]
+Attribute = dict[str, str | int]
+"""One DeviceAttribute: ``{"string": ...}``, ``{"version": ...}`` or ``{"int": ...}``."""
+Attributes = dict[str, Attribute]
 Spec = dict[str, Any]
 
 
@@ -103,11 +109,19 @@ def device_name_gpu(gpu: PhysicalGpu) -> str:
     return f"gpu-{gpu.minor}"
 
 
+def _rfc1123(name: str) -> str:
+    """NVIDIA's ``toRFC1123Compliant``: lower case, every character other than ``[a-z0-9.-]`` becomes
+    ``-``, then leading and trailing ``-`` and a trailing ``.`` go."""
+    return _NOT_RFC1123.sub("-", name.lower()).strip("-").removesuffix(".")
+
+
 def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
-    """NVIDIA's canonical MIG name ``gpu-<minor>-mig-<profile without . and +>-<GI profile ID>-<start>``.
+    """NVIDIA's canonical MIG name ``gpu-<minor>-mig-<profile>-<GI profile ID>-<start>``, where the
+    profile loses its dots and any other character a DNS label cannot hold becomes ``-``
+    (``1g.5gb+me`` -> ``1g5gb-me``), as ``MigSpecTuple.ToCanonicalName`` does.
 
     Placement is part of the name, so every (profile, start) pair is a distinct, stable device."""
-    compact = re.sub(r"[^a-z0-9]", "", profile.name.lower())
+    compact = _rfc1123(profile.name.replace(".", ""))
     name = f"gpu-{gpu.minor}-mig-{compact}-{gpu.model.profile_id(profile)}-{start}"
     if len(name) > DNS_LABEL_MAX or not _DNS_LABEL.match(name):
         raise ValueError(f"MIG device name {name!r} is not a DNS label of at most 63 characters")
@@ -159,10 +173,22 @@ def generate_name(opts: SliceOptions, node_name: str, index: int, count: int) ->
 # Devices (built in the flat v1 shape; converted for v1beta1 at the end)
 
 
-def _attributes(gpu: PhysicalGpu, node: Node, kind: str) -> dict[str, dict[str, str]]:
+def pcie_root(pci_bus_id: str) -> str:
+    """The PCIe root complex ``pci<domain>:<bus>`` a GPU hangs off, as ``deviceattribute`` reads it from the
+    first path component under ``/sys/devices``. A fake node has no sysfs: each GPU gets the root whose bus is
+    its own bus with the low nibble cleared (one root per GPU for the first 15 GPUs, as on HGX boards where
+    every GPU sits on its own root complex together with its NIC)."""
+    domain, bus, _ = pci_bus_id.split(":", 2)
+    return f"pci{domain}:{int(bus, 16) & 0xF0:02x}"
+
+
+def _attributes(gpu: PhysicalGpu, node: Node, kind: str) -> Attributes:
+    """What NVIDIA's ``GpuInfo.Attributes`` / ``CommonAttributesMig`` publish for every device of ``gpu``,
+    with the standard ``resource.kubernetes.io`` PCI and NUMA attributes (``numaNode`` only where the
+    node spec gives the GPU a NUMA node, as NVIDIA leaves it out without NUMA affinity)."""
     model = gpu.model
     major, minor = model.compute_capability
-    return {
+    attributes: Attributes = {
         "type": {"string": kind},
         "productName": {"string": model.product_name},
         "brand": {"string": model.brand},
@@ -171,7 +197,11 @@ def _attributes(gpu: PhysicalGpu, node: Node, kind: str) -> dict[str, dict[str, 
         "driverVersion": {"version": semver(node.driver_version)},
         "cudaDriverVersion": {"version": semver(node.cuda_driver_version)},
         PCI_BUS_ID_ATTRIBUTE: {"string": gpu.pci_bus_id},
+        PCIE_ROOT_ATTRIBUTE: {"string": pcie_root(gpu.pci_bus_id)},
     }
+    if gpu.numa is not None:
+        attributes[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa}
+    return attributes
 
 
 def _mig_capacities(profile: MigProfile) -> dict[str, int | str]:
@@ -188,16 +218,19 @@ def _mig_capacities(profile: MigProfile) -> dict[str, int | str]:
 
 
 def _gpu_capacities(model: GpuModel) -> dict[str, int | str]:
-    """What a whole MIG-capable GPU holds in each MIG dimension: its SMs and memory, and the most of
-    each engine any profile has (the full-size profile in practice), so every valid MIG layout fits."""
+    """What a whole MIG-capable GPU holds in each MIG dimension with dynamic MIG: NVIDIA's
+    ``maxCapacities``, the most of each dimension any MIG profile has (``nvlib.go`` walks the profiles,
+    ``partitions.go`` publishes them as the full GPU's capacity and its counter set). So the SMs and memory
+    are the full-size profile's (A100 40GB: 98 SMs, 40192Mi), not the board's 108 SMs and 40960Mi."""
+    profiles = model.mig_profiles
     return {
-        "multiprocessors": model.multiprocessors,
-        "copyEngines": max(p.copy_engines for p in model.mig_profiles),
-        "decoders": max(p.decoders for p in model.mig_profiles),
-        "encoders": max(p.encoders for p in model.mig_profiles),
-        "jpegEngines": max(p.jpeg for p in model.mig_profiles),
-        "ofaEngines": max(p.ofa for p in model.mig_profiles),
-        "memory": mebibytes(model.memory_mib),
+        "multiprocessors": max(p.multiprocessors for p in profiles),
+        "copyEngines": max(p.copy_engines for p in profiles),
+        "decoders": max(p.decoders for p in profiles),
+        "encoders": max(p.encoders for p in profiles),
+        "jpegEngines": max(p.jpeg for p in profiles),
+        "ofaEngines": max(p.ofa for p in profiles),
+        "memory": mebibytes(max(p.memory_mib for p in profiles)),
     }
 
 
@@ -220,7 +253,7 @@ def _taints(health_key: str, unhealthy: Mapping[str, int | None], opts: SliceOpt
 
 def _device(
     name: str,
-    attributes: Mapping[str, dict[str, str]],
+    attributes: Mapping[str, Attribute],
     capacity: Mapping[str, int | str],
     *,
     consumes: dict[str, Any] | None = None,
@@ -241,7 +274,7 @@ def _device(
 
 
 def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> Device:
-    attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
+    attributes: Attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
     return _device(
         device_name_gpu(gpu),
         attributes,
@@ -250,7 +283,7 @@ def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mappi
     )
 
 
-def _mig_attributes(node: Node, gpu: PhysicalGpu, profile: MigProfile) -> dict[str, dict[str, str]]:
+def _mig_attributes(node: Node, gpu: PhysicalGpu, profile: MigProfile) -> Attributes:
     return {
         **_attributes(gpu, node, "mig"),
         "parentUUID": {"string": gpu.uuid},
@@ -269,7 +302,7 @@ def _static_devices(
     for mig in gpu.mig_devices:
         slots = range(mig.start, mig.start + mig.profile.memory_slices)
         capacity: dict[str, int | str] = {**_mig_capacities(mig.profile), **{f"memorySlice{i}": 1 for i in slots}}
-        attributes = {**_mig_attributes(node, gpu, mig.profile), "uuid": {"string": mig.uuid}}
+        attributes: Attributes = {**_mig_attributes(node, gpu, mig.profile), "uuid": {"string": mig.uuid}}
         devices.append(
             _device(
                 device_name_mig(gpu, mig.profile, mig.start),
@@ -306,7 +339,7 @@ def _dynamic_devices(
     devices: list[Device] = []
     if whole_gpu_offered_with_dynamic_mig(gpu):
         whole = _gpu_capacities(model)
-        attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
+        attributes: Attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
         consumes = {"counterSet": counter_set_name(gpu), "counters": _counters(whole, range(model.memory_slices))}
         taints = _taints(gpu.uuid, unhealthy, opts)
         devices.append(_device(device_name_gpu(gpu), attributes, whole, consumes=consumes, taints=taints))

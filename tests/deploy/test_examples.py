@@ -13,7 +13,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
-from fakegpu.cli.slice_commands import slice_options
+from fakegpu.cli.slice_commands import dra_feature_gates, slice_options
 from fakegpu.dra.claim_preparation import claim_preparation
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.resource_slices import build_slice_specs, spec_devices
@@ -129,10 +129,14 @@ def test_kwok_example_matches_the_virtual_nodes_placement() -> None:
 
 
 def dra_node() -> tuple[Node, Any]:
+    """The DRA node as the overlay's DaemonSet describes it; ``args.mig_mode`` and ``args.gates`` resolved as
+    ``fakegpu dra`` resolves them (--mig-mode, --feature-gates / FEATURE_GATES, NVIDIA's start-up checks)."""
     ds = one(render("dra"), "DaemonSet", "fakegpu-dra")
     container = only_container(ds)
     args = parse_cli(fakegpu_argv(container))
-    node = load_node(inventory_inputs(args, container_env(container, DRA_NODE)))
+    env = container_env(container, DRA_NODE)
+    args.gates, args.mig_mode = dra_feature_gates(args, env)
+    node = load_node(inventory_inputs(args, env))
     return node, args
 
 
@@ -224,7 +228,9 @@ def test_claim_selects_published_devices_and_prepares(name: str) -> None:
             }
         },
     }
-    preparation = claim_preparation(claim, DRIVER, node.name, published_devices(node, args.mig_mode))
+    # With the overlay's feature gates: a sharing strategy whose gate the overlay lacks fails here, as it
+    # would in NodePrepareResources (kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1/sharing.go).
+    preparation = claim_preparation(claim, DRIVER, node.name, published_devices(node, args.mig_mode), args.gates)
     assert [r.device for r in preparation.results] == [r["device"] for r in results]
     by_name = published_devices(node, args.mig_mode)
     for result in preparation.results:

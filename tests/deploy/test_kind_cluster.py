@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 
+from fakegpu.cli.slice_commands import dra_feature_gates
 from tests.deploy.manifests import (
     DEPLOY,
     Obj,
@@ -63,6 +64,7 @@ def test_containerd_reads_the_cdi_specs_the_dra_driver_writes() -> None:
 def test_dra_feature_gates_for_dynamic_mig() -> None:
     args = parse_cli(fakegpu_argv(only_container(one(render("dra"), "DaemonSet", "fakegpu-dra"))))
     gates = cluster()["featureGates"]
-    if args.mig_mode == "dynamic":  # counters: dropped by 1.34/1.35 API servers without the gate
+    _, mig_mode = dra_feature_gates(args, {})
+    if mig_mode == "dynamic":  # counters: dropped by 1.34/1.35 API servers without the gate
         assert gates["DRAPartitionableDevices"] is True
     assert all(value is True for value in gates.values())

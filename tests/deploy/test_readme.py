@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.slice_commands import dra_feature_gates
 from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
@@ -67,8 +68,9 @@ def test_device_ids_are_the_kind_nodes_ids(tmp_path: Path) -> None:
     }
     dra = only_container(one(render("dra"), "DaemonSet", "fakegpu-dra"))
     dra_args = parse_cli(fakegpu_argv(dra))
+    _, mig_mode = dra_feature_gates(dra_args, container_env(dra, DRA_NODE))
     node = load_node(inventory_inputs(dra_args, container_env(dra, DRA_NODE)))
-    dra_ids = {d.visible_uuid(node.name) for d in published_devices(node, dra_args.mig_mode).values()}
+    dra_ids = {d.visible_uuid(node.name) for d in published_devices(node, mig_mode).values()}
     quoted = set(re.findall(rf"(?:GPU|MIG)-{_UUID}", text()))
     assert len(quoted) >= 5
     assert quoted - (plugin_ids | dra_ids) == set(), "IDs no node of the kind cluster has"

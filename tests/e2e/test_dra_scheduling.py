@@ -39,7 +39,8 @@ async def test_scheduler_allocates_a_mig_device_from_our_pool():
     driver = f"e2e-{uuid.uuid4().hex[:6]}.fakegpu.example.com"
     live = LiveInventory(load_inventory(InventoryInputs(node_name=node_name, gpus=("1xh100-80gb",))))
     publisher = SlicePublisher(client, live, SliceOptions(driver=driver, mig_mode="dynamic"))
-    classes: list[Any] = [DeviceClass.from_dict(c) for c in device_classes(driver)]
+    # No extendedResourceName: a test class must not take nvidia.com/gpu pods from the cluster's real ones.
+    classes: list[Any] = [DeviceClass.from_dict(c) for c in device_classes(driver, extended_resource_name=None)]
     claim_name = f"fakegpu-e2e-{uuid.uuid4().hex[:6]}"
     await publisher.start()
     try:

@@ -17,6 +17,7 @@ from lightkube import AsyncClient
 
 from fakegpu.dra import claim_preparer
 from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.dra.prepared_claims import PreparedClaims
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -54,6 +55,7 @@ async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
         mig_mode: str = "static",
         minor: int | None = None,
         resync: float = 30.0,
+        gates: FeatureGates | None = None,
     ) -> DraDriver:
         inputs = InventoryInputs(node_name=NODE, gpus=(gpus,), mig_layout=layout)
         live = LiveInventory(load_inventory(inputs))
@@ -62,6 +64,7 @@ async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
             mig_mode=mig_mode,  # type: ignore[arg-type]
             server_minor=minor,
             resync_interval=resync,
+            feature_gates=gates or FeatureGates(),
         )
         driver = DraDriver(
             live,
@@ -403,8 +406,18 @@ async def test_deleted_sockets_are_served_again(apiserver, make_driver):
     assert info.name == DRIVER
 
 
-async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, root):
+async def test_mps_claims_need_the_mps_support_gate(apiserver, make_driver):
+    """kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1/sharing.go: MPSSupport is off by
+    default, and the pod's NodePrepareResources error names the gate."""
     driver = await make_driver(apiserver, "1xh100-80gb")
+    config = [opaque_config(gpu_config({"strategy": "MPS"}))]
+    uid = apiserver.create_direct(allocated_claim("mps", NODE, ["gpu-0"], config=config))["metadata"]["uid"]
+    response = await prepare(driver.plugin.dra_socket, [("default", "mps", uid)])
+    assert 'but the "MPSSupport" feature gate is not enabled' in response.claims[uid].error
+
+
+async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, root):
+    driver = await make_driver(apiserver, "1xh100-80gb", gates=parse_feature_gates("MPSSupport=true"))
     mps = {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}
     config = [opaque_config(gpu_config({"strategy": "MPS", "mpsConfig": mps}))]
     uid = apiserver.create_direct(allocated_claim("mps", NODE, ["gpu-0"], config=config))["metadata"]["uid"]

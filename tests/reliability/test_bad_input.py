@@ -44,6 +44,7 @@ import yaml
 
 from fakegpu.cli.main import main
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -281,16 +282,19 @@ _OPAQUE = (
     "from fakegpu.dra.claim_error import ClaimError\n"
     "from fakegpu.dra.claim_preparation import claim_preparation\n"
     "from fakegpu.dra.device_map import published_devices\n"
+    "from fakegpu.dra.feature_gates import parse_feature_gates\n"
     "from fakegpu.sharing.inputs import InventoryInputs, load_inventory\n"
     "node = load_inventory(InventoryInputs(node_name='node-a', gpus=('1xh100-80gb',))).node\n"
     "claim = json.loads(sys.argv[1])\n"
+    "gates = parse_feature_gates('TimeSlicingSettings=true,MPSSupport=true')\n"
     "try:\n"
-    "    claim_preparation(claim, 'gpu.nvidia.com', 'node-a', published_devices(node, 'static'))\n"
+    "    claim_preparation(claim, 'gpu.nvidia.com', 'node-a', published_devices(node, 'static'), gates)\n"
     "except ClaimError as exc:\n"
     "    sys.stderr.write(f'fakegpu: error: {exc}\\n')\n"
     "    sys.exit(2)\n"
 )
-"""Decodes one opaque config as NodePrepareResources would, in a process that can be killed."""
+"""Decodes one opaque config as NodePrepareResources would, in a process that can be killed; with the sharing
+gates on, so the corpus reaches the decoder's checks rather than stopping at a disabled gate."""
 
 
 @dataclass(frozen=True)
@@ -499,10 +503,12 @@ async def _prepare_opaque_cases(cases: Sequence[Case]) -> OpaqueAnswers:
     try:
         server.add_node(NODE)
         live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xh100-80gb",))))
+        # The sharing gates on, so every case reaches the decoder's checks rather than a disabled gate.
+        gates = parse_feature_gates("TimeSlicingSettings=true,MPSSupport=true")
         driver = DraDriver(
             live,
             KubeletPaths(root / "kubelet"),
-            DraSettings(cdi_root=root / "cdi"),
+            DraSettings(cdi_root=root / "cdi", feature_gates=gates),
             server.client,
         )
         refs = []

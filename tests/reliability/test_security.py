@@ -45,6 +45,7 @@ from fakegpu.control.protocol import AdminError
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
@@ -499,7 +500,7 @@ async def driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[DraDrive
     dra = DraDriver(
         live,
         KubeletPaths(root / "kubelet"),
-        DraSettings(cdi_root=root / "cdi"),
+        DraSettings(cdi_root=root / "cdi", feature_gates=parse_feature_gates("MPSSupport=true")),  # the MPS claims
         apiserver.client,
     )
     await dra.start()

@@ -11,6 +11,7 @@ from fakegpu.dra.cdi_specs import cdi_spec, validate_spec
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import claim_preparation
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid
 from fakegpu.sharing.node import Node, build_node
 from fakegpu.sharing.node_spec import parse_node_spec
@@ -63,8 +64,12 @@ def gpu_config(sharing: dict[str, Any] | None = None, kind: str = "GpuConfig", *
     return out
 
 
-def prepare(c: dict[str, Any], n: Node | None = None, mig_mode="static"):
-    return claim_preparation(c, DRIVER, NODE, published_devices(n or h100s(), mig_mode))
+SHARING = parse_feature_gates("TimeSlicingSettings=true,MPSSupport=true")
+"""What the config tests run with: NVIDIA admits sharing strategies only with these gates on."""
+
+
+def prepare(c: dict[str, Any], n: Node | None = None, mig_mode="static", gates: FeatureGates = SHARING):
+    return claim_preparation(c, DRIVER, NODE, published_devices(n or h100s(), mig_mode), gates)
 
 
 def env_of(prep, device: str) -> dict[str, str]:
@@ -321,3 +326,46 @@ def test_invalid_config_source_and_non_opaque_config_are_errors():
         prepare(claim([result("gpu-0")], [bad_source]))
     with pytest.raises(ClaimError, match="only opaque parameters are supported"):
         prepare(claim([result("gpu-0")], [{"source": "FromClaim", "requests": []}]))
+
+
+# --- feature gates ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("strategy", "gate"), [("TimeSlicing", "TimeSlicingSettings"), ("MPS", "MPSSupport")])
+def test_a_sharing_strategy_needs_its_feature_gate(strategy, gate):
+    """kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1/sharing.go (validateSharingStrategy)
+    and pkg/featuregates/featuregates.go: both gates are off by default, and a config stating the strategy
+    fails Validate with NVIDIA's text; device_state.go prefixes "error validating GPU config"."""
+    c = claim([result("gpu-0")], [config(gpu_config({"strategy": strategy}), ["gpu"])])
+    with pytest.raises(ClaimError) as err:
+        prepare(c, gates=FeatureGates())
+    assert str(err.value) == (
+        f"claim default/x: config[0] (FromClaim): error validating GPU config: "
+        f'"{strategy}" is selected as the GPU sharing strategy, but the "{gate}" feature gate is not enabled'
+    )
+    assert prepare(c, gates=parse_feature_gates(f"{gate}=true")).results[0].device == "gpu-0"
+    # The other strategy's gate does not help.
+    other = "MPSSupport" if gate == "TimeSlicingSettings" else "TimeSlicingSettings"
+    with pytest.raises(ClaimError, match=f'"{gate}" feature gate is not enabled'):
+        prepare(c, gates=parse_feature_gates(f"{other}=true"))
+
+
+def test_gates_check_only_stated_sharing_on_configs_that_apply():
+    """device_state.go validates only configs matched to a result, and a config without `sharing` (or the
+    built-in defaults) states no strategy, so neither needs a gate."""
+    unused = config(gpu_config({"strategy": "MPS"}), ["other"])
+    plain = config(gpu_config(), ["gpu"])
+    mig = config(gpu_config({"strategy": "TimeSlicing"}, kind="MigDeviceConfig"), [])
+    prep = prepare(claim([result("gpu-0")], [unused, plain, mig]), gates=FeatureGates())
+    assert [r.device for r in prep.results] == ["gpu-0"]
+
+
+def test_mps_is_refused_with_dynamic_mig():
+    """device_state.go applySharingConfig: "MPS is not yet supported when using featureGates.DynamicMIG=true"
+    (the start-up check normally stops the two gates from meeting: tests/unit/dra/test_feature_gates.py)."""
+    c = claim([result("gpu-0")], [config(gpu_config({"strategy": "MPS"}), ["gpu"])])
+    gates = FeatureGates({"MPSSupport": True, "DynamicMIG": True})
+    with pytest.raises(
+        ClaimError, match=r"error applying config: MPS is not yet supported when using featureGates\.DynamicMIG=true"
+    ):
+        prepare(c, mig_mode="dynamic", gates=gates)

@@ -18,7 +18,7 @@ def test_classes_validate(api, server):
 
 
 def test_nvidia_selectors():
-    gpu, mig = device_classes()
+    gpu, mig = device_classes(extended_resource_name=None)
     assert gpu == {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -50,15 +50,20 @@ def test_driver_name_is_substituted_in_the_selector_only():
     assert "nvidia" not in expression
 
 
-def test_extended_resource_name_only_when_asked_and_only_for_v1():
-    assert all("extendedResourceName" not in c["spec"] for c in device_classes())
-    gpu, mig = device_classes(extended_resource_name="nvidia.com/gpu")
+def test_extended_resource_name_by_default_only_for_v1_and_only_on_the_gpu_class():
+    """NVIDIA's chart (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu, its gpu class,
+    since v25.12.0) sets `extendedResourceName: nvidia.com/gpu` on the gpu.nvidia.com class when the cluster
+    serves resource.k8s.io/v1, and on no other class; older API versions cannot carry the field."""
+    gpu, mig = device_classes()
     assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     assert "extendedResourceName" not in mig["spec"]
     for api in VERSIONS[1:]:
-        classes = device_classes(api_version=api, extended_resource_name="nvidia.com/gpu")
+        classes = device_classes(api_version=api)
         assert all("extendedResourceName" not in c["spec"] for c in classes)
         assert all(c["apiVersion"] == api for c in classes)
+    assert all("extendedResourceName" not in c["spec"] for c in device_classes(extended_resource_name=None))
+    gpu, _ = device_classes(extended_resource_name="example.com/gpu")
+    assert gpu["spec"]["extendedResourceName"] == "example.com/gpu"
 
 
 def test_bad_inputs_are_refused():

@@ -50,7 +50,8 @@ def test_dynamic_mig_publishes_every_placement_and_the_full_gpu():
     model = h100s(1).gpus[0].model
     assert len(devices) == 1 + sum(len(p.placements) for p in model.mig_profiles)
     assert "gpu-0" in devices
-    assert "gpu-0-mig-1g10gbme-20-6" in devices
+    # `+me` becomes `-me`: toRFC1123Compliant in kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/mig.go
+    assert "gpu-0-mig-1g10gb-me-20-6" in devices
     assert "gpu-0-mig-7g80gb-0-0" in devices
     assert all(d.uuid is None for d in devices.values() if d.kind == "mig")
 

@@ -91,7 +91,8 @@ def check_limits(node: Node, opts: SliceOptions, specs: list[dict[str, Any]]) ->
             names.append(device["name"])
             assert len(device["name"]) <= 63 and DNS_LABEL.match(device["name"]), device["name"]
             assert len(device.get("attributes", {})) + len(device.get("capacity", {})) <= 32
-            assert all(len(next(iter(a.values()))) <= 64 for a in device["attributes"].values())
+            # string and version attributes are at most 64 characters; int attributes have no length
+            assert all(len(v) <= 64 for a in device["attributes"].values() for v in a.values() if isinstance(v, str))
             assert len(device.get("consumesCounters", [])) <= 2
             assert len(device.get("taints", [])) <= 16
             if opts.server_minor < 35:
@@ -136,6 +137,8 @@ def test_eight_h100_whole_gpus(minor):
         "driverVersion": {"version": "570.172.8"},
         "productName": {"string": "NVIDIA H100 80GB HBM3"},
         "resource.kubernetes.io/pciBusID": {"string": node.gpus[0].pci_bus_id},
+        "resource.kubernetes.io/pcieRoot": {"string": "pci0000:10"},
+        "resource.kubernetes.io/numaNode": {"int": 0},
         "type": {"string": "gpu"},
         "uuid": {"string": node.gpus[0].uuid},
     }
@@ -238,8 +241,10 @@ def test_dynamic_mig_on_eight_gpus(model, minor):
         counters = values(counter_set["counters"])
         slices = gpu.model.memory_slices
         assert {n for n in counters if n.startswith("memory-slice-")} == {f"memory-slice-{i}" for i in range(slices)}
-        assert counters["memory"] == gpu.model.memory_mib * 2**20
-        assert counters["multiprocessors"] == gpu.model.multiprocessors
+        # NVIDIA's maxCapacities: the most any MIG profile has, not the board's totals (kubernetes-sigs/
+        # dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/partitions.go PartSharedCounterSets)
+        assert counters["memory"] == max(p.memory_mib for p in gpu.model.mig_profiles) * 2**20
+        assert counters["multiprocessors"] == max(p.multiprocessors for p in gpu.model.mig_profiles)
         assert set(counters) - {f"memory-slice-{i}" for i in range(slices)} == {
             "multiprocessors",
             "copy-engines",
@@ -278,16 +283,36 @@ def test_dynamic_mig_on_eight_gpus(model, minor):
             assert not any(k.startswith("memorySlice") for k in device["capacity"])
 
 
+def test_dynamic_whole_a100_40gb_offers_the_largest_profile_not_the_board():
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/partitions.go (PartCapacities,
+    PartSharedCounterSets): with dynamic MIG the full GPU's capacity and its counter set are the maximum over
+    the MIG profiles nvlib.go walked. On an A100 40GB that is 7g.40gb's 98 SMs and 40192Mi, not the board's
+    108 SMs and 40960Mi; a non-MIG-capable GPU keeps its board memory."""
+    node = make_node("1xa100-40gb")
+    _, specs = publish(node, mig_mode="dynamic")
+    whole = by_name(specs)["gpu-0"]
+    assert whole["capacity"]["multiprocessors"] == {"value": "98"}
+    assert whole["capacity"]["memory"] == {"value": "40192Mi"}
+    (counter_set,) = [s for spec in specs for s in spec.get("sharedCounters", [])]
+    assert counter_set["counters"]["multiprocessors"] == {"value": "98"}
+    assert counter_set["counters"]["memory"] == {"value": "40192Mi"}
+    _, specs = publish(make_node("1xl4"), mig_mode="dynamic")
+    assert by_name(specs)["gpu-0"]["capacity"] == {"memory": {"value": f"{CATALOG['l4'].memory_mib}Mi"}}
+
+
 def test_dynamic_device_names_follow_nvidia():
+    """MigSpecTuple.ToCanonicalName in kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/mig.go: the
+    profile loses its dots, then toRFC1123Compliant turns `+` into `-` (`1g.5gb+me` -> `1g5gb-me`)."""
     node = make_node("1xa100-40gb")
     _, specs = publish(node, mig_mode="dynamic")
     names = sorted(by_name(specs))
     assert "gpu-0-mig-1g5gb-19-6" in names
-    assert "gpu-0-mig-1g5gbme-20-0" in names
+    assert "gpu-0-mig-1g5gb-me-20-0" in names
     assert "gpu-0-mig-7g40gb-0-0" in names
-    assert Counter(n.split("-")[3] for n in names if "-mig-" in n) == {
+    profiles = (re.fullmatch(r"gpu-0-mig-(.+)-\d+-\d+", n) for n in names if "-mig-" in n)
+    assert Counter(m.group(1) for m in profiles if m) == {
         "1g5gb": 7,
-        "1g5gbme": 7,
+        "1g5gb-me": 7,
         "1g10gb": 4,
         "2g10gb": 3,
         "3g20gb": 2,
@@ -356,7 +381,7 @@ def test_h100_counters_admit_seven_1g10gb_and_nothing_more():
     consumes = {d["name"]: values(d["consumesCounters"][0]["counters"]) for d in devices}
     used: dict[str, Fraction] = {}
     taken = []
-    for name in sorted(n for n in consumes if "-mig-1g10gb-" in n):
+    for name in sorted(n for n in consumes if "-mig-1g10gb-19-" in n):
         assert _fits(used, consumes[name], capacity), name
         used = _add(used, consumes[name])
         taken.append(name)
@@ -366,7 +391,7 @@ def test_h100_counters_admit_seven_1g10gb_and_nothing_more():
     # Free one 1g.10gb: only devices living in that one memory slice fit again.
     used = {n: v - consumes[taken[3]].get(n, 0) for n, v in used.items()}
     again = sorted(n for n in consumes if _fits(used, consumes[n], capacity))
-    assert again == ["gpu-0-mig-1g10gb-19-3", "gpu-0-mig-1g10gbme-20-3"]
+    assert again == ["gpu-0-mig-1g10gb-19-3", "gpu-0-mig-1g10gb-me-20-3"]
 
 
 def test_h100_whole_gpu_blocks_every_mig_device_and_vice_versa():
@@ -600,3 +625,42 @@ def test_device_names_on_a_full_node_are_unique_dns_labels():
     assert len(names) == len(set(names)) == 64 * 26
     assert max(len(n) for n in names) <= 63
     assert len(specs) == 8 + 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Standard topology attributes
+
+
+def test_every_device_carries_its_gpus_pcie_root_and_numa_node(tmp_path):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go (GpuInfo.Attributes) and mig.go
+    (CommonAttributesMig): full GPUs and MIG devices carry the parent's `resource.kubernetes.io/pcieRoot`
+    (a string `pci<domain>:<bus>`, k8s.io/dynamic-resource-allocation deviceattribute/pci_linux.go) and, where
+    the GPU has NUMA affinity, `resource.kubernetes.io/numaNode` as a scalar int (numa.go; list form only with
+    the DRAListTypeAttributes gate). A claim's `matchAttribute: resource.kubernetes.io/pcieRoot` then pairs a
+    GPU with a NIC on the same root complex."""
+    spec = tmp_path / "node.yaml"
+    spec.write_text(
+        "numaNodes: 2\n"
+        "gpus:\n"
+        "  - {model: h100-80gb, count: 2, numa: [0, 1], migEnabled: true, migDevices: {3g.40gb: 2}}\n"
+        "  - {model: h100-80gb, count: 1, numa: -1}\n"
+    )
+    node = load_node(InventoryInputs(node_name="node-a", node_spec=str(spec)))
+    assert [g.numa for g in node.gpus] == [0, 1, None]
+    for mig_mode in ("static", "dynamic"):
+        _, specs = publish(node, mig_mode=mig_mode)
+        devices = all_devices(specs)
+        roots: dict[str, set[int]] = {}
+        for device in devices:
+            index = int(device["name"].split("-")[1])
+            gpu = node.gpus[index]
+            root = attr(device, "resource.kubernetes.io/pcieRoot")
+            assert re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", root), root
+            assert root == f"pci{gpu.pci_bus_id[:4]}:{int(gpu.pci_bus_id[5:7], 16) & 0xF0:02x}"
+            roots.setdefault(root, set()).add(index)
+            if gpu.numa is None:
+                assert "resource.kubernetes.io/numaNode" not in device["attributes"], device["name"]
+            else:
+                assert device["attributes"]["resource.kubernetes.io/numaNode"] == {"int": gpu.numa}
+        assert all(len(gpus) == 1 for gpus in roots.values()), "one root complex per GPU"
+        assert {attr(d, "resource.kubernetes.io/numaNode") for d in devices if d["name"].startswith("gpu-1")} == {1}
