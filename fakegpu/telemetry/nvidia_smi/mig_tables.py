@@ -55,15 +55,18 @@ def _boxed(text: str, width: int) -> str:
     return f"{text:<{width - 1}}|"
 
 
+def _head(title: str, width: int, *columns: str) -> tuple[str, ...]:
+    """Rule, title, column titles, double rule: the top of every ``mig`` box."""
+    return (_rule(width), _boxed(f"| {title}", width), *columns, "|" + "=" * (width - 2) + "|")
+
+
 def profiles_head(node: SmiNode) -> tuple[str, ...]:
     x = _extra(node)
-    width = 79 + len(x)
-    return (
-        _rule(width),
-        _boxed("| GPU instance profiles:", width),
+    return _head(
+        "GPU instance profiles:",
+        79 + len(x),
         f"| GPU   Name             {x}ID    Instances   Memory     P2P    SM    DEC   ENC  |",
         f"|                              {x}Free/Total   GiB              CE    JPEG  OFA  |",
-        "|" + "=" * (width - 2) + "|",
     )
 
 
@@ -100,23 +103,20 @@ def profile_rows(node: SmiNode, gpu: SmiGpu) -> tuple[str, ...]:
 
 def instances_head(node: SmiNode) -> tuple[str, ...]:
     x = _extra(node)
-    width = 57 + len(x)
-    return (
-        _rule(width),
-        _boxed("| GPU instances:", width),
+    return _head(
+        "GPU instances:",
+        57 + len(x),
         f"| GPU   Name             {x}Profile  Instance   Placement  |",
         f"|                          {x}ID       ID       Start:Size |",
-        "|" + "=" * (width - 2) + "|",
     )
 
 
-COMPUTE_HEAD: Final = (
-    _rule(70),
-    _boxed("| Compute instances:", 70),
+COMPUTE_HEAD: Final = _head(
+    "Compute instances:",
+    70,
     "| GPU     GPU       Name             Profile   Instance   Placement  |",
     "|       Instance                       ID        ID       Start:Size |",
     _boxed("|         ID", 70),
-    "|" + "=" * 68 + "|",
 )
 
 
