@@ -27,7 +27,7 @@ from fakegpu.cli.inventory_options import add_inventory_options, inventory_input
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.telemetry.nvidia_smi import query
-from fakegpu.telemetry.nvidia_smi.command import run, timestamp_now
+from fakegpu.telemetry.nvidia_smi.command import SUBCOMMANDS, run, timestamp_now
 from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_inventory, from_json, visible_devices
 from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR, DEVICES_FILE_ENV
 from fakegpu.telemetry.nvidia_smi.shell_script import QUERY_TIME_OVERRIDE_ENV, TIME_OVERRIDE_ENV
@@ -64,7 +64,8 @@ class _SmiOption(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         argv: list[str] = list(getattr(namespace, self.dest, None) or [])
-        argv.append(option_string or self.option_strings[0])
+        if option_string is not None:
+            argv.append(option_string)
         if isinstance(values, str):
             argv.append(values)
         setattr(namespace, self.dest, argv)
@@ -74,7 +75,7 @@ def add_nvidia_smi_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``nvidia-smi`` to the ``fakegpu`` subcommands (``sub`` is the subparsers action)."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "nvidia-smi",
-        help="print what the fake nvidia-smi shows for a node (table, -L, --query-gpu, -q)",
+        help="print what the fake nvidia-smi shows for a node (table, -L, --query-gpu, -q, topo -m, mig -lgi...)",
         description="Print what the fake nvidia-smi injected into containers shows, for the devices in "
         "FAKEGPU_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES (all when neither is set). Nothing is "
         "installed on the host.",
@@ -88,10 +89,22 @@ def add_nvidia_smi_parser(sub: Any) -> argparse.ArgumentParser:
         "no node is described by options)",
     )
     smi = parser.add_argument_group("nvidia-smi options")
+    smi.add_argument(
+        "smi_argv",
+        nargs="?",
+        choices=SUBCOMMANDS,
+        action=_SmiOption,
+        metavar="{topo,mig}",
+        help="nvidia-smi's subcommand, before its options: topo -m, mig -lgip|-lgi|-lci [-i ID]",
+    )
     flags = {
         ("-L", "--list-gpus"): "list the GPUs and their MIG devices",
         ("-q", "--query"): "show GPU details (a subset of the real report)",
         ("--version",): "show the driver, NVML and CUDA versions",
+        ("-m", "--matrix"): "topo: the GPU-to-GPU topology matrix",
+        ("-lgip", "--list-gpu-instance-profiles"): "mig: the GPU-instance profiles",
+        ("-lgi", "--list-gpu-instances"): "mig: the GPU instances",
+        ("-lci", "--list-compute-instances"): "mig: the compute instances",
     }
     for names, text in flags.items():
         smi.add_argument(*names, dest="smi_argv", action=_SmiOption, nargs=0, default=[], help=text)

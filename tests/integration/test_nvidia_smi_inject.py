@@ -30,7 +30,7 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
-from fakegpu.telemetry.nvidia_smi.devices import from_inventory, from_json
+from fakegpu.telemetry.nvidia_smi.devices import from_inventory, from_json, from_node
 from fakegpu.telemetry.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
 from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
@@ -152,6 +152,14 @@ async def test_a_pod_sees_only_its_gpus_through_the_mounted_script(tmp_path):
         assert listing.startswith("GPU 0: NVIDIA H100 80GB HBM3") and "\nGPU 1: " in listing
         count, _ = smi(script, "--query-gpu=count", "--format=csv,noheader", env=env)
         assert count == "2\n2\n"
+        # topo -m: the pod's two GPUs only, numbered from 0, linked as the HGX baseboard links them.
+        matrix, status = smi(script, "topo", "-m", env=env)
+        assert status == 0 and matrix.splitlines()[:3] == [
+            "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID",
+            "GPU0\t X \tNV18\t\t0\t\tN/A",
+            "GPU1\tNV18\t X \t\t0\t\tN/A",
+        ]
+        assert smi(script, "mig", "-lgi", env=env) == ("No MIG-enabled devices found.\n", 6)
         devices = json.loads(Path(mounts[CONTAINER_DEVICES_PATH][0]).read_text())
         assert from_json(devices) == from_inventory(node.inventory)
         unsubscribe()
@@ -287,6 +295,17 @@ async def test_a_dynamic_mig_claim_sees_its_mig_device(tmp_path):
     assert (query, status) == ("Enabled, [Insufficient Permissions]\n", 0)
     table, _ = smi(script, env=env)
     assert "|                    N/A |     N/A      Default |" in table and "40448MiB" in table
+    # mig -lgi / -lci list the one instance the claim created, as GPU 0 of the container.
+    options = from_node(live.inventory.node, dynamic_mig=True).gpus[1].mig_options
+    option = next(m for m in options if m.uuid == prepared.uuid)
+    instances, status = smi(script, "mig", "-lgi", env=env)
+    assert status == 0
+    assert instances.splitlines()[5:] == [
+        f"|   0  MIG 3g.40gb          9     {option.gi_id:>4}          {option.start}:4     |",
+        "+-------------------------------------------------------+",
+    ]
+    computes, _ = smi(script, "mig", "-lci", env=env)
+    assert "MIG 3g.40gb          2         0          0:3     |" in computes
     # Without dynamic MIG in the files, the same container would see nothing: the regression this guards.
     write_nvidia_smi_files(tmp_path / "static", live.inventory)
     assert smi(tmp_path / "static" / "nvidia-smi", "-L", env=env) == ("No devices were found\n", 6)

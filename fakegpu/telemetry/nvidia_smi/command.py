@@ -1,11 +1,16 @@
 """nvidia-smi's command line over a device description: parse, select, render, exit status.
 
 The supported subset: the table (no arguments), ``-L``/``--list-gpus``, ``-q``/``--query``,
-``--query-gpu=FIELDS --format=csv[,noheader][,nounits]``, ``-i``/``--id``, ``--version`` and ``-h``. The
-three report modes exclude one another (``-L -q`` is an invalid combination, as in nvidia-smi). The
-shell script in ``shell_script`` implements exactly these rules (same order of checks, same texts, same
-exit statuses), and the tests hold the two to byte equality. Statuses follow nvidia-smi's manual page:
-0 success, 2 invalid argument or flag (unknown options and missing values too), 6 no devices found.
+``--query-gpu=FIELDS --format=csv[,noheader][,nounits]``, ``-i``/``--id``, ``--version`` and ``-h``; and
+two subcommands, which must come first as in nvidia-smi: ``topo -m``/``--matrix`` and ``mig`` with
+``-lgip``/``-lgi``/``-lci`` (long forms too) and ``-i``. The report modes exclude one another (``-L -q``,
+``mig -lgi -lci`` are invalid combinations, as in nvidia-smi); a subcommand takes only its own options
+(``mig`` has no ``--format``: ``nvidia-smi mig -h`` lists none). The shell script in ``shell_script``
+implements exactly these rules (same order of checks, same texts, same exit statuses), and the tests hold
+the two to byte equality. Statuses follow nvidia-smi's manual page: 0 success, 2 invalid argument or flag
+(unknown options and missing values too), 6 "a query to find an object was unsuccessful": no devices, no
+MIG-enabled device, no instance (a script in the wild tests ``mig --list-gpu-instance-profiles`` for 6 on
+a GPU without MIG; no reading shows the status of the other two).
 """
 
 from __future__ import annotations
@@ -16,12 +21,25 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from fakegpu.telemetry.nvidia_smi import list as gpu_list
-from fakegpu.telemetry.nvidia_smi import query, query_full, table
-from fakegpu.telemetry.nvidia_smi.devices import SmiNode, filter_ids, select
+from fakegpu.telemetry.nvidia_smi import mig_tables, query, query_full, table, topology
+from fakegpu.telemetry.nvidia_smi.devices import SmiNode, VisibleGpu, filter_ids, select
 
-Mode = Literal["table", "list", "full", "query", "help", "version"]
-REPORT_MODES: Final = ("list", "full", "query")
+Mode = Literal["table", "list", "full", "query", "help", "version", "topo", "mig", "matrix", "lgip", "lgi", "lci"]
+REPORT_MODES: Final = ("list", "full", "query", "lgip", "lgi", "lci")
 """At most one of these per command line."""
+SUBCOMMANDS: Final = ("topo", "mig")
+"""Their own name is their mode until an option chooses a report: alone, they are an invalid combination."""
+_SUB_OPTIONS: Final[dict[str, dict[str, Mode]]] = {
+    "topo": {"-m": "matrix", "--matrix": "matrix"},
+    "mig": {
+        "-lgip": "lgip",
+        "--list-gpu-instance-profiles": "lgip",
+        "-lgi": "lgi",
+        "--list-gpu-instances": "lgi",
+        "-lci": "lci",
+        "--list-compute-instances": "lci",
+    },
+}
 
 OK: Final = 0
 INVALID_ARGUMENT: Final = 2
@@ -66,16 +84,23 @@ def missing_value(option: str) -> Result:
 
 def parse_args(argv: Sequence[str]) -> Request | Result:
     """Left to right, the last mode wins, but two different report modes are a conflict (reported after
-    ``-h`` and ``--version``); an unknown option or a missing value stops at once."""
+    ``-h`` and ``--version``); an unknown option or a missing value stops at once. After a subcommand
+    only ``-i``/``--id``, ``-h`` and its own options are known."""
     mode: Mode = "table"
     fields = ""
     fmt: str | None = None
     ids: str | None = None
     reports: set[str] = set()
-    i = 0
+    sub = argv[0] if argv and argv[0] in SUBCOMMANDS else ""
+    own = _SUB_OPTIONS.get(sub, {})
+    if sub:
+        mode = "topo" if sub == "topo" else "mig"
+    i = 1 if sub else 0
     while i < len(argv):
         arg = argv[i]
-        if arg in ("--query-gpu", "--format", "-i", "--id"):
+        if arg in own:
+            mode = own[arg]
+        elif arg in (("-i", "--id") if sub else ("--query-gpu", "--format", "-i", "--id")):
             if i + 1 >= len(argv):
                 return missing_value(arg)
             i += 1
@@ -86,6 +111,12 @@ def parse_args(argv: Sequence[str]) -> Request | Result:
                 fmt = value
             else:
                 ids = value
+        elif arg.startswith("--id="):
+            ids = arg.removeprefix("--id=")
+        elif arg in ("-h", "--help"):
+            mode = "help"
+        elif sub:
+            return unrecognized(arg)
         elif arg in ("-L", "--list-gpus"):
             mode = "list"
         elif arg in ("-q", "--query"):
@@ -94,10 +125,6 @@ def parse_args(argv: Sequence[str]) -> Request | Result:
             mode, fields = "query", arg.removeprefix("--query-gpu=")
         elif arg.startswith("--format="):
             fmt = arg.removeprefix("--format=")
-        elif arg.startswith("--id="):
-            ids = arg.removeprefix("--id=")
-        elif arg in ("-h", "--help"):
-            mode = "help"
         elif arg == "--version":
             mode = "version"
         else:
@@ -121,6 +148,9 @@ def help_text(node: SmiNode) -> str:
         "    --query-gpu=FIELDS    One CSV line per GPU; needs --format=csv[,noheader][,nounits].\n"
         "    --version             Show the versions.\n"
         "    -h,  --help           Show this help.\n"
+        "    topo -m               The GPU-to-GPU topology matrix (NVLinks, NUMA affinity).\n"
+        "    mig -lgip|-lgi|-lci   MIG GPU-instance profiles, GPU instances, compute instances;\n"
+        "                          -i selects GPUs.\n"
     )
 
 
@@ -157,6 +187,21 @@ def _query_fields(request: Request) -> list[str] | Result:
     return names
 
 
+def _mig(mode: str, node: SmiNode, gpus: Sequence[VisibleGpu]) -> Result:
+    if mode == "lgip":
+        capable = [v for v in gpus if v.gpu.mig_profiles]
+        if not capable:
+            return Result(mig_tables.NO_MIG_DEVICES, NOT_FOUND)
+        return Result(mig_tables.assemble_profiles(node, capable), OK)
+    enabled = [v for v in gpus if mig_tables.in_mig_mode(v)]
+    if not enabled:
+        return Result(mig_tables.NO_MIG_DEVICES, NOT_FOUND)
+    text = mig_tables.assemble_instances(node, enabled, compute=mode == "lci")
+    if not text:
+        return Result(mig_tables.NO_COMPUTE_INSTANCES if mode == "lci" else mig_tables.NO_GPU_INSTANCES, NOT_FOUND)
+    return Result(text, OK)
+
+
 def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str, query_timestamp: str = "") -> Result:
     """What ``nvidia-smi ARGV`` prints given this device list (``devices.visible_devices``; None: all);
     ``timestamp`` is the table's and ``-q``'s date, ``query_timestamp`` the ``timestamp`` query field."""
@@ -171,6 +216,10 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str,
         return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
     if request.mode != "query" and request.format is not None:
         return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
+    if request.mode in SUBCOMMANDS:
+        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
+    if request.mode == "matrix" and request.ids is not None:
+        return Result(topology.NO_ID_OPTION, INVALID_ARGUMENT)
     fields: list[str] = []
     if request.mode == "query":
         checked = _query_fields(request)
@@ -184,6 +233,10 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str,
     if not gpus:
         return Result(NO_DEVICES, NOT_FOUND)
     attached = len(view.gpus)
+    if request.mode == "matrix":
+        return Result(topology.assemble(node, gpus), OK)
+    if request.mode in ("lgip", "lgi", "lci"):
+        return _mig(request.mode, node, gpus)
     if request.mode == "list":
         return Result(gpu_list.assemble(gpus), OK)
     if request.mode == "full":

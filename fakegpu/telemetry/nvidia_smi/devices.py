@@ -32,6 +32,7 @@ from fakegpu.sharing.mig_geometry import Placement
 from fakegpu.sharing.node import MigInstance, Node, PhysicalGpu, gi_id
 from fakegpu.telemetry.idle_reading import idle_reading
 from fakegpu.telemetry.nvidia_smi.injection import NVIDIA_VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_ENV
+from fakegpu.telemetry.nvidia_smi.nvlinks import links_per_peer
 
 JSON_KIND: Final = "fakegpu.io/nvidia-smi-devices"
 JSON_VERSION: Final = 1
@@ -69,6 +70,29 @@ class SmiMig:
 
 
 @dataclass(frozen=True)
+class SmiMigProfile:
+    """A GPU-instance profile as ``nvidia-smi mig -lgip`` lists it, with the geometry that decides how many
+    more instances of it fit (``placements``, in memory slices)."""
+
+    name: str
+    profile_id: int
+    """``nvidia-smi``'s ID column (NVML ``profileInfo.Id``)."""
+    nvml_index: int
+    """NVML's ``NVML_GPU_INSTANCE_PROFILE_*`` constant: ``-lgi`` and ``-lci`` list instances in its order."""
+    instances: int
+    memory_mib: int
+    memory_slices: int
+    compute_slices: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg: int
+    ofa: int
+    placements: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class SmiGpu:
     index: int
     """The GPU's index on the node (its minor number)."""
@@ -98,6 +122,14 @@ class SmiGpu:
     migs: tuple[SmiMig, ...]
     mig_options: tuple[SmiMig, ...] = ()
     """Dynamic MIG: the devices the DRA driver may create here and not yet in ``migs``; named by UUID only."""
+    mig_profiles: tuple[SmiMigProfile, ...] = ()
+    """The board's GPU-instance profiles in catalog order (``-lgip``); empty when it is not MIG-capable."""
+    numa: int | None = None
+    """The NUMA node the GPU hangs off (``topo -m``'s NUMA Affinity); None when the node spec has none."""
+    nvlink_peers: tuple[int, ...] = ()
+    """Node indices of the GPUs this one has NVLinks to."""
+    nvlink_links: int = 0
+    """NVLinks bonded to each peer (``NV18``: 18)."""
 
     @property
     def free_mib(self) -> int:
@@ -192,12 +224,47 @@ def _options(node_name: str, gpu: PhysicalGpu, bar1_mib: int, migs: tuple[SmiMig
     return tuple(out)
 
 
-def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
+_NVML_GI_PROFILES: Final = (
+    "1_SLICE",
+    "2_SLICE",
+    "3_SLICE",
+    "4_SLICE",
+    "7_SLICE",
+    "8_SLICE",
+    "6_SLICE",
+    "1_SLICE_REV1",
+    "2_SLICE_REV1",
+    "1_SLICE_REV2",
+)
+"""NVML's GPU-instance profile constants in value order (``go-nvml pkg/nvml/const.go``)."""
+
+
+def _profile(model: GpuModel, p: MigProfile) -> SmiMigProfile:
+    return SmiMigProfile(
+        name=p.name,
+        profile_id=model.profile_id(p),
+        nvml_index=_NVML_GI_PROFILES.index(p.gi_profile),
+        instances=p.max_instances,
+        memory_mib=p.memory_mib,
+        memory_slices=p.memory_slices,
+        compute_slices=p.compute_slices,
+        multiprocessors=p.multiprocessors,
+        copy_engines=p.copy_engines,
+        decoders=p.decoders,
+        encoders=p.encoders,
+        jpeg=p.jpeg,
+        ofa=p.ofa,
+        placements=p.placements,
+    )
+
+
+def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool) -> SmiGpu:
     model = gpu.model
     facts = model.facts
     idle = idle_reading(model, gpu.index)
     migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
-    options = _options(node_name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
+    options = _options(node.name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
+    peers = tuple(g.index for g in node.gpus if g.index != gpu.index and node.nvlinked(gpu.index, g.index))
     major, minor = model.compute_capability
     return SmiGpu(
         index=gpu.index,
@@ -225,6 +292,10 @@ def _gpu(gpu: PhysicalGpu, node_name: str, dynamic_mig: bool) -> SmiGpu:
         pcie_width=facts.pcie_width,
         migs=migs,
         mig_options=options,
+        mig_profiles=tuple(_profile(model, p) for p in model.mig_profiles),
+        numa=gpu.numa,
+        nvlink_peers=peers,
+        nvlink_links=links_per_peer(model.key) if peers else 0,
     )
 
 
@@ -234,7 +305,7 @@ def from_node(node: Node, *, dynamic_mig: bool = False) -> SmiNode:
         name=node.name,
         driver_version=node.driver_version,
         cuda_version=node.cuda_driver_version,
-        gpus=tuple(_gpu(g, node.name, dynamic_mig) for g in node.gpus),
+        gpus=tuple(_gpu(g, node, dynamic_mig) for g in node.gpus),
     )
 
 
@@ -288,8 +359,29 @@ _GPU_KEYS: Final = (
 )
 
 
+_PROFILE_KEYS: Final = (
+    ("name", "name", str),
+    ("profile_id", "id", int),
+    ("nvml_index", "nvmlIndex", int),
+    ("instances", "instances", int),
+    ("memory_mib", "memoryMiB", int),
+    ("memory_slices", "memorySlices", int),
+    ("compute_slices", "computeSlices", int),
+    ("multiprocessors", "multiprocessors", int),
+    ("copy_engines", "copyEngines", int),
+    ("decoders", "decoders", int),
+    ("encoders", "encoders", int),
+    ("jpeg", "jpeg", int),
+    ("ofa", "ofa", int),
+)
+
+
 def _mig_json(m: SmiMig) -> dict[str, Any]:
     return {key: getattr(m, attr) for attr, key, _ in _MIG_KEYS}
+
+
+def _profile_json(p: SmiMigProfile) -> dict[str, Any]:
+    return {**{key: getattr(p, attr) for attr, key, _ in _PROFILE_KEYS}, "placements": list(p.placements)}
 
 
 def to_json(node: SmiNode) -> dict[str, Any]:
@@ -300,6 +392,9 @@ def to_json(node: SmiNode) -> dict[str, Any]:
         doc = {**{key: getattr(g, attr) for attr, key, _ in _GPU_KEYS}, "migDevices": [_mig_json(m) for m in g.migs]}
         if g.mig_options:
             doc["migOptions"] = [_mig_json(m) for m in g.mig_options]
+        if g.mig_profiles:
+            doc["migProfiles"] = [_profile_json(p) for p in g.mig_profiles]
+        doc |= {"numaNode": g.numa, "nvlinkPeers": list(g.nvlink_peers), "nvlinkLinks": g.nvlink_links}
         gpus.append(doc)
     return {
         "kind": JSON_KIND,
@@ -332,6 +427,38 @@ def _migs(raw: Any, where: str) -> tuple[SmiMig, ...]:
     return tuple(out)
 
 
+def _ints(raw: Any, where: str) -> tuple[int, ...]:
+    values = _list(raw, where)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{where}: expected a list of integers, found {values!r}")
+    return tuple(values)
+
+
+def _profiles(raw: Any, where: str) -> tuple[SmiMigProfile, ...]:
+    out = []
+    for j, p in enumerate(_list(raw, where)):
+        entry = _mapping(p, f"{where}[{j}]")
+        fields = {attr: _field(entry, key, kind, f"{where}[{j}]") for attr, key, kind in _PROFILE_KEYS}
+        out.append(SmiMigProfile(**fields, placements=_ints(entry.get("placements"), f"{where}[{j}].placements")))
+    return tuple(out)
+
+
+def _topology(g: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``numaNode``, ``nvlinkPeers`` and ``nvlinkLinks``, optional: a devices.json written before ``topo -m``
+    existed renders without NUMA node and NVLinks."""
+    numa = g.get("numaNode")
+    if numa is not None and (not isinstance(numa, int) or isinstance(numa, bool)):
+        raise ValueError(f"{where}.numaNode: expected an integer or null, found {numa!r}")
+    links = g.get("nvlinkLinks", 0)
+    if not isinstance(links, int) or isinstance(links, bool):
+        raise ValueError(f"{where}.nvlinkLinks: expected int, found {links!r}")
+    return {
+        "numa": numa,
+        "nvlink_peers": _ints(g.get("nvlinkPeers", []), f"{where}.nvlinkPeers"),
+        "nvlink_links": links,
+    }
+
+
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{where}: expected an object")
@@ -361,7 +488,8 @@ def from_json(data: Any, source: str = "devices.json") -> SmiNode:
         indices = [m.index for m in (*migs, *options)]
         if len(set(indices)) != len(indices):
             raise ValueError(f"{where}: MIG device indices must be unique, found {indices}")
-        gpus.append(SmiGpu(**fields, migs=migs, mig_options=options))
+        profiles = _profiles(g.get("migProfiles", []), f"{where}.migProfiles")
+        gpus.append(SmiGpu(**fields, migs=migs, mig_options=options, mig_profiles=profiles, **_topology(g, where)))
     return SmiNode(
         name=_field(doc, "node", str, source),
         driver_version=_field(doc, "driverVersion", str, source),

@@ -14,11 +14,14 @@ timestamp and the ``timestamp`` query field (``FAKEGPU_NVIDIA_SMI_TIME`` and
 ``FAKEGPU_NVIDIA_SMI_QUERY_TIME`` override them, for reproducible output).
 
 Data records are tab-separated lines: ``S`` fixed sections, ``G``/``GT``/``GL``/``GA``/``GZ``/``GC`` a
-GPU's identity, table rows, ``-L`` line, ``-q`` parts before and after its MIG devices and modelled query
-values (a field without one is ``[N/A]``), ``PT``/``PA``/``PZ``/``PC`` the lines and values that differ
-when the GPU is seen through some of its MIG devices only (by line number or field), ``M`` a MIG device
-(static instance or dynamic option, its UUID, GPU-instance ID and templates), ``TT``/``TQ``/``TL`` the
-table, ``-q`` and ``-L`` templates MIG devices of one shape share, ``QF``/``QA`` query fields and aliases.
+GPU's identity (with its ``-lgip`` template, ``topo -m`` cells towards every GPU of the node and the order
+``mig -lgi`` lists its instances in), table rows, ``-L`` line, ``-q`` parts before and after its MIG
+devices and modelled query values (a field without one is ``[N/A]``), ``GX`` the end of its ``topo -m``
+row, ``PT``/``PA``/``PZ``/``PC`` the lines and values that differ when the GPU is seen through some of its
+MIG devices only (by line number or field), ``M`` a MIG device (static instance or dynamic option, its
+UUID, GPU-instance ID, start slot and templates), ``TT``/``TQ``/``TL`` the table, ``-q`` and ``-L``
+templates MIG devices of one shape share, ``TP``/``TG``/``TC`` the ``mig -lgip``/``-lgi``/``-lci``
+templates GPUs and instances of one shape share, ``QF``/``QA`` query fields and aliases.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from fakegpu.telemetry.nvidia_smi import list as gpu_list
-from fakegpu.telemetry.nvidia_smi import query, query_full, table
+from fakegpu.telemetry.nvidia_smi import mig_tables, query, query_full, table, topology
 from fakegpu.telemetry.nvidia_smi.command import INVALID_COMBINATION, NO_DEVICES, help_text, version_text
 from fakegpu.telemetry.nvidia_smi.devices import VOLUME_MOUNTS_ROOT, SmiNode
 
@@ -59,15 +62,20 @@ function fill(s) {
   s = rep(s, "@N@", att)
   s = rep(s, "@G4@", sprintf("%4d", vg)); s = rep(s, "@G3@", sprintf("%3d", vg)); s = rep(s, "@G@", vg)
   s = rep(s, "@M3@", sprintf("%3d", vm)); s = rep(s, "@M2@", sprintf("%2d", vm)); s = rep(s, "@M@", vm)
-  s = rep(s, "@I4@", sprintf("%4d", vi)); s = rep(s, "@I@", vi); s = rep(s, "@U@", vu)
+  s = rep(s, "@I4@", sprintf("%4d", vi)); s = rep(s, "@I@", vi); s = rep(s, "@S@", vs); s = rep(s, "@U@", vu)
   return rep(s, "@TS@", ts)
 }
 function section_filled(name,   i) { for (i = 1; i <= sc[name]; i++) print fill(sl[name, i]) }
+function template(kind, t,   i) { for (i = 1; i <= xc[kind, t]; i++) print fill(xl[kind, t, i]) }
 function gpu_line(whole, partial, i) { return ((k in vpart) && ((k, i) in partial)) ? partial[k, i] : whole[k, i] }
 BEGIN { FS = "\t" }
 !data { if ($0 == "FAKEGPU_NVIDIA_SMI_DATA") data = 1; next }
 $1 == "S" { sc[$2]++; sl[$2, sc[$2]] = rest(2); next }
-$1 == "G" { ng++; gid[ng] = $2; guu[ng] = $3; gbus[ng] = $4; gmig[ng] = $5; gat[$2] = ng; next }
+$1 == "G" {
+  ng++; gid[ng] = $2; guu[ng] = $3; gbus[ng] = $4; gmig[ng] = $5; glp[ng] = $6 + 0; gcl[ng] = $7; gord[ng] = $8
+  gat[$2] = ng; next
+}
+$1 == "GX" { gx[gat[$2]] = rest(2); next }
 $1 == "GT" { k = gat[$2]; gtc[k]++; gtl[k, gtc[k]] = rest(2); next }
 $1 == "PT" { ptl[gat[$2], $3] = rest(3); next }
 $1 == "GL" { gll[gat[$2]] = rest(2); next }
@@ -79,8 +87,9 @@ $1 == "GC" { k = gat[$2]; gcu[k, $3] = $4; gcn[k, $3] = $5; next }
 $1 == "PC" { k = gat[$2]; pcu[k, $3] = $4; pcn[k, $3] = $5; next }
 $1 == "M" {
   k = gat[$2]; mc[k]++; j = mc[k]; mid[k, j] = $3; muu[k, j] = $4; mgi[k, j] = $5; mop[k, j] = $6
-  mtt[k, j] = $7; mtq[k, j] = $8; mtl[k, j] = $9; next
+  mtt[k, j] = $7; mtq[k, j] = $8; mtl[k, j] = $9; mtg[k, j] = $10; mtc[k, j] = $11; mst[k, j] = $12; next
 }
+$1 == "TP" || $1 == "TG" || $1 == "TC" { xc[$1, $2]++; xl[$1, $2, xc[$1, $2]] = rest(2); next }
 $1 == "TT" { ttc[$2]++; ttl[$2, ttc[$2]] = rest(2); next }
 $1 == "TL" { tll[$2] = rest(2); next }
 $1 == "TQ" { tqc[$2]++; tql[$2, tqc[$2]] = rest(2); next }
@@ -93,6 +102,8 @@ END {
   if (ENVIRON["FGS_CONFLICT"] == "1") { section("invalid"); exit 2 }
   hasfmt = (ENVIRON["FGS_HAS_FORMAT"] == "1")
   if (mode != "query" && hasfmt) { section("invalid"); exit 2 }
+  if (mode == "topo" || mode == "mig") { section("invalid"); exit 2 }
+  if (mode == "matrix" && ENVIRON["FGS_HAS_IDS"] == "1") { section("topoid"); exit 2 }
   if (mode == "query") {
     if (!hasfmt) { section("invalid"); exit 2 }
     nt = csplit(ENVIRON["FGS_FORMAT"], ft)
@@ -132,9 +143,10 @@ END {
   nv = 0
   for (k = 1; k <= ng; k++) {
     cnt = 0
-    if (k in whole) { if (gmig[k] == "1") for (j = 1; j <= mc[k]; j++) if (mop[k, j] == "0") vmj[k, ++cnt] = j }
-    else {
-      for (j = 1; j <= mc[k]; j++) if ((k, j) in part) vmj[k, ++cnt] = j
+    if (k in whole) {
+      if (gmig[k] == "1") for (j = 1; j <= mc[k]; j++) if (mop[k, j] == "0") { vmj[k, ++cnt] = j; vis[k, j] = 1 }
+    } else {
+      for (j = 1; j <= mc[k]; j++) if ((k, j) in part) { vmj[k, ++cnt] = j; vis[k, j] = 1 }
       if (!cnt) continue
       vpart[k] = 1
     }
@@ -156,6 +168,44 @@ END {
   } else for (v = 1; v <= nv; v++) { sel[v] = 1; ns++ }
   if (!ns) { section("nodev"); exit 6 }
   att = nv
+  if (mode == "matrix") {
+    line = ""
+    for (v = 1; v <= nv; v++) line = line "\tGPU" (v - 1)
+    print line "\t" sl["topohead", 1]
+    for (v = 1; v <= nv; v++) {
+      k = vk[v]; csplit(gcl[k], cl); line = "GPU" (v - 1)
+      for (w = 1; w <= nv; w++) line = line "\t" cl[vk[w]]
+      print line "\t" gx[k]
+    }
+    section("legend"); exit 0
+  }
+  if (mode == "lgip") {
+    n = 0
+    for (v = 1; v <= nv; v++) if ((v in sel) && glp[vk[v]]) n++
+    if (!n) { section("nomigdev"); exit 6 }
+    section("lgiphead")
+    for (v = 1; v <= nv; v++) if ((v in sel) && glp[vk[v]]) { vg = v - 1; template("TP", glp[vk[v]]) }
+    exit 0
+  }
+  if (mode == "lgi" || mode == "lci") {
+    en = 0; rows = 0
+    for (v = 1; v <= nv; v++) if (v in sel) {
+      k = vk[v]
+      if (gmig[k] != "1" && !(k in vpart)) continue
+      en++
+      if (gord[k] == "") continue
+      no = csplit(gord[k], od)
+      for (i = 1; i <= no; i++) if ((k, od[i] + 0) in vis) { rows++; ov[rows] = v; oj[rows] = od[i] + 0 }
+    }
+    if (!en) { section("nomigdev"); exit 6 }
+    if (!rows) { section(mode == "lgi" ? "nogi" : "noci"); exit 6 }
+    section(mode == "lgi" ? "lgihead" : "lcihead")
+    for (i = 1; i <= rows; i++) {
+      v = ov[i]; k = vk[v]; j = oj[i]; vg = v - 1; vi = mgi[k, j]; vs = mst[k, j]
+      if (mode == "lgi") template("TG", mtg[k, j]); else template("TC", mtc[k, j])
+    }
+    exit 0
+  }
   if (mode == "list") {
     for (v = 1; v <= nv; v++) if (v in sel) {
       k = vk[v]; vg = v - 1; print fill(gll[k])
@@ -233,10 +283,11 @@ _SHELL_HEAD: Final = r"""#!/bin/sh
 # FAKEGPU_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES. Needs only sh and awk. Do not edit: the device
 # plugin or DRA driver rewrites it.
 set -f
-mode=table fields= fmt= has_fmt=0 ids= has_ids=0 report= conflict=0
+mode=table fields= fmt= has_fmt=0 ids= has_ids=0 report= conflict=0 sub=
+case ${1-} in topo|mig) sub=$1 mode=$1; shift ;; esac
 while [ "$#" -gt 0 ]; do
-  case $1 in
-    --query-gpu|--format|-i|--id)
+  case $sub:$1 in
+    :--query-gpu|:--format|*:-i|*:--id)
       if [ "$#" -lt 2 ]; then
         printf "ERROR: Option %s is missing its value. Please run 'nvidia-smi -h' for help.\n\n" "$1"
         exit 2
@@ -247,19 +298,23 @@ while [ "$#" -gt 0 ]; do
         *) ids=$2 has_ids=1 ;;
       esac
       shift ;;
-    -L|--list-gpus) mode=list ;;
-    -q|--query) mode=full ;;
-    --query-gpu=*) mode=query fields=${1#--query-gpu=} ;;
-    --format=*) fmt=${1#--format=} has_fmt=1 ;;
-    --id=*) ids=${1#--id=} has_ids=1 ;;
-    -h|--help) mode=help ;;
-    --version) mode=version ;;
+    :-L|:--list-gpus) mode=list ;;
+    :-q|:--query) mode=full ;;
+    :--query-gpu=*) mode=query fields=${1#--query-gpu=} ;;
+    :--format=*) fmt=${1#--format=} has_fmt=1 ;;
+    *:--id=*) ids=${1#--id=} has_ids=1 ;;
+    *:-h|*:--help) mode=help ;;
+    :--version) mode=version ;;
+    topo:-m|topo:--matrix) mode=matrix ;;
+    mig:-lgip|mig:--list-gpu-instance-profiles) mode=lgip ;;
+    mig:-lgi|mig:--list-gpu-instances) mode=lgi ;;
+    mig:-lci|mig:--list-compute-instances) mode=lci ;;
     *)
       printf "ERROR: Option %s is not recognized. Please run 'nvidia-smi -h' for help.\n\n" "$1"
       exit 2 ;;
   esac
   case $mode in
-    list|full|query)
+    list|full|query|lgip|lgi|lci)
       if [ -n "$report" ] && [ "$report" != "$mode" ]; then conflict=1; fi
       report=$mode ;;
   esac
@@ -308,15 +363,16 @@ exit
 """
 
 
-def _check_line(line: str) -> str:
-    if "\t" in line or "\n" in line or line == _DELIMITER:
+def _check_line(line: str, *, tabs: bool = False) -> str:
+    if ("\t" in line and not tabs) or "\n" in line or line == _DELIMITER:
         raise ValueError(f"cannot embed {line!r} in the nvidia-smi script")
     return line
 
 
-def _records(kind: str, keys: Iterable[object], lines: Iterable[str]) -> list[str]:
+def _records(kind: str, keys: Iterable[object], lines: Iterable[str], *, tabs: bool = False) -> list[str]:
+    """One record per line; ``tabs``: lines the awk reads whole with ``rest``, so they may hold tabs."""
     prefix = "\t".join([kind, *(str(k) for k in keys)])
-    return [f"{prefix}\t{_check_line(line)}" for line in lines]
+    return [f"{prefix}\t{_check_line(line, tabs=tabs)}" for line in lines]
 
 
 def _text_lines(text: str) -> list[str]:
@@ -357,17 +413,36 @@ def data_records(node: SmiNode) -> list[str]:
         "version": _text_lines(version_text(node)),
         "invalid": _text_lines(INVALID_COMBINATION),
         "nodev": _text_lines(NO_DEVICES),
+        "legend": topology.LEGEND,
+        "topoid": _text_lines(topology.NO_ID_OPTION),
+        "lgiphead": mig_tables.profiles_head(node),
+        "lgihead": mig_tables.instances_head(node),
+        "lcihead": mig_tables.COMPUTE_HEAD,
+        "nomigdev": _text_lines(mig_tables.NO_MIG_DEVICES),
+        "nogi": _text_lines(mig_tables.NO_GPU_INSTANCES),
+        "noci": _text_lines(mig_tables.NO_COMPUTE_INSTANCES),
     }
     for name, lines in sections.items():
         out += _records("S", [name], lines)
+    out += _records("S", ["topohead"], [topology.HEAD_TAIL], tabs=True)
     for f in query.FIELDS:
         out.append(f"QF\t{f.name}\t{f.header}")
         out += [f"QA\t{alias}\t{f.name}" for alias in f.aliases]
     table_ids: dict[tuple[str, ...], int] = {}
     full_ids: dict[tuple[str, ...], int] = {}
     list_ids: dict[tuple[str, ...], int] = {}
+    profile_ids: dict[tuple[str, ...], int] = {}
+    instance_ids: dict[tuple[str, ...], int] = {}
+    compute_ids: dict[tuple[str, ...], int] = {}
     for g in node.gpus:
-        out.append("\t".join(["G", str(g.index), _check_line(g.uuid), g.bus_id, "1" if g.mig_enabled else "0"]))
+        lgip = _template("TP", mig_tables.profile_rows(node, g), profile_ids, out) if g.mig_profiles else 0
+        devices = [*g.migs, *g.mig_options]
+        position = {id(m): n for n, m in enumerate(devices, 1)}
+        order = ",".join(str(position[id(m)]) for m in mig_tables.listing_order(g, devices))
+        cells = ",".join(topology.cells(node, g))
+        mig_on = "1" if g.mig_enabled else "0"
+        out.append("\t".join(["G", str(g.index), _check_line(g.uuid), g.bus_id, mig_on, str(lgip), cells, order]))
+        out += _records("GX", [g.index], [topology.row_tail(g)], tabs=True)
         out += _records("GT", [g.index], table.gpu_rows(g))
         out += _records("GL", [g.index], [gpu_list.gpu_line(g)])
         out += _records("GA", [g.index], query_full.gpu_head(g))
@@ -391,8 +466,11 @@ def data_records(node: SmiNode) -> list[str]:
             tt = _template("TT", table.mig_rows(m), table_ids, out)
             tq = _template("TQ", query_full.mig_block(m), full_ids, out)
             tl = _template("TL", (gpu_list.mig_line(m),), list_ids, out)
+            tg = _template("TG", mig_tables.instance_rows(node, g, m), instance_ids, out)
+            tc = _template("TC", mig_tables.compute_rows(g, m), compute_ids, out)
             fields = [str(g.index), str(m.index), _check_line(m.uuid), str(m.gi_id), "1" if option else "0"]
-            out.append("\t".join(["M", *fields, str(tt), str(tq), str(tl)]))
+            templates = [str(t) for t in (tt, tq, tl, tg, tc)]
+            out.append("\t".join(["M", *fields, *templates, str(m.start)]))
     return out
 
 

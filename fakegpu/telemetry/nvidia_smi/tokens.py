@@ -25,14 +25,24 @@ GI_4: Final = "@I4@"
 """A MIG device's GPU-instance ID right-aligned in 4 (MIG devices row): MIG fragments are shared by every
 device of the same shape, so the one number that tells them apart is filled in when printing."""
 GI: Final = "@I@"
+START: Final = "@S@"
+"""A MIG device's first memory slice (``mig -lgi`` Placement ``Start:Size``), filled in for the same reason."""
 UUID: Final = "@U@"
 """A MIG device's UUID (``-L`` line), for the same reason."""
 
-ALL: Final = (TIMESTAMP, ATTACHED, GPU_4, GPU_3, GPU, MIG_3, MIG_2, MIG, GI_4, GI, UUID)
+ALL: Final = (TIMESTAMP, ATTACHED, GPU_4, GPU_3, GPU, MIG_3, MIG_2, MIG, GI_4, GI, START, UUID)
 
 
 def fill(
-    line: str, *, gpu: int = 0, mig: int = 0, gi: int = 0, uuid: str = "", attached: int = 0, timestamp: str = ""
+    line: str,
+    *,
+    gpu: int = 0,
+    mig: int = 0,
+    gi: int = 0,
+    start: int = 0,
+    uuid: str = "",
+    attached: int = 0,
+    timestamp: str = "",
 ) -> str:
     """Replace every token, in this order, each occurrence left to right without rescanning what was put in;
     the UUID and the timestamp (values from outside: devices.json, an override) go in last, so nothing in
@@ -48,6 +58,7 @@ def fill(
         .replace(MIG, str(mig))
         .replace(GI_4, f"{gi:4d}")
         .replace(GI, str(gi))
+        .replace(START, str(start))
         .replace(UUID, uuid)
         .replace(TIMESTAMP, timestamp)
     )

@@ -35,6 +35,29 @@ def test_options_keep_nvidia_smis_order():
     assert parse("--gpus", "2xt4").smi_argv == []
 
 
+def test_subcommands_come_first_whatever_their_place_among_the_inventory_options():
+    assert parse("topo", "--gpus", "2xt4", "-m").smi_argv == ["topo", "-m"]
+    assert parse("--gpus", "2xt4", "mig", "-i", "0", "-lgip").smi_argv == ["mig", "-i", "0", "-lgip"]
+    assert parse("--gpus", "2xt4", "mig", "--list-compute-instances").smi_argv == ["mig", "--list-compute-instances"]
+    with pytest.raises(SystemExit):
+        parse("--gpus", "2xt4", "nvlink", "-s")
+
+
+def test_topo_and_mig_through_main(capsys):
+    """What scripts run on a node: ``fakegpu nvidia-smi topo -m`` and ``mig -lgi`` as nvidia-smi prints them."""
+    env = {"NODE_NAME": "node-a"}
+    assert run_nvidia_smi_command(parse("--gpus", "2xh100-80gb", "topo", "-m"), env) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID",
+        "GPU0\t X \tNV18\t\t0\t\tN/A",
+    ]
+    argv = ["nvidia-smi", "--gpus", "2xh100-80gb", "--mig-layout", "all-balanced", "mig", "-lgi"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("|   1  MIG ") == 4
+    assert main(["nvidia-smi", "--gpus", "1xt4", "mig", "-lgip"]) == 6
+    assert capsys.readouterr().out == "No MIG-enabled devices found.\n"
+
+
 def test_inventory_options_and_visible_devices(capsys):
     env = {"NODE_NAME": "node-a", "NVIDIA_VISIBLE_DEVICES": "1", "FAKEGPU_NVIDIA_SMI_TIME": TS}
     assert (

@@ -28,6 +28,14 @@ HINT = "Please run 'nvidia-smi -h' for help.\n\n"
         (["--id", ""], Request(ids="")),
         (["-h"], Request("help")),
         (["--version", "-L"], Request("list")),
+        (["topo", "-m"], Request("matrix")),
+        (["topo", "--matrix", "-i", "1"], Request("matrix", ids="1")),
+        (["topo"], Request("topo")),
+        (["mig", "-i", "0", "-lgip"], Request("lgip", ids="0")),
+        (["mig", "--list-gpu-instances", "--id=GPU-x"], Request("lgi", ids="GPU-x")),
+        (["mig", "-lci", "-lgi"], Request("lgi", conflict=True)),
+        (["mig", "-lci", "-lci", "-h"], Request("help")),
+        (["mig"], Request("mig")),
     ],
 )
 def test_parse(argv, expected):
@@ -43,6 +51,11 @@ def test_parse(argv, expected):
         (["-i"], f"ERROR: Option -i is missing its value. {HINT}"),
         (["-L", "--query-gpu"], f"ERROR: Option --query-gpu is missing its value. {HINT}"),
         (["-L", "-q", "-x"], f"ERROR: Option -x is not recognized. {HINT}"),
+        (["mig", "-lgi", "--format=csv"], f"ERROR: Option --format=csv is not recognized. {HINT}"),
+        (["mig", "-L"], f"ERROR: Option -L is not recognized. {HINT}"),
+        (["topo", "-m", "mig"], f"ERROR: Option mig is not recognized. {HINT}"),
+        (["-L", "topo"], f"ERROR: Option topo is not recognized. {HINT}"),
+        (["mig", "-lgi", "--id"], f"ERROR: Option --id is missing its value. {HINT}"),
     ],
 )
 def test_option_errors_stop_at_once_with_status_2(argv, text):

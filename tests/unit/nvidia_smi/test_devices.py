@@ -57,6 +57,28 @@ def test_json_round_trip_is_lossless_and_plain_json():
     assert from_json(doc) == node
 
 
+def test_topology_and_mig_profiles_come_from_the_node_and_survive_devices_json():
+    """``topo -m`` and ``mig -lgip`` read them: NUMA node, NVLink peers and their link count, the board's
+    GPU-instance profiles with the IDs nvidia-smi shows."""
+    node = mixed()
+    gpu = node.gpus[0]
+    assert (gpu.numa, gpu.nvlink_peers, gpu.nvlink_links) == (0, (1,), 18)
+    assert [(p.name, p.profile_id, p.nvml_index) for p in gpu.mig_profiles][:3] == [
+        ("1g.10gb", 19, 0),
+        ("1g.10gb+me", 20, 7),
+        ("1g.20gb", 15, 9),
+    ]
+    assert smi_node("1xt4").gpus[0].mig_profiles == () and smi_node("2xl4").gpus[0].nvlink_peers == ()
+    doc = json.loads(json.dumps(to_json(node)))
+    assert doc["gpus"][1]["numaNode"] == 0 and doc["gpus"][1]["nvlinkPeers"] == [0]
+    assert from_json(doc) == node
+    for g in doc["gpus"]:
+        for key in ("numaNode", "nvlinkPeers", "nvlinkLinks", "migProfiles"):
+            g.pop(key)
+    older = from_json(doc)
+    assert older.gpus[0].numa is None and older.gpus[0].nvlink_peers == () and older.gpus[0].mig_profiles == ()
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -70,6 +92,11 @@ def test_json_round_trip_is_lossless_and_plain_json():
         (lambda d: d["gpus"][0].update(busId="bogus"), "gpus[0].busId: expected nvidia-smi's form"),
         (lambda d: d["gpus"][0]["migDevices"][2].update(index=0), "gpus[0]: MIG device indices must be unique"),
         (lambda d: d["gpus"][0].update(migOptions=[{}]), "gpus[0].migOptions[0]: missing field 'index'"),
+        (lambda d: d["gpus"][0].update(numaNode="0"), "gpus[0].numaNode: expected an integer or null"),
+        (lambda d: d["gpus"][0].update(nvlinkPeers=[True]), "gpus[0].nvlinkPeers: expected a list of integers"),
+        (lambda d: d["gpus"][1].update(nvlinkLinks=None), "gpus[1].nvlinkLinks: expected int"),
+        (lambda d: d["gpus"][0]["migProfiles"][0].pop("id"), "gpus[0].migProfiles[0]: missing field 'id'"),
+        (lambda d: d["gpus"][0]["migProfiles"][1].update(placements=0), "migProfiles[1].placements: expected a list"),
     ],
 )
 def test_bad_devices_json_names_the_field(change, message):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.sharing.node import build_node
+from fakegpu.sharing.node_spec import parse_node_spec
 from fakegpu.telemetry.nvidia_smi.command import run
 from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_node, visible_devices
 from fakegpu.telemetry.nvidia_smi.shell_script import (
@@ -70,7 +72,30 @@ def nodes() -> dict[str, SmiNode]:
         "h100-1g": smi_node("2xh100-80gb", "all-1g.10gb"),
         "mixed": mixed(),
         "dynamic": from_node(node("2xa100-40gb", "all-balanced"), dynamic_mig=True),
+        "topology": from_node(build_node(parse_node_spec(TOPOLOGY, "test"), "node-a", source="test")),
     }
+
+
+TOPOLOGY = {
+    "driverVersion": "580.173.02",
+    "numaNodes": 2,
+    "nvlink": [[0, 1], [2, 3]],
+    "gpus": [
+        {
+            "model": "h100-80gb",
+            "migEnabled": True,
+            "migDevices": [
+                {"profile": "1g.10gb", "start": 6},
+                {"profile": "3g.40gb", "start": 0},
+                {"profile": "1g.10gb+me", "start": 4},
+            ],
+        },
+        {"model": "h100-80gb", "count": 2},
+        {"model": "h100-80gb", "migEnabled": True, "migDevices": {}},
+    ],
+}
+"""Driver 580 (the wider MIG boxes), two NVLink groups over two NUMA nodes, a GPU in MIG mode without
+instances: what ``topo -m`` and ``mig`` need beyond the other nodes."""
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +179,31 @@ ARGVS: list[list[str]] = [
     ["-L", "-L", "-q", "-h"],
     ["--version"],
     ["-h"],
+    ["topo"],
+    ["topo", "-m", "-i", "0"],
+    ["topo", "-L"],
+    ["mig"],
+    ["mig", "-i", "0"],
+    ["mig", "-lgi", "-lci"],
+    ["mig", "-lgi", "--format=csv,noheader"],
+    ["mig", "--format", "csv", "-lgip"],
+    ["mig", "-lgi", "-i"],
+    ["mig", "-lci", "-h"],
+    ["topo", "--matrix", "--help"],
+    ["-lgi"],
+    ["-L", "topo", "-m"],
 ]
+SUBCOMMAND_ARGVS: list[list[str]] = [
+    ["topo", "-m"],
+    ["mig", "-lgip"],
+    ["mig", "--list-gpu-instances"],
+    ["mig", "-lci"],
+    ["mig", "-i", "1", "-lgi"],
+    ["topo", "--matrix"],
+    ["mig", "--id=0,3", "--list-gpu-instance-profiles"],
+    ["mig", "-lgi", "--id", "0"],
+]
+"""``topo -m`` and ``mig`` listings, run over every selection like the first five of ARGVS."""
 
 
 def check_cases(
@@ -172,21 +221,21 @@ PRIMARY = COMBOS[0]
 """dash with the first awk found: every node, every argument list, every selection."""
 
 
-@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic"])
+@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic", "topology"])
 def test_script_equals_the_python_renderer(name, nodes, scripts, tmp_path):
     node = nodes[name]
-    cases = [(argv, env) for argv in ARGVS[:5] for env in visible_cases(node)]
+    cases = [(argv, env) for argv in ARGVS[:5] + SUBCOMMAND_ARGVS for env in visible_cases(node)]
     cases += [(argv, {NVIDIA: "0"}) for argv in ARGVS[5:]]
     check_cases(*PRIMARY, node, scripts[name], tmp_path, cases)
 
 
 @pytest.mark.parametrize(("shell", "awk"), COMBOS[1:])
-@pytest.mark.parametrize("name", ["mixed", "dynamic"])
+@pytest.mark.parametrize("name", ["mixed", "dynamic", "topology"])
 def test_every_shell_and_awk_agree(shell, awk, name, nodes, scripts, tmp_path):
     """The other combinations, on the nodes with MIG devices and whole GPUs: fewer selections, all modes."""
     node = nodes[name]
     selections = visible_cases(node)[::3]
-    cases = [(argv, env) for argv in ARGVS[:5] for env in selections]
+    cases = [(argv, env) for argv in ARGVS[:5] + SUBCOMMAND_ARGVS for env in selections]
     cases += [(argv, {NVIDIA: "all"}) for argv in ARGVS[5:]]
     check_cases(shell, awk, node, scripts[name], tmp_path, cases)
 
@@ -271,6 +320,15 @@ def test_dynamic_mig_templates_keep_the_script_small(nodes):
     assert options == 8 * sum(len(p.placements) for p in node("1xh100-80gb").gpus[0].model.mig_profiles)
     script = render_script(big)
     assert len(script) < len(render_script(smi_node("8xh100-80gb"))) + 200 * options
+
+
+def test_topo_and_mig_keep_the_script_small():
+    """``topo -m`` and ``mig`` share templates like the table does: an 8x H100 all-1g.10gb node's script was
+    87,506 bytes before them and is about 95,100 with them (the awk code, the fixed boxes and the legend;
+    one ``-lgip`` template for eight identical GPUs)."""
+    assert len(render_script(smi_node("8xh100-80gb", "all-1g.10gb"))) < 96_000
+    records = data_records(smi_node("8xh100-80gb", "all-1g.10gb"))
+    assert sum(r.startswith(("TP\t", "TG\t", "TC\t")) for r in records) == 7 * 3 + 2 + 2
 
 
 def test_the_script_runs_by_its_shebang_from_path(nodes, scripts, tmp_path):
