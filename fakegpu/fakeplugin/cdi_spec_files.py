@@ -46,6 +46,7 @@ from fakegpu.fakeplugin.allocate_response import (
     runtime_id,
 )
 from fakegpu.runtime.cdi_spec import new_spec, render_spec, spec_file_name, write_spec_file
+from fakegpu.runtime.change_stream import keep_current
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.plugin_config import CDI_STRATEGIES, PluginConfig
@@ -167,15 +168,6 @@ class PluginCdiSpecs:
         return written
 
     def follow(self, live: LiveInventory) -> Callable[[], None]:
-        """Write now (an error here is the caller's: NVIDIA's plugin does not start without its spec) and
-        after every change of ``live``; later errors are logged, never raised into the inventory's other
-        listeners. Returns the unsubscribe function."""
-        self.update(live.inventory)
-
-        def changed() -> None:
-            try:
-                self.update(live.inventory)
-            except (OSError, ValueError) as exc:
-                log.error("cannot update the CDI specs in %s: %s", self.cdi_root, exc)
-
-        return live.subscribe(changed)
+        """Write now (NVIDIA's plugin does not start without its spec) and after every change of ``live``
+        (``keep_current``); returns the unsubscribe function."""
+        return keep_current(live, lambda: self.update(live.inventory), f"the CDI specs in {self.cdi_root}")

@@ -130,28 +130,31 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
     return EARLIEST_VERSION
 
 
-def check_vendor_or_class(name: str, what: str) -> None:
+def _check_name(name: str, what: str, first_letter_only: bool, inner: str) -> None:
+    """CDI's name rules (``pkg/parser``): a letter (vendor, class) or alphanumeric (device) first, letters,
+    digits and ``inner`` inside, alphanumeric last."""
     if not name:
         raise ValueError(f"CDI {what} name is empty")
-    if not ("A" <= name[0] <= "Z" or "a" <= name[0] <= "z"):
+    if first_letter_only and not ("A" <= name[0] <= "Z" or "a" <= name[0] <= "z"):
         raise ValueError(f"CDI {what} name {name!r} must start with a letter")
+    if not first_letter_only and not (name[0].isascii() and name[0].isalnum()):
+        raise ValueError(f"CDI {what} name {name!r} must start with a letter or digit")
     for c in name[1:-1]:
-        if not (c.isascii() and (c.isalnum() or c in "_-.")):
-            raise ValueError(f"invalid character {c!r} in CDI {what} name {name!r} (allowed: A-Z a-z 0-9 _ - .)")
+        if not (c.isascii() and (c.isalnum() or c in inner)):
+            allowed = " ".join(["A-Z a-z 0-9", *inner])
+            raise ValueError(f"invalid character {c!r} in CDI {what} name {name!r} (allowed: {allowed})")
     if not (name[-1].isascii() and name[-1].isalnum()):
         raise ValueError(f"CDI {what} name {name!r} must end with a letter or digit")
 
 
+def check_vendor_or_class(name: str, what: str) -> None:
+    """A vendor or class name: a letter first, ``_ - .`` inside."""
+    _check_name(name, what, True, "_-.")
+
+
 def check_device_name(name: str) -> None:
-    if not name:
-        raise ValueError("CDI device name is empty")
-    if not (name[0].isascii() and name[0].isalnum()):
-        raise ValueError(f"CDI device name {name!r} must start with a letter or digit")
-    for c in name[1:-1]:
-        if not (c.isascii() and (c.isalnum() or c in "_-.:")):
-            raise ValueError(f"invalid character {c!r} in CDI device name {name!r} (allowed: A-Z a-z 0-9 _ - . :)")
-    if not (name[-1].isascii() and name[-1].isalnum()):
-        raise ValueError(f"CDI device name {name!r} must end with a letter or digit")
+    """A device name: alphanumeric first, ``_ - . :`` inside."""
+    _check_name(name, "device", False, "_-.:")
 
 
 def _check_fields(obj: Any, allowed: frozenset[str], where: str) -> Mapping[str, Any]:
