@@ -14,12 +14,13 @@ devices, and the next start rewrites them.
 What the specs hold, per class (the model and checks are ``fakegpu.runtime.cdi_spec``):
 
 * ``gpu``: a device per ID Allocate can name under the configured ``deviceIDStrategy`` (GPU or MIG UUID,
-  replica suffix stripped, or the index form ``0`` / ``0:1``) plus nvcdi's ``all``. NVIDIA's spec-wide
-  edits set ``NVIDIA_VISIBLE_DEVICES=void``. A device's own edits, where NVIDIA's carry its device nodes,
-  bind-mount ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>`` (NVIDIA's volume-mounts
-  convention, which the fake nvidia-smi reads; a fake node has no device nodes to mount) and, with
-  ``--pass-device-specs``, add the same device nodes Allocate's device specs would (the control nodes
-  spec-wide). With ``--inject-nvidia-smi`` the spec-wide edits mount the fake nvidia-smi and devices.json.
+  replica suffix stripped, or the index form ``0`` / ``0:1``). NVIDIA's spec-wide edits set
+  ``NVIDIA_VISIBLE_DEVICES=void`` (nvidia-container-toolkit ``pkg/nvcdi/wrapper.go`` ``GetCommonEdits``).
+  A device's own edits, where NVIDIA's carry its device nodes (a fake node has none to give), bind-mount
+  ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>``, NVIDIA's volume-mounts marker of a
+  container's device, and with ``--pass-device-specs`` add the device nodes Allocate's device specs would
+  (the control nodes spec-wide). With ``--inject-nvidia-smi`` the spec-wide edits mount the fake nvidia-smi
+  and devices.json; the container's devices reach it through Allocate's ``FAKEGPU_VISIBLE_DEVICES``.
 * ``imex-channel``: a device per configured channel, mounted as the volume-mounts strategy names it.
 * ``gdrcopy``, ``gds``, ``mofed``: the device ``all``, setting the variable Allocate sets for it.
 """
@@ -74,18 +75,9 @@ def _device_node(config: PluginConfig, path: str) -> dict[str, Any]:
     return {"path": path, "hostPath": join_root(config.nvidia_dev_root, path), "permissions": "rw"}
 
 
-def _merged(edits: list[dict[str, Any]]) -> dict[str, Any]:
-    """nvcdi's ``all``: every device's edits in order, duplicates dropped."""
-    out: dict[str, list[Any]] = {}
-    for edit in edits:
-        for key, values in edit.items():
-            bucket = out.setdefault(key, [])
-            bucket.extend(v for v in values if v not in bucket)
-    return out
-
-
 def gpu_spec(inventory: Inventory) -> dict[str, Any]:
-    """The ``gpu`` class: every device Allocate can name under the deviceIDStrategy, plus ``all``."""
+    """The ``gpu`` class: every device Allocate can name under the deviceIDStrategy (no merged ``all``: the
+    plugin's nvcdi library is built without ``WithMergedDeviceOptions``)."""
     config = inventory.config
     edits: dict[str, dict[str, Any]] = {}
     for resource in inventory.resources:
@@ -99,8 +91,6 @@ def gpu_spec(inventory: Inventory) -> dict[str, Any]:
                 edit["deviceNodes"] = [_device_node(config, p) for p in own]
             edits[name] = edit
     devices = [{"name": name, "containerEdits": edit} for name, edit in edits.items()]
-    if devices:
-        devices.append({"name": ALL_DEVICES, "containerEdits": _merged(list(edits.values()))})
     common: dict[str, Any] = {"env": [VOID_VISIBLE_DEVICES]}
     if config.pass_device_specs:
         common["deviceNodes"] = [_device_node(config, p) for p in CONTROL_DEVICE_PATHS]

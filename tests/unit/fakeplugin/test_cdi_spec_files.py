@@ -109,14 +109,17 @@ def test_no_spec_without_a_cdi_strategy(tmp_path, strategies):
     assert not (tmp_path / "cdi").exists()
 
 
-def test_the_spec_is_nvidia_shaped_and_has_the_all_device(tmp_path):
+def test_the_spec_is_nvidia_shaped(tmp_path):
+    """nvcdi's spec: a device per GPU, no merged ``all`` (the plugin sets no ``WithMergedDeviceOptions``),
+    common ``NVIDIA_VISIBLE_DEVICES=void`` (nvidia-container-toolkit ``pkg/nvcdi/wrapper.go``)."""
     inv, root = setup(tmp_path, "none", "cdi-cri", "uuid")
     g0, g1 = (g.uuid for g in inv.node.gpus)
     spec = json.loads((root / f"{CDI}-gpu.json").read_text())
     assert spec["kind"] == f"{CDI}/gpu"
-    assert [d["name"] for d in spec["devices"]] == [g0, g1, "all"]
+    assert [d["name"] for d in spec["devices"]] == [g0, g1]
     assert spec["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
-    assert resolve(root, [f"{CDI}/gpu=all"]).mount_targets == [f"{VM}/{g0}", f"{VM}/{g1}"]
+    with pytest.raises(UnresolvableDevice):
+        resolve(root, [f"{CDI}/gpu=all"])
     assert stat.S_IMODE((root / f"{CDI}-gpu.json").stat().st_mode) == 0o644
     assert stat.S_IMODE(root.stat().st_mode) == 0o755
 
