@@ -20,6 +20,7 @@ import pytest
 
 from fakegpu.fakeplugin.allocate_response import container_allocate_response, device_paths
 from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs, plugin_specs
+from fakegpu.runtime.cdi_spec import validate_spec
 from fakegpu.sharing.inputs import load_inventory
 from fakegpu.sharing.inventory import Device, Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -120,6 +121,10 @@ def test_the_spec_is_nvidia_shaped(tmp_path):
     assert spec["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
     with pytest.raises(UnresolvableDevice):
         resolve(root, [f"{CDI}/gpu=all"])
+    # The lowest version that fits, as nvcdi's spec builder writes; a runtime with a CDI 0.6+ library loads it.
+    assert spec["cdiVersion"] == "0.3.0"
+    for version in ("0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"):
+        validate_spec({**spec, "cdiVersion": version})
     assert stat.S_IMODE((root / f"{CDI}-gpu.json").stat().st_mode) == 0o644
     assert stat.S_IMODE(root.stat().st_mode) == 0o755
 
