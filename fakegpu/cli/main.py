@@ -58,6 +58,13 @@ from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 EXIT_USAGE = 2
 
 
+def add_cdi_root_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--cdi-root``: where a daemon writes its CDI specs; a container runtime reads /var/run/cdi."""
+    parser.add_argument(
+        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help=f"where {what} go (default %(default)s)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
     parser.add_argument(
@@ -100,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
         "conventionally /var/run/fakegpu/plugin.sock)",
     )
+    add_cdi_root_option(plugin, "the plugin's CDI specs (with a CDI deviceListStrategy)")
     plugin.add_argument(
         "--bug-compat",
         action="append",
@@ -146,9 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
     )
-    dra.add_argument(
-        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go (default %(default)s)"
-    )
+    add_cdi_root_option(dra, "the claims' CDI specs")
     dra.add_argument(
         "--server-version",
         type=server_minor,
@@ -258,6 +264,7 @@ def _run(args: argparse.Namespace) -> int:
                 admin_socket=args.admin_socket,
                 telemetry=_telemetry_settings(args),
                 node=node_settings(args),
+                cdi_root=args.cdi_root,
             )
         )
     if args.command == "dra":

@@ -9,16 +9,23 @@ recompute instead of trusting half-written state.
 Device names are NVIDIA's (``fakegpu.dra.device_map``); opaque configs are NVIDIA's ``GpuConfig`` /
 ``MigDeviceConfig`` (``fakegpu.dra.opaque_config``).
 
-Environment each prepared device gets (one CDI device per allocation result):
+Environment each prepared device gets (one CDI device per allocation result; the claim's spec adds
+NVIDIA's common ``NVIDIA_VISIBLE_DEVICES=void``, ``fakegpu.dra.cdi_specs``):
 
-* ``NVIDIA_VISIBLE_DEVICES=<uuid>,<uuid>`` — the UUIDs of the claim's devices allocated for the same
-  request (a container references a claim or one of its requests; CDI env edits replace rather than
-  merge, so the per-request list is what every device of that request carries). Dynamic MIG devices
-  have no UUID until created; they get ``fakegpu.sharing.identifiers.mig_uuid(pool, gpu, profile, start)``,
-  the same deterministic UUID static MIG devices have.
-* MPS (``sharing.strategy: MPS``): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<n>`` and
+* ``FAKEGPU_VISIBLE_DEVICES=<uuid>,<uuid>`` — what stands in for NVIDIA's per-device edits (the device
+  nodes a fake GPU does not have): the UUIDs of the claim's devices allocated for the same request (a
+  container references a claim or one of its requests; CDI env edits replace rather than merge, so the
+  per-request list is what every device of that request carries). The fake nvidia-smi shows exactly
+  these. Dynamic MIG devices have no UUID until created; they get
+  ``fakegpu.sharing.identifiers.mig_uuid(pool, gpu, profile, start)``, the same deterministic UUID static
+  MIG devices have.
+* MPS (``sharing.strategy: MPS``): NVIDIA's ``CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps`` (the spec adds the
+  pipe and shm mounts of the group's control daemon, ``fakegpu.dra.mps_control_files``), then
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<n>`` and
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<uuid>=<N>M,...`` (NVIDIA's per-device limit format, MiB rounded
   down, ``defaultPerDevicePinnedMemoryLimit`` keys are a UUID or an index into the config's devices).
+  NVIDIA hands these to its MPS control daemon as the defaults every client gets
+  (``cmd/gpu-kubelet-plugin/sharing.go``); fakegpu has no daemon and gives them to the client.
 * Time slicing on a full GPU: ``NVIDIA_TIME_SLICE_INTERVAL=Default|Short|Medium|Long`` — a fakegpu
   convention (the real driver calls ``nvidia-smi compute-policy``; nothing real sets this variable).
 
@@ -31,13 +38,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name, qualified_name
+from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import PublishedDevice
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, MPS_SUPPORT, TIME_SLICING_SETTINGS, FeatureGates
+from fakegpu.dra.mps_control_files import control_daemon_id, pipe_directory_env
 from fakegpu.dra.opaque_config import MPS, TIME_SLICING, SharingConfig, opaque_configs, pick_config
+from fakegpu.runtime.cdi_spec import qualified_name
+from fakegpu.telemetry.nvidia_smi.injection import VISIBLE_DEVICES_ENV
 
-VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MPS_PINNED_MEMORY_ENV: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 TIME_SLICE_ENV: Final = "NVIDIA_TIME_SLICE_INTERVAL"
@@ -56,6 +65,9 @@ class PreparedResult:
     cdi_device_name: str
     cdi_ids: tuple[str, ...]
     env: tuple[str, ...]
+    mps_daemon_id: str | None = None
+    """The MPS control daemon of the device's config group (NVIDIA's ``GetMpsControlDaemonID``), whose
+    directories the CDI spec mounts; None without an MPS config."""
 
     @property
     def request_name(self) -> str:
@@ -235,7 +247,10 @@ def claim_preparation(
     for result, config in zip(results, chosen, strict=True):
         siblings = by_request[result.request.split("/", 1)[0]]
         env = [f"{VISIBLE_DEVICES_ENV}={','.join(r.uuid for r in siblings)}"]
+        mps_daemon_id = None
         if config.explicit and config.strategy == MPS:
+            mps_daemon_id = control_daemon_id(uid, [r.uuid for r in groups[id(config)]])
+            env.append(pipe_directory_env())
             if config.active_thread_percentage is not None:
                 env.append(f"{MPS_THREAD_PERCENTAGE_ENV}={config.active_thread_percentage}")
             config_limits = limits[id(config)]
@@ -258,6 +273,7 @@ def claim_preparation(
                 cdi_device_name=cdi_name,
                 cdi_ids=(qualified_name(vendor, CLAIM_CLASS, cdi_name),),
                 env=tuple(env),
+                mps_daemon_id=mps_daemon_id,
             )
         )
     return ClaimPreparation(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))

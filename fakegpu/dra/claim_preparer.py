@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -19,12 +19,13 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
-from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, remove_spec, spec_file_name, write_spec
+from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, claim_spec_file_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult, claim_preparation
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
+from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -98,6 +99,7 @@ class ClaimPreparer:
         checkpoint: PreparedClaims,
         metrics: DraMetrics | None = None,
         gates: FeatureGates | None = None,
+        mps_root: Path | None = None,
     ) -> None:
         self.metrics = metrics if metrics is not None else DraMetrics()
         self.gates = gates or FeatureGates()
@@ -107,6 +109,8 @@ class ClaimPreparer:
         self.mig_mode = mig_mode
         self.cdi_root = cdi_root
         self.checkpoint = checkpoint
+        self.mps_root = mps_root if mps_root is not None else checkpoint.path.parent / MPS_DIR
+        """MPS control files, beside the checkpoint in the plugin directory as NVIDIA's."""
         self.prepares = 0
         self.unprepares = 0
         self.phase_pause = phase_pause_from_env()
@@ -134,7 +138,7 @@ class ClaimPreparer:
         rolled_back = []
         for claim in started:
             try:
-                remove_spec(self.cdi_root, claim.uid, cdi_vendor(claim.driver))
+                self._remove_spec(claim.uid, claim.driver, claim.devices)
             except (ValueError, OSError) as exc:
                 log.error("cannot remove the CDI spec of half-prepared claim %s: %s", claim.uid, exc)
             self.checkpoint.remove(claim.uid)
@@ -167,8 +171,7 @@ class ClaimPreparer:
             if self.phase_pause:
                 await asyncio.sleep(self.phase_pause)
             if prep.results:
-                spec = cdi_spec(prep.cdi_vendor, ref.uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
-                write_spec(self.cdi_root, spec, ref.uid)
+                self._write_spec(ref.uid, prep)
             if self.phase_pause:
                 await asyncio.sleep(self.phase_pause)
             self.checkpoint.complete(ref.uid)
@@ -185,14 +188,29 @@ class ClaimPreparer:
     def _ensure_spec(self, uid: str, prep: ClaimPreparation) -> None:
         """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains but the spec is gone, and the
         runtime would fail with 'unresolvable CDI devices'. Write it again from the checkpoint."""
-        if prep.results and not (self.cdi_root / spec_file_name(prep.cdi_vendor, uid)).exists():
-            spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir)
-            write_spec(self.cdi_root, spec, uid)
+        if prep.results and not (self.cdi_root / claim_spec_file_name(prep.cdi_vendor, uid)).exists():
+            self._write_spec(uid, prep)
             log.warning("re-created the missing CDI spec of prepared claim %s", uid)
+
+    def _write_spec(self, uid: str, prep: ClaimPreparation) -> None:
+        """The MPS directories the spec mounts first, then the spec (NVIDIA starts the daemon before)."""
+        for daemon_id in dict.fromkeys(r.mps_daemon_id for r in prep.results if r.mps_daemon_id):
+            create_dirs(self.mps_root, daemon_id)
+        spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir, mps_root=self.mps_root)
+        write_spec(self.cdi_root, spec, uid)
+
+    def _remove_spec(self, uid: str, driver: str, devices: Sequence[PreparedResult]) -> None:
+        """The spec (YAML, or the JSON of an older fakegpu), then the MPS directories it mounted."""
+        remove_spec(self.cdi_root, uid, cdi_vendor(driver))
+        for daemon_id in dict.fromkeys(r.mps_daemon_id for r in devices if r.mps_daemon_id):
+            remove_dirs(self.mps_root, daemon_id)
 
     async def unprepare(self, ref: ClaimRef) -> None:
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
-            remove_spec(self.cdi_root, ref.uid, cdi_vendor(stored.driver if stored else self.driver))
+            if stored is None:
+                self._remove_spec(ref.uid, self.driver, ())
+            else:
+                self._remove_spec(ref.uid, stored.driver, stored.devices)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1

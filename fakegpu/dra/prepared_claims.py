@@ -111,6 +111,8 @@ def result_json(result: PreparedResult) -> dict[str, Any]:
     }
     if result.share_id:
         out["shareID"] = result.share_id
+    if result.mps_daemon_id:
+        out["mpsControlDaemonID"] = result.mps_daemon_id
     return out
 
 
@@ -125,6 +127,7 @@ def parse_result(data: Mapping[str, Any]) -> PreparedResult:
         cdi_device_name=str(data["cdiDeviceName"]),
         cdi_ids=tuple(str(i) for i in data["cdiDeviceIDs"]),
         env=tuple(str(e) for e in data["env"]),
+        mps_daemon_id=str(data["mpsControlDaemonID"]) if data.get("mpsControlDaemonID") else None,
     )
 
 

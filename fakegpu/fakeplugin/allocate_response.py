@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from fakegpu.fakeplugin.allocation_error import AllocationError
 from fakegpu.fakeplugin.preferred_allocation import shown_id
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
+from fakegpu.runtime.cdi_spec import qualified_name
 from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.sharing.inventory import Device, Inventory, Resource
 from fakegpu.sharing.node import MigInstance
-from fakegpu.sharing.plugin_config import CDI_STRATEGIES
+from fakegpu.sharing.plugin_config import CDI_STRATEGIES, PluginConfig
 from fakegpu.telemetry.nvidia_smi.injection import (
     CONTAINER_DEVICES_PATH,
     DEVICES_FILE_ENV,
@@ -28,6 +29,10 @@ from fakegpu.telemetry.nvidia_smi.injection import (
 
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 """The vendor of the plugin's own CDI spec (not ``nvidia.com``, which nvidia-ctk's host spec uses)."""
+GPU_CLASS = "gpu"
+IMEX_CHANNEL_CLASS = "imex-channel"
+ALL_DEVICES = "all"
+"""The one device of the gdrcopy, gds and mofed classes (nvcdi's ``ModeGds`` etc. name it so)."""
 CDI_PLUGIN_NAME = "nvidia-device-plugin"
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 VOLUME_MOUNTS_HOST_PATH = "/dev/null"
@@ -86,12 +91,12 @@ def _unique(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def _runtime_id(device: Device, strategy: str) -> str:
+def runtime_id(device: Device, strategy: str) -> str:
     """deviceIDStrategy: the GPU/MIG UUID (replica suffix stripped) or the index form ``3`` / ``3:1``."""
     return device.index_id if strategy == "index" else strip_replica(device.base_id)
 
 
-def _join_root(root: str, path: str) -> str:
+def join_root(root: str, path: str) -> str:
     """Go's filepath.Join(root, path): one slash between parts, ``/`` + ``/dev/x`` -> ``/dev/x``."""
     joined = posixpath.normpath(posixpath.join(root or "/", path.lstrip("/")))
     return "/" + joined.lstrip("/") if joined.startswith("/") else joined
@@ -104,36 +109,46 @@ def _mig_instance(inventory: Inventory, device: Device) -> MigInstance:
     raise AllocationError(f"MIG device {device.base_id} not found on GPU {device.parent_index}")
 
 
+def control_device_paths(device_exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    """The control nodes (``/dev/nvidiactl``, ...) that exist on the node, as apiDeviceSpecs filters them."""
+    return [p for p in CONTROL_DEVICE_PATHS if device_exists(p)]
+
+
+def own_device_paths(inventory: Inventory, device: Device) -> list[str]:
+    """One device's nodes: its GPU's node and, for MIG, its GI and CI caps."""
+    paths = [f"/dev/nvidia{inventory.node.gpus[device.parent_index].minor}"]
+    if device.is_mig:
+        mig = _mig_instance(inventory, device)
+        gi_minor, ci_minor = mig_cap_minors(device.parent_index, mig.gi_id, mig.ci_id)
+        paths += [f"/dev/nvidia-caps/nvidia-cap{gi_minor}", f"/dev/nvidia-caps/nvidia-cap{ci_minor}"]
+    return paths
+
+
 def device_paths(
     inventory: Inventory, devices: Sequence[Device], device_exists: Callable[[str], bool] = os.path.exists
 ) -> list[str]:
     """NVIDIA's GetDevicePaths as apiDeviceSpecs filters it (``internal/rm/nvml_manager.go``,
     ``internal/plugin/server.go``): the control nodes that exist on the node, then each requested device's
-    node and, for MIG, its GI and CI caps, once per requested ID, so replicas of one GPU repeat them.
+    nodes once per requested ID, so replicas of one GPU repeat them.
 
     NVIDIA walks a map, so its order is random; here the request's order is kept.
     """
-    paths = [p for p in CONTROL_DEVICE_PATHS if device_exists(p)]
-    for device in devices:
-        paths.append(f"/dev/nvidia{inventory.node.gpus[device.parent_index].minor}")
-        if device.is_mig:
-            mig = _mig_instance(inventory, device)
-            gi_minor, ci_minor = mig_cap_minors(device.parent_index, mig.gi_id, mig.ci_id)
-            paths.append(f"/dev/nvidia-caps/nvidia-cap{gi_minor}")
-            paths.append(f"/dev/nvidia-caps/nvidia-cap{ci_minor}")
-    return paths
+    return control_device_paths(device_exists) + [p for d in devices for p in own_device_paths(inventory, d)]
+
+
+def additional_cdi_classes(config: PluginConfig) -> list[str]:
+    """NVIDIA's ``additionalModes``, in its order (``internal/cdi/cdi.go`` ``New``): gdrcopy, gds, mofed.
+    Each is a CDI class with one device ``all``; the plugin's spec defines them (``fakeplugin.cdi_spec_files``)."""
+    enabled = {"gdrcopy": config.gdrcopy_enabled, "gds": config.gds_enabled, "mofed": config.mofed_enabled}
+    return [cdi_class for cdi_class, on in enabled.items() if on]
 
 
 def _cdi_names(inventory: Inventory, runtime_ids: Sequence[str]) -> list[str]:
+    """NVIDIA's ``updateResponseForCDI``: the GPUs, the IMEX channels, then ``AdditionalDevices``."""
     config = inventory.config
-    names = [f"{CDI_VENDOR}/gpu={i}" for i in runtime_ids]
-    names += [f"{CDI_VENDOR}/imex-channel={c}" for c in config.imex_channel_ids]
-    if config.gds_enabled:
-        names.append(f"{CDI_VENDOR}/gds=all")
-    if config.mofed_enabled:
-        names.append(f"{CDI_VENDOR}/mofed=all")
-    if config.gdrcopy_enabled:
-        names.append(f"{CDI_VENDOR}/gdrcopy=all")
+    names = [qualified_name(CDI_VENDOR, GPU_CLASS, i) for i in runtime_ids]
+    names += [qualified_name(CDI_VENDOR, IMEX_CHANNEL_CLASS, str(c)) for c in config.imex_channel_ids]
+    names += [qualified_name(CDI_VENDOR, cdi_class, ALL_DEVICES) for cdi_class in additional_cdi_classes(config)]
     return names
 
 
@@ -152,13 +167,13 @@ def _update_for_mps(
     mps_root = inventory.config.mps_root
     pipe = posixpath.join(MPS_CONTAINER_ROOT, resource.name, "pipe")
     response.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-    response.mounts.append(api_pb2.Mount(container_path=pipe, host_path=_join_root(mps_root, f"{resource.name}/pipe")))
-    response.mounts.append(api_pb2.Mount(container_path="/dev/shm", host_path=_join_root(mps_root, "shm")))
+    response.mounts.append(api_pb2.Mount(container_path=pipe, host_path=join_root(mps_root, f"{resource.name}/pipe")))
+    response.mounts.append(api_pb2.Mount(container_path="/dev/shm", host_path=join_root(mps_root, "shm")))
     strategy = inventory.config.device_id_strategy
     limits: dict[str, int] = {}
     for device in devices:
         if device.mps_memory_limit_mib is not None:
-            limits.setdefault(_runtime_id(device, strategy), device.mps_memory_limit_mib)
+            limits.setdefault(runtime_id(device, strategy), device.mps_memory_limit_mib)
     if limits:
         response.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{k}={v}M" for k, v in limits.items())
     percentages = [d.mps_thread_percentage for d in devices if d.mps_thread_percentage is not None]
@@ -193,7 +208,7 @@ def container_allocate_response(
     response = _nvidia_response(inventory, resource, ids, annotation_id, device_exists)
     if inventory.config.nvidia_smi_dir:
         strategy = inventory.config.device_id_strategy
-        runtime_ids = _unique(_runtime_id(d, strategy) for d in _lookup(resource, ids))
+        runtime_ids = _unique(runtime_id(d, strategy) for d in _lookup(resource, ids))
         _add_nvidia_smi(response, inventory.config.nvidia_smi_dir, runtime_ids)
     return response
 
@@ -215,7 +230,7 @@ def _nvidia_response(
     config = inventory.config
     strategies = config.device_list_strategy
     devices = _lookup(resource, ids)
-    runtime_ids = _unique(_runtime_id(d, config.device_id_strategy) for d in devices)
+    runtime_ids = _unique(runtime_id(d, config.device_id_strategy) for d in devices)
     response = api_pb2.ContainerAllocateResponse()
 
     if any(s in CDI_STRATEGIES for s in strategies):
@@ -250,7 +265,7 @@ def _nvidia_response(
         )
     if config.pass_device_specs:
         response.devices.extend(
-            api_pb2.DeviceSpec(container_path=p, host_path=_join_root(config.nvidia_dev_root, p), permissions="rw")
+            api_pb2.DeviceSpec(container_path=p, host_path=join_root(config.nvidia_dev_root, p), permissions="rw")
             for p in device_paths(inventory, devices, device_exists)
         )
     return response

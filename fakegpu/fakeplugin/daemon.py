@@ -17,6 +17,7 @@ from lightkube import AsyncClient
 
 from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
+from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
@@ -77,6 +78,7 @@ async def run_plugin_daemon(
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
     telemetry: TelemetrySettings | None = None,
+    cdi_root: Path | None = None,
 ) -> int:
     """Serve until a stop signal; raises SpecError before serving if the first inventory is bad.
 
@@ -84,6 +86,8 @@ async def run_plugin_daemon(
     With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
     With ``telemetry``, serve Prometheus metrics and/or the fake dcgm-exporter, attributed through the
     kubelet's PodResources (none by default).
+    With ``cdi_root``, write the plugin's CDI specs there whenever a CDI deviceListStrategy is configured
+    (``fakegpu.fakeplugin.cdi_spec_files``; none by default, ``fakegpu plugin`` passes ``/var/run/cdi``).
     """
     node = node or NodeSettings()
     telemetry = telemetry or TelemetrySettings()
@@ -106,6 +110,9 @@ async def run_plugin_daemon(
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
             inventory = load_inventory(inputs)
         live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+        if cdi_root is not None:
+            # Before any Allocate names a CDI device, as NVIDIA's plugin manager; rewritten on every change.
+            daemon.cleanup(PluginCdiSpecs(cdi_root).follow(live))
         if inputs.nvidia_smi_dir:
             # Before any Allocate can mount them; rewritten on every inventory change.
             daemon.cleanup(NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live))

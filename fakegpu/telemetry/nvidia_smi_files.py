@@ -13,19 +13,17 @@ profile and placement), and the files then describe them too, shown only to a co
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from fakegpu.runtime.atomic_files import atomic_write
+from fakegpu.runtime.change_stream import keep_current
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi.devices import from_inventory, to_json
 from fakegpu.telemetry.nvidia_smi.injection import DEVICES_FILE, SCRIPT_FILE
 from fakegpu.telemetry.nvidia_smi.shell_script import render_script
-
-log = logging.getLogger(__name__)
 
 SCRIPT_MODE: Final = 0o755
 """Executed by whatever user the container runs as."""
@@ -74,15 +72,5 @@ class NvidiaSmiFiles:
         return True
 
     def follow(self, live: LiveInventory) -> Callable[[], None]:
-        """Write now (an error here is the caller's: containers would fail to mount a missing file) and
-        after every change of ``live``; later errors are logged, never raised into the inventory's other
-        listeners. Returns the unsubscribe function."""
-        self.update(live.inventory)
-
-        def changed() -> None:
-            try:
-                self.update(live.inventory)
-            except (OSError, ValueError) as exc:
-                log.error("cannot update the fake nvidia-smi files in %s: %s", self.directory, exc)
-
-        return live.subscribe(changed)
+        """Write now and after every change of ``live`` (``keep_current``); returns the unsubscribe function."""
+        return keep_current(live, lambda: self.update(live.inventory), f"the fake nvidia-smi files in {self.directory}")

@@ -235,13 +235,13 @@ def test_claim_selects_published_devices_and_prepares(name: str) -> None:
     by_name = published_devices(node, args.mig_mode)
     for result in preparation.results:
         env = dict(e.split("=", 1) for e in result.env)
-        assert env["NVIDIA_VISIBLE_DEVICES"] == by_name[result.device].visible_uuid(node.name)
+        assert env["FAKEGPU_VISIBLE_DEVICES"] == by_name[result.device].visible_uuid(node.name)
         for config in spec["devices"].get("config", []):
             sharing = config["opaque"]["parameters"].get("sharing", {})
             if sharing.get("strategy") == "MPS" and result.request in config["requests"]:
                 mps = sharing["mpsConfig"]
                 assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(mps["defaultActiveThreadPercentage"])
-                assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith(env["NVIDIA_VISIBLE_DEVICES"] + "=")
+                assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith(env["FAKEGPU_VISIBLE_DEVICES"] + "=")
 
 
 def test_pods_reference_claims_that_exist() -> None:

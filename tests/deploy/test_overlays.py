@@ -114,6 +114,7 @@ def test_device_plugin_daemonset_args_parse_and_point_at_its_mounts() -> None:
     mounts = mounts_by_path(ds)
     assert str(args.config_dir) in mounts and "configMap" in mounts[str(args.config_dir)]
     assert str(Path(args.kubelet_dir) / "device-plugins") in mounts
+    assert "hostPath" in mounts[str(args.cdi_root)], "CDI specs must reach the node's container runtime"
     assert args.admin_socket is not None and str(args.admin_socket.parent) in mounts
     spec = pod_spec(ds)
     assert spec["nodeSelector"] == {"fakegpu.io/device-plugin": "true"}

@@ -18,6 +18,7 @@ from lightkube import AsyncClient
 from fakegpu.dra import claim_preparer
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
+from fakegpu.dra.mps_control_files import control_daemon_id
 from fakegpu.dra.prepared_claims import PreparedClaims
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -26,6 +27,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
 from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
@@ -303,11 +305,17 @@ async def test_prepare_and_unprepare_over_the_socket(apiserver, make_driver, roo
     (device,) = result.devices
     assert (device.pool_name, device.device_name, list(device.request_names)) == (NODE, "gpu-1", ["gpu"])
     assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={uid}-gpu-1"]
-    spec_file = root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
-    spec = json.loads(spec_file.read_text())
+    # NVIDIA's claim spec (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/cdi.go): YAML,
+    # common NVIDIA_VISIBLE_DEVICES=void, per-device edits; resolved here as a CDI runtime would.
+    spec_file = claim_spec_path(root / "cdi", uid)
+    spec = read_spec_file(spec_file)
     assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
     gpu1 = driver.live.inventory.node.gpus[1].uuid
-    assert spec["devices"] == [{"name": f"{uid}-gpu-1", "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={gpu1}"]}}]
+    assert spec["devices"] == [{"name": f"{uid}-gpu-1", "containerEdits": {"env": [f"FAKEGPU_VISIBLE_DEVICES={gpu1}"]}}]
+    assert resolve(root / "cdi", list(device.cdi_device_ids)).env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "FAKEGPU_VISIBLE_DEVICES": gpu1,
+    }
     again = await prepare(driver.plugin.dra_socket, [ref])
     assert again.claims[uid] == result, "prepare is idempotent"
     assert driver.preparer.prepares == 1
@@ -371,7 +379,7 @@ async def test_restart_between_prepare_started_and_completed(apiserver, make_dri
     assert response.claims[uid].error == ""
     stored = checkpoint.load()
     assert [c.uid for c in stored.values() if c.completed] == [uid]
-    assert sorted(p.name for p in (root / "cdi").iterdir()) == [f"k8s.gpu.nvidia.com-claim_{uid}.json"]
+    assert sorted(p for p in (root / "cdi").iterdir()) == [claim_spec_path(root / "cdi", uid)]
 
 
 async def test_health_stream_pushes_changes(apiserver, make_driver):
@@ -423,11 +431,25 @@ async def test_opaque_mps_config_reaches_the_cdi_spec(apiserver, make_driver, ro
     uid = apiserver.create_direct(allocated_claim("mps", NODE, ["gpu-0"], config=config))["metadata"]["uid"]
     response = await prepare(driver.plugin.dra_socket, [("default", "mps", uid)])
     assert response.claims[uid].error == ""
-    spec = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
-    env = spec["devices"][0]["containerEdits"]["env"]
+    # NVIDIA's MPS edits (cmd/gpu-kubelet-plugin/sharing.go GetCDIContainerEdits): the pipe directory
+    # variable and the shm and pipe mounts of the claim's control daemon directories, which exist.
+    (device,) = response.claims[uid].devices
+    edits = resolve(root / "cdi", list(device.cdi_device_ids))
     gpu0 = driver.live.inventory.node.gpus[0].uuid
-    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env
-    assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={gpu0}=10240M" in env
+    assert edits.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert edits.env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert edits.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert edits.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{gpu0}=10240M"
+    daemon_dir = root / "kubelet/plugins/gpu.nvidia.com/mps" / control_daemon_id(uid, [gpu0])
+    assert [(m["containerPath"], m["hostPath"], m["options"]) for m in edits.mounts] == [
+        ("/dev/shm", str(daemon_dir / "shm"), ["rw", "nosuid", "nodev", "bind"]),
+        ("/tmp/nvidia-mps", str(daemon_dir / "pipe"), ["rw", "nosuid", "nodev", "bind"]),
+    ]
+    assert all(Path(m["hostPath"]).is_dir() for m in edits.mounts)
+    assert (await unprepare(driver.plugin.dra_socket, [("default", "mps", uid)])).claims[uid].error == ""
+    assert not daemon_dir.exists()
+    response = await prepare(driver.plugin.dra_socket, [("default", "mps", uid)])
+    assert response.claims[uid].error == ""
     bad = [opaque_config(gpu_config({"strategy": "Magic"}), requests=())]
     bad_uid = apiserver.create_direct(allocated_claim("bad", NODE, ["gpu-0"], config=bad))["metadata"]["uid"]
     response = await prepare(driver.plugin.dra_socket, [("default", "bad", bad_uid)])
@@ -478,7 +500,7 @@ async def test_missing_cdi_spec_of_a_prepared_claim_is_written_again(apiserver, 
     driver = await make_driver(apiserver, "1xt4")
     uid = apiserver.create_direct(allocated_claim("c", NODE, ["gpu-0"]))["metadata"]["uid"]
     first = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
-    spec = root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
+    spec = claim_spec_path(root / "cdi", uid)
     content = spec.read_text()
     spec.unlink()
     again = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])

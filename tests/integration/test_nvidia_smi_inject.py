@@ -25,6 +25,7 @@ from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
+from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -36,6 +37,7 @@ from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
 from tests.claim_builders import allocated_claim
 from tests.daemon_tasks import stop_and_wait
 from tests.dra_kubelet_client import prepare
@@ -168,7 +170,9 @@ async def test_a_pod_sees_only_its_gpus_through_the_mounted_script(tmp_path):
 @pytest.mark.parametrize("strategy", ["cdi-cri", "cdi-annotations", "envvar", "volume-mounts"])
 async def test_a_pod_sees_its_gpu_whatever_the_device_list_strategy(tmp_path, strategy):
     """The CDI strategies set no NVIDIA_VISIBLE_DEVICES and the image says ``all``: the script still shows
-    exactly the pod's GPU, from the FAKEGPU_VISIBLE_DEVICES Allocate sets."""
+    exactly the pod's GPU, from the FAKEGPU_VISIBLE_DEVICES Allocate sets. With a CDI strategy the runtime
+    also injects the plugin's spec (NVIDIA/k8s-device-plugin ``internal/cdi/cdi.go`` ``CreateSpecFile``):
+    its common edits mount the same script and void the image's NVIDIA_VISIBLE_DEVICES."""
     smi_dir = tmp_path / "smi"
     inputs = InventoryInputs(
         node_name="node-a",
@@ -178,6 +182,7 @@ async def test_a_pod_sees_its_gpu_whatever_the_device_list_strategy(tmp_path, st
     )
     async with FakeNode(tmp_path / "kubelet", inputs) as node:
         NvidiaSmiFiles(smi_dir).follow(node.live)
+        PluginCdiSpecs(tmp_path / "cdi").follow(node.live)
         pod = await node.run_pod("p1", {"c": {GPU: 1}})
         assert pod.admitted
         response = pod.responses["c"][GPU]
@@ -187,6 +192,15 @@ async def test_a_pod_sees_its_gpu_whatever_the_device_list_strategy(tmp_path, st
         env = {**CUDA_IMAGE_ENV, **pod.env("c")}
         if strategy.startswith("cdi"):
             assert "NVIDIA_VISIBLE_DEVICES" not in pod.env("c")
+            names = [c.name for c in response.cdi_devices] or next(iter(response.annotations.values())).split(",")
+            edits = resolve(tmp_path / "cdi", names)
+            env.update(edits.env)
+            assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+            mounts = {m["containerPath"]: m["hostPath"] for m in edits.mounts}
+            assert mounts[CONTAINER_SCRIPT_PATH] == str(smi_dir / "nvidia-smi")
+            assert mounts[CONTAINER_DEVICES_PATH] == str(smi_dir / "devices.json")
+        else:
+            assert not (tmp_path / "cdi").exists()
         listing, status = smi(smi_dir / "nvidia-smi", "-L", env=env)
         assert (status, gpu_uuids(listing)) == (0, given)
         count, _ = smi(smi_dir / "nvidia-smi", "--query-gpu=count,uuid", "--format=csv,noheader", env=env)
@@ -243,7 +257,7 @@ async def test_a_claim_gets_the_script_through_its_cdi_spec(tmp_path):
         checkpoint=PreparedClaims(tmp_path / "checkpoint.json"),
     )
     await preparer.prepare(ClaimRef("default", "x", uid))
-    spec = json.loads((cdi_root / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+    spec = read_spec_file(claim_spec_path(cdi_root, uid))
     assert spec["cdiVersion"] == "0.5.0"
     mounts = cdi_mounts(spec)
     assert mounts == {
@@ -283,7 +297,7 @@ async def test_a_dynamic_mig_claim_sees_its_mig_device(tmp_path):
     )
     (prepared,) = await preparer.prepare(ClaimRef("default", "x", uid))
     assert prepared.uuid not in {m.uuid for g in live.inventory.node.gpus for m in g.mig_devices}
-    spec = json.loads((cdi_root / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+    spec = read_spec_file(claim_spec_path(cdi_root, uid))
     env = cdi_env(spec, CUDA_IMAGE_ENV)
     script = cdi_mounts(spec)[CONTAINER_SCRIPT_PATH]
     gpu1 = live.inventory.node.gpus[1]
@@ -424,7 +438,7 @@ async def run_dra_and_prepare(
         uid = apiserver.create_direct(allocated_claim("c1", DRA_NODE, [device]))["metadata"]["uid"]
         answer = await prepare(socket, [("default", "c1", uid)])
         assert answer.claims[uid].error == ""
-        spec: dict[str, Any] = json.loads((root / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+        spec: dict[str, Any] = read_spec_file(claim_spec_path(root / "cdi", uid))
         return spec
     finally:
         stop.set()
@@ -442,7 +456,9 @@ async def test_the_dra_daemon_writes_the_files_and_its_cdi_specs_mount_them(apis
         CONTAINER_DEVICES_PATH: str(root / "smi" / "devices.json"),
     }
     env = cdi_env(spec, CUDA_IMAGE_ENV)
-    assert env["FAKEGPU_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"]
+    # NVIDIA's common edit voids the image's NVIDIA_VISIBLE_DEVICES=all; the device's own edit names it.
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["FAKEGPU_VISIBLE_DEVICES"].startswith("MIG-")
     listing, status = smi(mounts[CONTAINER_SCRIPT_PATH], "-L", env=env)
     assert status == 0 and listing.count("\n") == 2
     assert listing.endswith(f"Device  0: (UUID: {env['FAKEGPU_VISIBLE_DEVICES']})\n")

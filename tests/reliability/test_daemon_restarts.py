@@ -52,7 +52,7 @@ import grpc
 import pytest
 
 from fakegpu.control.client import admin_call, admin_request
-from fakegpu.dra.cdi_specs import cdi_vendor, spec_file_name
+from fakegpu.dra.cdi_specs import cdi_vendor, claim_spec_file_name
 from fakegpu.dra.claim_preparer import PHASE_PAUSE_ENV, phase_pause_from_env
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim, PreparedClaims
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -512,7 +512,7 @@ class DraSoak:
         self.dra_socket = self.paths.dra_socket(DRIVER)
         self.registration_socket = self.paths.plugins_registry / f"{DRIVER}-reg.sock"
         self.sockets = {self.dra_socket, self.registration_socket, self.admin}
-        before, _, after = spec_file_name(cdi_vendor(DRIVER), "UID").partition("UID")
+        before, _, after = claim_spec_file_name(cdi_vendor(DRIVER), "UID").partition("UID")
         self.cdi_prefix, self.cdi_suffix = before, after
         self.acked: dict[str, tuple[Claim, Answer]] = {}
         """Claims whose prepare returned OK and that were not unprepared since, in order."""

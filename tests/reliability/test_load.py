@@ -15,7 +15,6 @@ generous upper bound on time only with ``--timing``. ``bench/load.py`` prints th
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -32,6 +31,7 @@ from fakegpu.sharing.health import HEALTHY, UNHEALTHY
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.cdi_runtime import read_spec_file
 from tests.claim_builders import allocated_claim
 from tests.reliability.profile import Profile
 from tests.reliability.raw_calls import (
@@ -268,12 +268,12 @@ async def test_concurrent_prepares_for_distinct_claims(
             uid: [device] for _, uid, device in claims
         }
         specs = sorted((root / "cdi").iterdir())
-        assert [p.name for p in specs] == sorted(f"k8s.gpu.nvidia.com-claim_{uid}.json" for _, uid, _ in claims)
+        assert [p.name for p in specs] == sorted(f"k8s.gpu.nvidia.com-claim_{uid}.yaml" for _, uid, _ in claims)
         visible: list[str] = []
         for path in specs:
-            (device,) = json.loads(path.read_text())["devices"]
+            (device,) = read_spec_file(path)["devices"]
             env = device["containerEdits"]["env"]
-            visible.extend(e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
+            visible.extend(e.split("=", 1)[1] for e in env if e.startswith("FAKEGPU_VISIBLE_DEVICES="))
         assert len(visible) == count and len(set(visible)) == count, "two claims see the same MIG device"
         assert set(visible) <= set(mig_uuid.values())
 

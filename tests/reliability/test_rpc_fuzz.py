@@ -716,7 +716,7 @@ async def check_dra_state(target: DraTarget, *, prepare_good: bool = True) -> No
         assert entry.completed
         assert [r.device for r in entry.devices] == [target.good[uid][1]]
     specs = sorted(p.name for p in (target.root / "cdi").iterdir())
-    assert specs == sorted(f"k8s.gpu.nvidia.com-claim_{uid}.json" for uid in stored)
+    assert specs == sorted(f"k8s.gpu.nvidia.com-claim_{uid}.yaml" for uid in stored)
     if not prepare_good:
         unknown = dra_v1.Claim(namespace="default", name="liveness", uid="liveness-check")
         request_bytes = dra_v1.NodeUnprepareResourcesRequest(claims=[unknown]).SerializeToString()

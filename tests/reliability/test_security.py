@@ -38,6 +38,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 import fakegpu.control.server as admin_server
 from fakegpu.control.client import admin_call
@@ -50,6 +51,7 @@ from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaim
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from fakegpu.runtime.cdi_spec import validate_spec
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -513,6 +515,14 @@ async def driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[DraDrive
 MPS = [opaque_config(gpu_config({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}))]
 
 
+def complete_file(suffix: str, text: str) -> None:
+    """JSON that parses, or a YAML CDI spec that validates (a truncated YAML file may still parse)."""
+    if suffix == ".yaml":
+        validate_spec(yaml.safe_load(text))
+    else:
+        json.loads(text)
+
+
 async def test_cdi_specs_and_checkpoint_are_written_atomically_with_restrictive_modes(
     root: Path, apiserver: FakeApiServer, driver: DraDriver, monkeypatch
 ):
@@ -535,11 +545,11 @@ async def test_cdi_specs_and_checkpoint_are_written_atomically_with_restrictive_
                 problems.append(f"{source.name}: mode {stat.S_IMODE(source.stat().st_mode):04o}, expected {mode:04o}")
             text = source.read_text()
             try:
-                json.loads(text)
-            except ValueError:
-                problems.append(f"{source.name} is not complete JSON when renamed: {text[-80:]!r}")
+                complete_file(target.suffix, text)
+            except (ValueError, yaml.YAMLError) as exc:
+                problems.append(f"{source.name} is not a complete file when renamed ({exc}): {text[-80:]!r}")
             if target.exists():
-                json.loads(target.read_text())  # what was visible before was complete too
+                complete_file(target.suffix, target.read_text())  # what was visible before was complete too
             replaced.append((target.name, stat.S_IMODE(source.stat().st_mode)))
         real_replace(src, dst, **kwargs)
 
@@ -552,14 +562,17 @@ async def test_cdi_specs_and_checkpoint_are_written_atomically_with_restrictive_
         assert [response.claims[u].error for u in uids] == ["", ""]
         assert (await unprepare(driver.plugin.dra_socket, refs[:1])).claims[uids[0]].error == ""
     assert problems == [], "\n".join(problems)
-    spec_names = {f"k8s.gpu.nvidia.com-claim_{u}.json" for u in uids}
+    spec_names = {f"k8s.gpu.nvidia.com-claim_{u}.yaml" for u in uids}
     assert {n for n, _ in replaced} == spec_names | {CHECKPOINT_FILE}
     assert sum(n == CHECKPOINT_FILE for n, _ in replaced) == 5, "start and complete per claim, one removal"
     remaining = sorted(p.name for p in cdi.iterdir())
-    assert remaining == [f"k8s.gpu.nvidia.com-claim_{uids[1]}.json"], "no temp file, no spec of the unprepared claim"
+    assert remaining == [f"k8s.gpu.nvidia.com-claim_{uids[1]}.yaml"], "no temp file, no spec of the unprepared claim"
     assert stat.S_IMODE((cdi / remaining[0]).stat().st_mode) == 0o644
     assert stat.S_IMODE(checkpoint.stat().st_mode) == 0o600
-    assert sorted(p.name for p in plugin_dir.iterdir()) == [CHECKPOINT_FILE, "dra.sock"]
+    assert sorted(p.name for p in plugin_dir.iterdir()) == [CHECKPOINT_FILE, "dra.sock", "mps"]
+    # The MPS claim's control directories (NVIDIA's sharing.go layout) are never group- or world-writable.
+    mps_dirs = [plugin_dir / "mps", *(plugin_dir / "mps").rglob("*")]
+    assert len(mps_dirs) == 5 and all(stat.S_IMODE(d.stat().st_mode) == 0o755 for d in mps_dirs)
 
 
 # --- paths from requests -----------------------------------------------------------------------------------

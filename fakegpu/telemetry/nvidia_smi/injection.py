@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 SCRIPT_FILE: Final = "nvidia-smi"
 DEVICES_FILE: Final = "devices.json"
@@ -25,6 +25,9 @@ DEVICES_FILE_ENV: Final = "FAKEGPU_DEVICES_FILE"
 VISIBLE_DEVICES_ENV: Final = "FAKEGPU_VISIBLE_DEVICES"
 """The container's devices (GPU/MIG UUIDs or index forms), set with the mounts; wins over the next one."""
 NVIDIA_VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
+MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
+"""The options nvidia-ctk gives the driver files it mounts; ``bind`` makes a CDI runtime bind-mount without a
+``type`` field (which would need cdiVersion 0.4.0)."""
 DEFAULT_PLUGIN_DIR: Final = "/var/run/fakegpu/nvidia-smi/device-plugin"
 DEFAULT_DRA_DIR: Final = "/var/run/fakegpu/nvidia-smi/dra"
 """One directory per face under the hostPath both DaemonSets mount, so the two daemons on one node never
@@ -43,3 +46,15 @@ def injected_mounts(directory: str) -> tuple[InjectedMount, InjectedMount]:
         InjectedMount(posixpath.join(directory, SCRIPT_FILE), CONTAINER_SCRIPT_PATH),
         InjectedMount(posixpath.join(directory, DEVICES_FILE), CONTAINER_DEVICES_PATH),
     )
+
+
+def cdi_container_edits(directory: str) -> dict[str, Any]:
+    """CDI spec-wide edits that inject the fake nvidia-smi from ``directory``: both files mounted read-only,
+    as NVIDIA's toolkit specs mount driver files, and ``FAKEGPU_DEVICES_FILE`` naming the JSON."""
+    return {
+        "env": [f"{DEVICES_FILE_ENV}={CONTAINER_DEVICES_PATH}"],
+        "mounts": [
+            {"hostPath": m.host_path, "containerPath": m.container_path, "options": list(MOUNT_OPTIONS)}
+            for m in injected_mounts(directory)
+        ],
+    }

@@ -1,17 +1,24 @@
-"""Prepare planning: allocation results, opaque configs and the environment each device gets."""
+"""Prepare planning: allocation results, opaque configs and the environment each device gets.
+
+Each device's env is its own CDI edit: ``FAKEGPU_VISIBLE_DEVICES`` stands where NVIDIA's claim specs put the
+device's nodes, the spec's common edits carry NVIDIA's ``NVIDIA_VISIBLE_DEVICES=void``
+(kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/cdi.go`` ``CreateClaimSpecFile``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 import pytest
 
-from fakegpu.dra.cdi_specs import cdi_spec, validate_spec
+from fakegpu.dra.cdi_specs import cdi_spec
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import claim_preparation
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
+from fakegpu.runtime.cdi_spec import validate_spec
 from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid
 from fakegpu.sharing.node import Node, build_node
 from fakegpu.sharing.node_spec import parse_node_spec
@@ -86,21 +93,21 @@ def test_whole_gpu_claim():
     assert (prep.uid, prep.namespace, prep.name, prep.pool) == (UID, "default", "x", NODE)
     assert r.cdi_device_name == f"{UID}-gpu-1"
     assert r.cdi_ids == (f"k8s.gpu.nvidia.com/claim={UID}-gpu-1",)
-    assert r.env == (f"NVIDIA_VISIBLE_DEVICES={gpu_uuid(NODE, 1)}",)
+    assert r.env == (f"FAKEGPU_VISIBLE_DEVICES={gpu_uuid(NODE, 1)}",)
     assert (r.request, r.request_name, r.pool, r.device, r.uuid) == ("gpu", "gpu", NODE, "gpu-1", gpu_uuid(NODE, 1))
 
 
 def test_static_mig_claim_uses_the_instance_uuid():
     n = node({"model": "h100-80gb", "migEnabled": True, "migDevices": [{"profile": "1g.10gb", "start": 3}]})
     prep = prepare(claim([result("gpu-0-mig-1g10gb-19-3", request="mig")]), n)
-    assert env_of(prep, "gpu-0-mig-1g10gb-19-3") == {"NVIDIA_VISIBLE_DEVICES": n.gpus[0].mig_devices[0].uuid}
+    assert env_of(prep, "gpu-0-mig-1g10gb-19-3") == {"FAKEGPU_VISIBLE_DEVICES": n.gpus[0].mig_devices[0].uuid}
 
 
 def test_dynamic_mig_claim_gets_the_deterministic_uuid_static_mig_would_have():
     prep = prepare(claim([result("gpu-1-mig-2g20gb-14-4", request="mig")]), h100s(2), "dynamic")
     (r,) = prep.results
     assert r.uuid == mig_uuid(NODE, 1, "2g.20gb", 4)
-    assert r.env == (f"NVIDIA_VISIBLE_DEVICES={mig_uuid(NODE, 1, '2g.20gb', 4)}",)
+    assert r.env == (f"FAKEGPU_VISIBLE_DEVICES={mig_uuid(NODE, 1, '2g.20gb', 4)}",)
 
 
 def test_visible_devices_list_the_devices_of_the_same_request():
@@ -109,9 +116,9 @@ def test_visible_devices_list_the_devices_of_the_same_request():
         h100s(3),
     )
     pair = f"{gpu_uuid(NODE, 0)},{gpu_uuid(NODE, 1)}"
-    assert env_of(prep, "gpu-0")["NVIDIA_VISIBLE_DEVICES"] == pair
-    assert env_of(prep, "gpu-1")["NVIDIA_VISIBLE_DEVICES"] == pair
-    assert env_of(prep, "gpu-2")["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid(NODE, 2)
+    assert env_of(prep, "gpu-0")["FAKEGPU_VISIBLE_DEVICES"] == pair
+    assert env_of(prep, "gpu-1")["FAKEGPU_VISIBLE_DEVICES"] == pair
+    assert env_of(prep, "gpu-2")["FAKEGPU_VISIBLE_DEVICES"] == gpu_uuid(NODE, 2)
 
 
 def test_other_drivers_results_and_configs_are_skipped():
@@ -187,7 +194,7 @@ def time_slicing(interval: str) -> dict[str, Any]:
 
 
 def test_no_config_sets_only_visible_devices():
-    assert env_of(prepare(claim([result("gpu-0")])), "gpu-0") == {"NVIDIA_VISIBLE_DEVICES": gpu_uuid(NODE, 0)}
+    assert env_of(prepare(claim([result("gpu-0")])), "gpu-0") == {"FAKEGPU_VISIBLE_DEVICES": gpu_uuid(NODE, 0)}
 
 
 def test_claim_configs_beat_class_configs_whatever_their_order():
@@ -235,6 +242,27 @@ def test_mps_settings_become_cuda_variables():
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{gpu_uuid(NODE, 0)}=10240M,{gpu_uuid(NODE, 1)}=512M"
     assert "NVIDIA_TIME_SLICE_INTERVAL" not in env
     assert env_of(prep, "gpu-1") == env
+
+
+def test_mps_devices_get_nvidias_pipe_directory_and_share_one_control_daemon():
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/sharing.go: ``GetCDIContainerEdits``
+    sets ``CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps``; ``GetMpsControlDaemonID`` is the claim UID and the
+    first 5 hex digits of SHA-256 over the group's UUIDs joined by ','."""
+    mps = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
+    c = claim([result("gpu-0"), result("gpu-1"), result("gpu-2", "plain")], [config(gpu_config(mps), ["gpu"])])
+    prep = prepare(c, h100s(3))
+    by_device = {r.device: r for r in prep.results}
+    assert env_of(prep, "gpu-0")["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert list(env_of(prep, "gpu-0")) == [
+        "FAKEGPU_VISIBLE_DEVICES",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    ]
+    group = ",".join([gpu_uuid(NODE, 0), gpu_uuid(NODE, 1)])
+    expected = f"{prep.uid}-{hashlib.sha256(group.encode()).hexdigest()[:5]}"
+    assert by_device["gpu-0"].mps_daemon_id == by_device["gpu-1"].mps_daemon_id == expected
+    assert by_device["gpu-2"].mps_daemon_id is None
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env_of(prep, "gpu-2")
 
 
 def test_mps_per_device_limit_by_uuid_and_bad_key():

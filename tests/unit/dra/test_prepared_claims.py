@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -168,7 +169,7 @@ def test_crash_while_writing_complete_keeps_the_started_state(tmp_path, monkeypa
     def crash(src, dst):
         raise OSError("power loss")
 
-    monkeypatch.setattr("fakegpu.dra.cdi_specs.os.replace", crash)
+    monkeypatch.setattr("fakegpu.runtime.atomic_files.os.replace", crash)
     with pytest.raises(OSError, match="power loss"):
         store.complete(UID)
     monkeypatch.undo()
@@ -230,3 +231,7 @@ def test_prepared_result_json_round_trip():
     assert result_json(r)["shareID"] == "abc"
     assert parse_result(result_json(r)) == r
     assert parse_result({**result_json(r), "futureField": 1}) == r
+    assert "mpsControlDaemonID" not in result_json(r)
+    mps = dataclasses.replace(r, mps_daemon_id=f"{UID}-abcde")
+    assert result_json(mps)["mpsControlDaemonID"] == f"{UID}-abcde"
+    assert parse_result(result_json(mps)) == mps  # the spec written again after a reboot mounts the same dirs

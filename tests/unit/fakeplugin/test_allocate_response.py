@@ -363,12 +363,14 @@ def test_time_slicing_has_no_mps_fields(tmp_path):
         (
             {"gds_enabled": True, "mofed_enabled": True, "gdrcopy_enabled": True},
             {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled", "NVIDIA_GDRCOPY": "enabled"},
-            ["gds=all", "mofed=all", "gdrcopy=all"],
+            ["gdrcopy=all", "gds=all", "mofed=all"],
         ),
     ],
 )
 @pytest.mark.parametrize("strategies", ["envvar", "cdi-cri", "envvar,cdi-annotations"])
 def test_gds_mofed_gdrcopy(tmp_path, cli, envs, cdi_extra, strategies):
+    """CDI names after the GPUs in NVIDIA's ``additionalModes`` order gdrcopy, gds, mofed
+    (NVIDIA/k8s-device-plugin ``internal/cdi/cdi.go`` ``New`` and ``AdditionalDevices``)."""
     inv = inventory(tmp_path, "1xh100-80gb", cli={"device_list_strategy": strategies, **cli})
     g0 = inv.node.gpus[0].uuid
     got = allocate(inv, [g0])

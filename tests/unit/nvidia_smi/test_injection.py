@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
-from fakegpu.dra.cdi_specs import cdi_spec, minimum_version, validate_spec, write_spec
+from fakegpu.dra.cdi_specs import cdi_spec, write_spec
 from fakegpu.fakeplugin.allocate_response import container_allocate_response, validate_request
+from fakegpu.runtime.cdi_spec import minimum_version, validate_spec
 from fakegpu.sharing.inputs import load_inventory
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
@@ -101,17 +103,18 @@ class Dev:
     device: str
     env: tuple[str, ...]
     share_id: str | None = None
+    mps_daemon_id: str | None = None
 
 
-DEVICES = [Dev("gpu-0", ("NVIDIA_VISIBLE_DEVICES=GPU-a",))]
+DEVICES = [Dev("gpu-0", ("FAKEGPU_VISIBLE_DEVICES=GPU-a",))]
 UID_LETTER = "e2800b5e-0000-4000-8000-000000000001"
 UID_DIGIT = "2e800b5e-1111-4000-8000-000000000002"
 
 
 def test_cdi_spec_without_the_option_is_unchanged():
     spec = cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES)
-    assert "containerEdits" not in spec
-    assert spec["devices"][0]["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-a"]}
+    assert spec["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert spec["devices"][0]["containerEdits"] == {"env": ["FAKEGPU_VISIBLE_DEVICES=GPU-a"]}
     assert spec == cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES, nvidia_smi_dir=None)
 
 
@@ -120,11 +123,9 @@ def test_cdi_spec_mounts_the_script_and_keeps_the_lowest_version(uid, version):
     spec = cdi_spec("k8s.gpu.nvidia.com", uid, DEVICES, nvidia_smi_dir="/var/run/fakegpu/nvidia-smi/dra")
     assert list(spec) == ["cdiVersion", "kind", "devices", "containerEdits"]
     assert spec["cdiVersion"] == version
-    assert spec["devices"][0]["containerEdits"] == {
-        "env": ["NVIDIA_VISIBLE_DEVICES=GPU-a", "FAKEGPU_VISIBLE_DEVICES=GPU-a"]
-    }
+    assert spec["devices"][0]["containerEdits"] == {"env": ["FAKEGPU_VISIBLE_DEVICES=GPU-a"]}
     assert spec["containerEdits"] == {
-        "env": ["FAKEGPU_DEVICES_FILE=/run/fakegpu/devices.json"],
+        "env": ["NVIDIA_VISIBLE_DEVICES=void", "FAKEGPU_DEVICES_FILE=/run/fakegpu/devices.json"],
         "mounts": [
             {
                 "hostPath": "/var/run/fakegpu/nvidia-smi/dra/nvidia-smi",
@@ -148,4 +149,4 @@ def test_cdi_spec_mounts_the_script_and_keeps_the_lowest_version(uid, version):
 def test_cdi_spec_with_mounts_is_written_and_reloads(tmp_path):
     spec = cdi_spec("k8s.gpu.nvidia.com", UID_DIGIT, DEVICES, nvidia_smi_dir="/d")
     path = write_spec(tmp_path, spec, UID_DIGIT)
-    assert json.loads(path.read_text()) == spec
+    assert yaml.safe_load(path.read_text()) == spec
