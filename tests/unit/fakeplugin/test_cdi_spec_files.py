@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fakegpu.fakeplugin.allocate_response import container_allocate_response, device_paths
+from fakegpu.fakeplugin.allocate_response import container_allocate_response, control_device_paths, device_paths
 from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs, plugin_specs
 from fakegpu.runtime.cdi_spec import validate_spec
 from fakegpu.sharing.inputs import load_inventory
@@ -29,7 +29,6 @@ from tests.inventory_builders import inputs, inventory, mps, time_slicing
 
 CDI = "k8s.device-plugin.nvidia.com"
 VM = "/var/run/nvidia-container-devices"
-CONTROL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
 
 STRATEGIES = [
     "cdi-cri",
@@ -132,7 +131,8 @@ def test_the_spec_is_nvidia_shaped(tmp_path):
 @pytest.mark.parametrize("sharing", ["none", "replicas", "mig-mixed", "mig-replicas"])
 def test_pass_device_specs_puts_allocates_device_nodes_in_the_spec(tmp_path, sharing):
     """With ``--pass-device-specs`` the container gets the nodes Allocate's DeviceSpecs would carry with
-    envvar (``internal/plugin/server.go`` ``apiDeviceSpecs``), control nodes spec-wide as nvcdi puts them."""
+    envvar (``internal/plugin/server.go`` ``apiDeviceSpecs``: control nodes only where they exist), control
+    nodes spec-wide as nvcdi puts them."""
     inv, root = setup(
         tmp_path, sharing, "cdi-cri", "uuid", pass_device_specs=True, nvidia_dev_root="/run/nvidia/driver"
     )
@@ -140,7 +140,8 @@ def test_pass_device_specs_puts_allocates_device_nodes_in_the_spec(tmp_path, sha
         device = resource.devices[-1]
         edits = resolve(root, names_of(container_allocate_response(inv, resource, [device.id])))
         assert edits.node_paths == device_paths(inv, [device])
-        assert edits.node_paths[: len(CONTROL)] == CONTROL
+        control = control_device_paths()  # those this machine has, as Allocate sends them
+        assert edits.node_paths[: len(control)] == control
         assert {n["hostPath"] for n in edits.device_nodes} == {f"/run/nvidia/driver{p}" for p in edits.node_paths}
         assert all(n["permissions"] == "rw" for n in edits.device_nodes)
 
