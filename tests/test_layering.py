@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"sharing", "runtime", "kubeletapi"},
     "fakeplugin": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
     "dra": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
-    "kubelet": {"runtime", "kubeletapi"},
+    "kubelet": {"runtime", "kubeletapi", "sharing"},  # sharing: Kubernetes' name syntax (label_syntax), pure
     "virtual_nodes": {"sharing", "runtime", "kube", "dra"},
     "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra"},
     "cli": {

@@ -6,18 +6,16 @@ class's CEL selector picks this driver's devices by their ``type`` attribute.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
+from fakegpu.sharing.label_syntax import key_problem
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
 EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
 """What NVIDIA's chart maps to the whole-GPU class."""
-
-_EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def selector_expression(driver: str, device_type: str) -> str:
@@ -42,7 +40,9 @@ def device_classes(
         raise ValueError(
             f"unsupported API version {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}"
         )
-    if extended_resource_name is not None and not _EXTENDED_RESOURCE.match(extended_resource_name):
+    if extended_resource_name is not None and (
+        "/" not in extended_resource_name or key_problem(extended_resource_name) is not None
+    ):
         raise ValueError(f"extended resource name {extended_resource_name!r} must look like <domain>/<name>")
     classes = []
     for name, device_type in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig")):

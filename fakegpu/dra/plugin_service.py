@@ -29,14 +29,13 @@ from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from fakegpu.sharing.label_syntax import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from fakegpu.telemetry.rpc_metrics import observed_unary
 
 log = logging.getLogger(__name__)
 
 Outcome = tuple[tuple[PreparedResult, ...], str]
 
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
 _UID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 MAX_NAMESPACE = 63
 MAX_NAME = 253
@@ -73,12 +72,12 @@ def uid_problem(uid: str) -> str | None:
 
 def claim_ref_problem(ref: ClaimRef) -> str | None:
     """Why no ResourceClaim can have this namespace, name or UID; None if one can."""
-    if len(ref.namespace) > MAX_NAMESPACE or not _DNS_LABEL.fullmatch(ref.namespace):
+    if len(ref.namespace) > MAX_NAMESPACE or not DNS1123_LABEL.fullmatch(ref.namespace):
         return (
             f"invalid claim namespace {_shown(ref.namespace)}: expected a DNS label "
             f"(at most {MAX_NAMESPACE} lowercase letters, digits and '-')"
         )
-    if len(ref.name) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(ref.name):
+    if len(ref.name) > MAX_NAME or not DNS1123_SUBDOMAIN.fullmatch(ref.name):
         return (
             f"invalid claim name {_shown(ref.name)}: expected a DNS subdomain "
             f"(at most {MAX_NAME} lowercase letters, digits, '-' and '.')"

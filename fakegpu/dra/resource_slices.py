@@ -17,6 +17,7 @@ from typing import Any, Literal
 from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
+from fakegpu.sharing.label_syntax import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from fakegpu.sharing.node import Node, PhysicalGpu
 
 MigMode = Literal["static", "dynamic"]
@@ -48,8 +49,6 @@ FIRST_MINOR_WITH_SPLIT_SLICES = 35
 FIRST_MINOR_WITH_INDEXED_NAMES = 36
 """From 1.36 the kubelet helper prefixes slice names with their hex index within the pool."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NOT_RFC1123 = re.compile(r"[^a-z0-9.-]")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -63,7 +62,7 @@ Spec = dict[str, Any]
 def check_driver_name(driver: str) -> None:
     """Driver names are lower-case DNS subdomains of at most 63 characters; they also end up quoted in
     CEL expressions and in object names, so anything else is refused early."""
-    if len(driver) > DNS_LABEL_MAX or not _DNS_SUBDOMAIN.match(driver):
+    if len(driver) > DNS_LABEL_MAX or not DNS1123_SUBDOMAIN.fullmatch(driver):
         raise ValueError(f"driver name {driver!r} must be a lower-case DNS subdomain of at most 63 characters")
 
 
@@ -123,7 +122,7 @@ def device_name_mig(gpu: PhysicalGpu, profile: MigProfile, start: int) -> str:
     Placement is part of the name, so every (profile, start) pair is a distinct, stable device."""
     compact = _rfc1123(profile.name.replace(".", ""))
     name = f"gpu-{gpu.minor}-mig-{compact}-{gpu.model.profile_id(profile)}-{start}"
-    if len(name) > DNS_LABEL_MAX or not _DNS_LABEL.match(name):
+    if len(name) > DNS_LABEL_MAX or not DNS1123_LABEL.fullmatch(name):
         raise ValueError(f"MIG device name {name!r} is not a DNS label of at most 63 characters")
     return name
 

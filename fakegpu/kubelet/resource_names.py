@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+from fakegpu.sharing.label_syntax import NAME_PART, is_dns1123_subdomain
 
 
 def is_extended_resource_name(name: str) -> bool:
@@ -16,8 +13,8 @@ def is_extended_resource_name(name: str) -> bool:
     prefix, _, short = name.partition("/")
     if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
         return False
-    if not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+    if not prefix or not is_dns1123_subdomain(prefix):
         return False
     if "/" in short:
         return False
-    return 0 < len(short) <= 63 and _NAME.match(short) is not None
+    return 0 < len(short) <= 63 and NAME_PART.fullmatch(short) is not None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.label_syntax import DNS1123_SUBDOMAIN
 from fakegpu.sharing.nvidia_config import NvidiaConfigFile, ReplicatedResources
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS, FlagSpec
 
@@ -22,7 +23,6 @@ DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 RESOURCE_PREFIX = "nvidia.com/"
 SHARED_SUFFIX = ".shared"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _BOOL_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _BOOL_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
@@ -101,7 +101,7 @@ def normalize_resource_name(name: str, source: str, where: str) -> str:
     prefix, _, short = full.partition("/")
     if len(full) > 63:
         raise SpecError(source, f"resource name {full!r} is longer than 63 characters", where)
-    if prefix != "nvidia.com" or not _DNS_LABEL.match(short):
+    if prefix != "nvidia.com" or not DNS1123_SUBDOMAIN.fullmatch(short):
         raise SpecError(
             source,
             f"invalid resource name {full!r}: expected nvidia.com/<name> with a lower-case DNS name part",

@@ -15,12 +15,11 @@ import hashlib
 import re
 
 from fakegpu.sharing.errors import SpecError
-from fakegpu.sharing.label_syntax import value_problem
+from fakegpu.sharing.label_syntax import DNS1123_LABEL, value_problem
 
 DEFAULT_PREFIX = "fakegpu-virtual-"
 INDEX_WIDTH = 4
 MAX_NAME_LENGTH = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
 
 
@@ -59,7 +58,7 @@ def check_node_name(name: str, flag: str = "--name-prefix", *, too_long: str | N
             too_long or flag,
             f"node name {name!r} is {len(name)} characters; at most {MAX_NAME_LENGTH} (a hostname label value)",
         )
-    if not _DNS_LABEL.match(name):
+    if not DNS1123_LABEL.fullmatch(name):
         raise SpecError(
             flag,
             f"node name {name!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
