@@ -20,7 +20,15 @@ from fakegpu.cli.main import _parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+# The overlays that run a workload, one each.
 OVERLAYS = ("device-plugin", "dra", "kwok")
+# Every directory users apply on its own (deploy/README.md): the shared namespace, the shared DeviceClasses and
+# the three faces. Each object belongs to exactly one, so `kubectl delete -k` of one face leaves the others.
+SHARED_NAMESPACE = "base"
+SHARED_DEVICE_CLASSES = "overlays/deviceclasses"
+APPLIED = (SHARED_NAMESPACE, SHARED_DEVICE_CLASSES, *(f"overlays/{o}" for o in OVERLAYS))
+# What every workload runs: the name all three documented build commands (docker, podman, buildah) produce.
+IMAGE = "localhost/fakegpu:dev"
 EXAMPLES = DEPLOY / "examples"
 NAMESPACE = "fakegpu"
 PART_OF = ("app.kubernetes.io/part-of", "fakegpu")
@@ -46,22 +54,27 @@ def kubectl() -> str:
 
 
 @functools.cache
-def _render_text(overlay: str) -> str:
+def _render_text(directory: str) -> str:
     proc = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
+        [kubectl(), "kustomize", str(DEPLOY / directory)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     if proc.returncode != 0:
-        pytest.fail(f"kubectl kustomize deploy/overlays/{overlay} failed:\n{proc.stderr}")
+        pytest.fail(f"kubectl kustomize deploy/{directory} failed:\n{proc.stderr}")
     return proc.stdout
 
 
+def render_dir(directory: str) -> list[Obj]:
+    """The objects of deploy/<directory> as `kubectl kustomize` renders them (a fresh copy each call)."""
+    return [d for d in yaml.safe_load_all(_render_text(directory)) if d is not None]
+
+
 def render(overlay: str) -> list[Obj]:
-    """The overlay's objects as `kubectl kustomize` renders them (a fresh copy each call)."""
-    return [d for d in yaml.safe_load_all(_render_text(overlay)) if d is not None]
+    """The objects of deploy/overlays/<overlay>."""
+    return render_dir(f"overlays/{overlay}")
 
 
 def load_docs(path: Path) -> list[Obj]:
@@ -153,6 +166,7 @@ def resource_counts(inventory: Any) -> dict[str, int]:
 
 
 def all_rendered() -> Iterator[tuple[str, Obj]]:
-    for overlay in OVERLAYS:
-        for obj in render(overlay):
-            yield overlay, obj
+    """(directory, object) for everything users apply."""
+    for directory in APPLIED:
+        for obj in render_dir(directory):
+            yield directory, obj

@@ -7,7 +7,7 @@ import json
 import re
 import tomllib
 
-from tests.deploy.manifests import DEPLOY, OVERLAYS, ROOT, WORKLOAD_KINDS, pod_spec, render
+from tests.deploy.manifests import DEPLOY, IMAGE, OVERLAYS, ROOT, WORKLOAD_KINDS, pod_spec, render
 
 CONTAINERFILE = DEPLOY / "Containerfile"
 
@@ -67,5 +67,5 @@ def test_entrypoint_is_the_fakegpu_console_script() -> None:
     for overlay in OVERLAYS:
         for workload in (o for o in render(overlay) if o["kind"] in WORKLOAD_KINDS):
             for container in pod_spec(workload)["containers"]:
-                assert container["image"] == "fakegpu:dev"
+                assert container["image"] == IMAGE
                 assert "command" not in container, "the image's ENTRYPOINT runs fakegpu; pass arguments only"

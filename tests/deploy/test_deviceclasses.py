@@ -1,5 +1,5 @@
-"""The DeviceClasses committed in the dra and kwok overlays are exactly what `fakegpu deviceclasses` prints,
-so the classes a cluster gets cannot drift from the driver's own selectors."""
+"""The DeviceClasses committed in deploy/overlays/deviceclasses (shared by the dra and kwok overlays) are exactly
+what `fakegpu deviceclasses` prints, so the classes a cluster gets cannot drift from the driver's own selectors."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 import yaml
 
 from fakegpu.cli.main import main
-from tests.deploy.manifests import DEPLOY, find, load_docs, render
-
-OVERLAYS_WITH_CLASSES = ("dra", "kwok")
+from tests.deploy.manifests import DEPLOY, SHARED_DEVICE_CLASSES, find, load_docs, render_dir
 
 
 def cli_device_classes(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
@@ -21,15 +19,13 @@ def cli_device_classes(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any
     return docs
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS_WITH_CLASSES)
-def test_committed_device_classes_equal_the_cli_output(overlay: str, capsys: pytest.CaptureFixture[str]) -> None:
-    committed = load_docs(DEPLOY / "overlays" / overlay / "deviceclasses.yaml")
+def test_committed_device_classes_equal_the_cli_output(capsys: pytest.CaptureFixture[str]) -> None:
+    committed = load_docs(DEPLOY / SHARED_DEVICE_CLASSES / "deviceclasses.yaml")
     assert committed == cli_device_classes(capsys)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS_WITH_CLASSES)
-def test_rendered_device_classes_keep_name_and_spec(overlay: str, capsys: pytest.CaptureFixture[str]) -> None:
-    rendered = {c["metadata"]["name"]: c for c in find(render(overlay), "DeviceClass")}
+def test_rendered_device_classes_keep_name_and_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    rendered = {c["metadata"]["name"]: c for c in find(render_dir(SHARED_DEVICE_CLASSES), "DeviceClass")}
     expected = {c["metadata"]["name"]: c for c in cli_device_classes(capsys)}
     assert rendered.keys() == expected.keys()
     for name, cls in rendered.items():

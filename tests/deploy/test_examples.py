@@ -192,14 +192,16 @@ def test_there_are_mig_and_mps_claims() -> None:
 @pytest.mark.parametrize("name", [n for n, _ in claims()])
 def test_claim_selects_published_devices_and_prepares(name: str) -> None:
     spec = dict(claims())[name]
-    classes = {c["metadata"]["name"]: c for c in find(render("dra"), "DeviceClass")}
+    classes = {c["metadata"]["name"]: c for c in find(render("deviceclasses"), "DeviceClass")}
     node, args = dra_node()
     devices = published(node, args)
     results = []
     for request in spec["devices"]["requests"]:
         exact = request["exactly"]
         device_class = classes.get(exact["deviceClassName"])
-        assert device_class is not None, f"{name}: class {exact['deviceClassName']} is not in the DRA overlay"
+        assert device_class is not None, (
+            f"{name}: class {exact['deviceClassName']} is not in deploy/overlays/deviceclasses"
+        )
         candidates = [
             d
             for d in devices

@@ -1,4 +1,5 @@
-"""Every overlay renders, every rendered object passes the 1.36 schema, and the objects fit together."""
+"""Every overlay renders, every rendered object passes the 1.36 schema, the objects fit together, and each
+object has one owner among the directories users apply."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from tests.deploy.manifests import (
+    APPLIED,
     CLUSTER_SCOPED,
     DEPLOY,
     KUBERNETES_VERSION,
     NAMESPACE,
     OVERLAYS,
     PART_OF,
+    SHARED_NAMESPACE,
     WORKLOAD_KINDS,
     Obj,
+    all_rendered,
     fakegpu_argv,
     find,
     mounts_by_path,
@@ -26,6 +30,7 @@ from tests.deploy.manifests import (
     parse_cli,
     pod_spec,
     render,
+    render_dir,
 )
 
 
@@ -33,21 +38,27 @@ def _label(obj: Obj) -> str:
     return f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_rendered_object_passes_the_kubernetes_schema(overlay: str) -> None:
-    objs = render(overlay)
-    assert objs, f"deploy/overlays/{overlay} renders nothing"
+@pytest.mark.parametrize("directory", APPLIED)
+def test_every_rendered_object_passes_the_kubernetes_schema(directory: str) -> None:
+    objs = render_dir(directory)
+    assert objs, f"deploy/{directory} renders nothing"
     for obj in objs:
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{overlay}: {_label(obj)} fails the {KUBERNETES_VERSION} schema: {exc.message} at {exc.path}")
+            pytest.fail(
+                f"{directory}: {_label(obj)} fails the {KUBERNETES_VERSION} schema: {exc.message} at {exc.path}"
+            )
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_namespaces_and_common_labels(overlay: str) -> None:
-    objs = render(overlay)
-    assert one(objs, "Namespace", NAMESPACE)
+@pytest.mark.parametrize("directory", APPLIED)
+def test_namespaces_and_common_labels(directory: str) -> None:
+    objs = render_dir(directory)
+    # Only deploy/base renders the namespace: `kubectl delete -k` of a face must not delete the others' home.
+    if directory == SHARED_NAMESPACE:
+        assert one(objs, "Namespace", NAMESPACE)
+    else:
+        assert find(objs, "Namespace") == [], f"deploy/{directory} renders a Namespace; deploy/base owns it"
     for obj in objs:
         meta = obj["metadata"]
         if obj["kind"] in CLUSTER_SCOPED:
@@ -56,6 +67,34 @@ def test_namespaces_and_common_labels(overlay: str) -> None:
         else:
             assert meta.get("namespace") == NAMESPACE, f"{_label(obj)} is not in namespace {NAMESPACE}"
         assert meta.get("labels", {}).get(PART_OF[0]) == PART_OF[1], f"{_label(obj)} lacks the {PART_OF[0]} label"
+
+
+def test_every_object_has_one_owner() -> None:
+    """No two applied directories render the same object (kind, namespace, name): `kubectl delete -k` deletes
+    all a directory renders, so a shared object would vanish from under the other directory's workload. Shared
+    objects live in their own directory (deploy/base, deploy/overlays/deviceclasses). NVIDIA ships its
+    DeviceClasses in one Helm release (NVIDIA/k8s-dra-driver-gpu, deployments/helm/nvidia-dra-driver-gpu), which
+    owns them alone; helm uninstall of another release leaves them."""
+    owners: dict[tuple[str, str, str], list[str]] = {}
+    for directory, obj in all_rendered():
+        key = (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        owners.setdefault(key, []).append(directory)
+    shared = {key: dirs for key, dirs in owners.items() if len(dirs) > 1}
+    assert shared == {}, f"objects rendered by more than one directory: {shared}"
+    assert {directory for directory, _ in all_rendered()} == set(APPLIED)
+
+
+def test_overlays_use_the_shared_namespace_and_device_classes() -> None:
+    """The faces' namespaced objects live in deploy/base's namespace; the classes the DRA driver's and the
+    virtual nodes' devices are claimed through exist once, in deploy/overlays/deviceclasses."""
+    namespaces = {o["metadata"]["name"] for o in render_dir(SHARED_NAMESPACE) if o["kind"] == "Namespace"}
+    for overlay in OVERLAYS:
+        for obj in render(overlay):
+            if obj["kind"] not in CLUSTER_SCOPED:
+                assert obj["metadata"]["namespace"] in namespaces, _label(obj)
+            assert obj["kind"] != "DeviceClass", (
+                f"{overlay} renders {_label(obj)}; deploy/overlays/deviceclasses owns it"
+            )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -13,8 +13,13 @@ from fakegpu.dra.device_map import published_devices
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.deploy.manifests import (
+    APPLIED,
     DEPLOY,
+    IMAGE,
+    OVERLAYS,
     ROOT,
+    SHARED_DEVICE_CLASSES,
+    SHARED_NAMESPACE,
     container_env,
     fakegpu_argv,
     load_docs,
@@ -49,11 +54,70 @@ def test_paths_it_mentions_exist() -> None:
         assert (ROOT / path).exists(), f"deploy/README.md mentions {path}, which does not exist"
 
 
-def test_build_command_and_image_tag_match_the_manifests() -> None:
-    assert "docker build -f deploy/Containerfile -t fakegpu:dev ." in text()
-    assert "kind load docker-image fakegpu:dev --name fakegpu" in text()
+ENGINES = ("docker", "podman", "buildah")
+
+
+def _has_domain(name: str) -> bool:
+    first, sep, _ = name.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost")
+
+
+def kubelet_name(image: str) -> str:
+    """The image a pod asks for, as the kubelet and containerd read it: a name without a registry is Docker
+    Hub's, one path component is under library/ (distribution/reference normalize.go, splitDockerDomain:
+    the first component is a registry only if it has a dot or a colon or is localhost)."""
+    if _has_domain(image):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
+def built_name(engine: str, tag: str) -> str:
+    """The name `<engine> build -t <tag>` stores: docker qualifies a short name as Docker Hub's, podman and
+    buildah as localhost/ (containers/common's short-name handling; the real-cluster reading saw
+    localhost/fakegpu:dev from buildah)."""
+    if _has_domain(tag) or engine == "docker":
+        return kubelet_name(tag)
+    return f"localhost/{tag}"
+
+
+def test_name_normalisation_reproduces_the_err_image_pull_reading() -> None:
+    # /work/shared/golden/real-cluster-deploy.md: buildah's -t fakegpu:dev never reached a pod asking for it.
+    assert built_name("buildah", "fakegpu:dev") != kubelet_name("fakegpu:dev")
+    assert built_name("docker", "fakegpu:dev") == kubelet_name("fakegpu:dev") == "docker.io/library/fakegpu:dev"
+
+
+def test_every_engines_build_command_yields_the_manifests_image() -> None:
+    for engine in ENGINES:
+        tags = re.findall(rf"^{engine} build -f deploy/Containerfile -t (\S+) \.$", text(), flags=re.M)
+        assert tags, f"deploy/README.md has no `{engine} build` command"
+        for tag in tags:
+            assert built_name(engine, tag) == kubelet_name(IMAGE), f"{engine} -t {tag}: the pods ask for {IMAGE}"
+
+
+def test_load_commands_carry_the_manifests_image_into_the_cluster() -> None:
     (cluster,) = load_docs(DEPLOY / "kind" / "cluster.yaml")
-    assert f"--name {cluster['name']}" in text()
+    name = f"--name {cluster['name']}"
+    readme = text()
+    assert f"kind load docker-image {IMAGE} {name}" in readme
+    assert f"podman save -o fakegpu.tar {IMAGE}" in readme
+    # The name inside the archive is what containerd imports.
+    pushed = re.findall(r"^buildah push (\S+) docker-archive:fakegpu\.tar:(\S+)", readme, flags=re.M)
+    assert pushed == [(IMAGE, IMAGE)]
+    assert f"kind load image-archive fakegpu.tar {name}" in readme
+    assert f"minikube image load {IMAGE}" in readme and "minikube image load fakegpu.tar" in readme
+
+
+def test_walkthrough_applies_shared_directories_first_and_deletes_them_last() -> None:
+    applied = re.findall(r"^kubectl apply -k deploy/(\S+)$", text(), flags=re.M)
+    deleted = re.findall(r"^kubectl delete -k deploy/(\S+) --ignore-not-found$", text(), flags=re.M)
+    assert set(applied) == set(deleted) == set(APPLIED), "every applied directory is applied and deleted"
+    faces = [f"overlays/{o}" for o in OVERLAYS]
+    for face in faces:
+        assert applied.index(SHARED_NAMESPACE) < applied.index(face)
+    for face in ("overlays/dra", "overlays/kwok"):
+        assert applied.index(SHARED_DEVICE_CLASSES) < applied.index(face)
+        assert deleted.index(SHARED_DEVICE_CLASSES) > deleted.index(face)
+    assert deleted[-1] == SHARED_NAMESPACE
 
 
 def test_device_ids_are_the_kind_nodes_ids(tmp_path: Path) -> None:
