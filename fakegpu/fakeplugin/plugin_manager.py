@@ -110,7 +110,7 @@ class PluginManager:
 
         Ready once every resource served is registered with the kubelet: its ``Register`` call answered (or,
         in plugins-registry mode, its NotifyRegistrationStatus said registered). Not ready again while a
-        registration is lost (kubelet restart, socket removed) until it is registered again, and while a
+        registration is lost (kubelet.sock gone or re-created, socket removed) until it is registered again, and while a
         resource cannot be served at all (its MPS control daemon would not run). Registration ``none`` (no
         kubelet to register with) is ready once the servers serve. No devices at all is ready: NVIDIA's
         plugin then waits indefinitely with nothing to register."""
@@ -119,13 +119,14 @@ class PluginManager:
         missing: list[str] = []
         for name, error in self.blocked().items():
             missing.append(f"{name} is not served: {error}")
-        unregistered = [n for n in self.wanted() if n not in self.servers or not self.registered.get(n)]
+        kubelet_gone = self.registration == "kubelet" and identity(self.paths.kubelet_socket) is None
+        unregistered = [n for n in self.wanted() if n not in self.servers or not self.registered.get(n) or kubelet_gone]
         if self.registration == "none":
             unregistered = [n for n in unregistered if n not in self.servers]
         if unregistered:
             detail = ""
             refused = [r.service.error for n in unregistered if (r := self.registry.get(n)) and r.service.error]
-            if self.registration == "kubelet" and identity(self.paths.kubelet_socket) is None:
+            if kubelet_gone:  # the kubelet stopped (or never started): its registrations went with it
                 detail = f" (waiting for {self.paths.kubelet_socket})"
             elif any(n in self._next_retry for n in unregistered):
                 detail = f" (last error: {self.stats.last_error}; retrying every {self.retry_interval:.0f}s)"
