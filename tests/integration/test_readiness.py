@@ -34,7 +34,9 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
+from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.plugin_registration import registry_socket_name
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
@@ -335,3 +337,21 @@ async def test_dra_driver_is_ready_once_published_and_registered(root, apiserver
         assert [s["spec"]["nodeName"] for s in apiserver.objects("resourceslices")] == [NODE]
     finally:
         await kubelet.watcher.stop()
+
+
+async def test_plugins_registry_mode_is_ready_on_the_kubelets_word(fakegpu_node):
+    """In plugins-registry mode the kubelet's NotifyRegistrationStatus is the registration
+    (k8s.io/kubelet pluginregistration v1, as NVIDIA/k8s-device-plugin's plugin watcher path): readiness
+    follows what it last said."""
+    node = await fakegpu_node("2xl4", registration="plugins-registry")
+    assert node.plugins.not_ready() is None
+    socket = node.kubelet.paths.plugins_registry / registry_socket_name(GPU)
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = reg_grpc.RegistrationStub(channel)
+        refused = reg_pb2.RegistrationStatus(plugin_registered=False, error="incompatible version")
+        await stub.NotifyRegistrationStatus(refused, timeout=5)
+        assert node.plugins.not_ready() == (
+            "not registered with the kubelet: nvidia.com/gpu (the kubelet refused: incompatible version)"
+        )
+        await stub.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+    assert node.plugins.not_ready() is None
