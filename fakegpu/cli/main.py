@@ -51,6 +51,7 @@ from fakegpu.sharing.expansion import build_inventory
 from fakegpu.sharing.inputs import load_config, load_node
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
+from fakegpu.telemetry.health_endpoint import add_health_address_option, health_address
 from fakegpu.telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from fakegpu.telemetry.log_format import LOG_FORMATS, configure_logging
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
@@ -118,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     add_node_options(plugin)
     add_metrics_address_option(plugin)
     add_dcgm_options(plugin)
+    add_health_address_option(plugin)
 
     kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
     kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
@@ -172,6 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     add_feature_gates_option(dra)
     add_metrics_address_option(dra)
     add_dcgm_options(dra)
+    add_health_address_option(dra)
 
     add_inject_options(plugin, "plugin")
     add_inject_options(dra, "dra")
@@ -224,9 +227,14 @@ def _warn(warnings: Sequence[str]) -> None:
 
 
 def _telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
-    """The four telemetry flags ``plugin`` and ``dra`` share (``add_metrics_address_option``, ``add_dcgm_options``)."""
+    """The five telemetry flags ``plugin`` and ``dra`` share (``add_metrics_address_option``, ``add_dcgm_options``,
+    ``add_health_address_option``)."""
     return TelemetrySettings(
-        metrics_address(args), dcgm_address(args), args.dcgm_kubernetes_virtual_gpus, args.dcgm_seed
+        metrics_address(args),
+        dcgm_address(args),
+        args.dcgm_kubernetes_virtual_gpus,
+        args.dcgm_seed,
+        health_address=health_address(args),
     )
 
 

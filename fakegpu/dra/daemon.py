@@ -47,6 +47,7 @@ from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.dcgm.attribution import DeviceHolder, DraDevice
+from fakegpu.telemetry.health_endpoint import Readiness
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
@@ -201,6 +202,31 @@ class DraDriver:
         # The kubelet's NotifyRegistrationStatus is the registration: count what it says.
         self.plugin.registration_service.on_status = self.metrics.registration_status
         self._publish_task: asyncio.Task[None] | None = None
+        self._publish_error = ""
+
+    @property
+    def published(self) -> bool:
+        """The ResourceSlices were published once (later changes are republished in the background)."""
+        task = self._publish_task
+        return task is not None and task.done() and not task.cancelled() and task.exception() is None
+
+    def not_ready(self) -> str | None:
+        """Why the scheduler cannot use this node's devices yet (one line), or ``None``: the ``/readyz`` answer.
+
+        Ready once the ResourceSlices are published and the kubelet confirmed the plugin's registration with
+        NotifyRegistrationStatus (``plugin_registered``); not ready again while a re-served registration
+        socket waits for the kubelet's word (``DraKubeletPlugin``)."""
+        missing: list[str] = []
+        if not self.published:
+            node = self.live.inventory.node.name
+            error = f" (last error: {self._publish_error})" if self._publish_error else ""
+            missing.append(f"ResourceSlices for node {node} not published yet{error}")
+        service = self.plugin.registration_service
+        if service.registered is None:
+            missing.append(f"the kubelet has not registered {self.settings.driver} yet (no NotifyRegistrationStatus)")
+        elif not service.registered:
+            missing.append(f"the kubelet refused to register {self.settings.driver}: {service.error}")
+        return "; ".join(missing) or None
 
     def _add_services(self, server: grpc.aio.Server) -> None:
         v1_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer), server)
@@ -244,6 +270,7 @@ class DraDriver:
                 return
             except Exception as exc:  # the API server may be unreachable or refuse for a while
                 failures += 1
+                self._publish_error = str(exc)
                 pause = jittered_pause(failures, first=FIRST_PUBLISH_RETRY)
                 log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, pause)
                 await asyncio.sleep(pause)
@@ -271,13 +298,16 @@ async def run_dra_daemon(
 ) -> int:
     """Serve until a stop signal; with ``admin_socket``, also the owner-only admin socket of ``fakegpu ctl``;
     with ``telemetry``, Prometheus metrics and/or the fake dcgm-exporter, attributing claims through the
-    kubelet's PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names."""
+    kubelet's PodResources ``dynamic_resources``, else to the pods their ``status.reservedFor`` names, and/or
+    the kubelet's probes (``DraDriver.not_ready``)."""
     telemetry = telemetry or TelemetrySettings()
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
     live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    readiness = Readiness("starting")
     async with DaemonLifecycle(stop) as daemon:
+        await daemon.serve_first(telemetry.health(readiness))
         if inputs.nvidia_smi_dir:
             # The fake nvidia-smi the CDI specs mount, written before any claim is prepared and on every change.
             daemon.cleanup(
@@ -285,6 +315,7 @@ async def run_dra_daemon(
             )
         make_client = client_factory(settings.kubeconfig)
         driver = DraDriver(live, paths, settings, make_client)
+        readiness.follow(driver.not_ready)
         admin = AdminServer(admin_socket, dra_ops(driver)) if admin_socket else None
 
         def reload() -> None:

@@ -76,6 +76,10 @@ class DraKubeletPlugin:
                 self.restarts += 1
             if not self._registration.socket_intact():
                 log.info("registration socket %s vanished; serving it again", self.registration_socket)
+                # The kubelet (restarted, or its watcher lost the socket) registers the new one anew: until
+                # its NotifyRegistrationStatus, the driver is not registered (readiness follows this).
+                self.registration_service.registered = None
+                self.registration_service.error = ""
                 await self._registration.stop()
                 await self._registration.start()
                 self.restarts += 1

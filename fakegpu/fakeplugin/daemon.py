@@ -29,6 +29,7 @@ from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.health_endpoint import Readiness
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
@@ -85,7 +86,8 @@ async def run_plugin_daemon(
     With ``admin_socket``, also serve the owner-only admin socket ``fakegpu ctl`` talks to (none by default).
     With ``node``, label the Node and/or follow its config label (``--label-node``, ``--config-dir``).
     With ``telemetry``, serve Prometheus metrics and/or the fake dcgm-exporter, attributed through the
-    kubelet's PodResources (none by default).
+    kubelet's PodResources, and/or the kubelet's probes from the start (``PluginManager.not_ready``; none by
+    default).
     With ``cdi_root``, write the plugin's CDI specs there whenever a CDI deviceListStrategy is configured
     (``fakegpu.fakeplugin.cdi_spec_files``; none by default, ``fakegpu plugin`` passes ``/var/run/cdi``).
     """
@@ -94,7 +96,13 @@ async def run_plugin_daemon(
     # With --config-dir the selected config file is watched by the node sync, so the base excludes it.
     base_watch = [Path(p) for p in (inputs.node_spec, inputs.mig_config) if p]
     make_client = client_factory(node.kubeconfig) if node.wanted else None
+    readiness = Readiness(
+        f"reading node {inputs.node_name}'s {node.selection.label} label from the API server"
+        if node.selection is not None
+        else "starting"
+    )
     async with DaemonLifecycle(stop) as daemon:
+        await daemon.serve_first(telemetry.health(readiness))
         selected, label_value = "", ""
         if node.selection is not None and make_client is not None:
             # As NVIDIA's config-manager init container: nothing is served until the label has been read.
@@ -129,6 +137,7 @@ async def run_plugin_daemon(
             on_call=calls.record,
             metrics=metrics,
         )
+        readiness.follow(manager.not_ready)
         sync: PluginNodeSync | None = None
         if make_client is not None:
             sync = PluginNodeSync(

@@ -105,6 +105,36 @@ class PluginManager:
         """True between start() and stop(): the watch loop serves and re-registers the plugins."""
         return self._task is not None and not self._task.done()
 
+    def not_ready(self) -> str | None:
+        """Why the node does not have every resource yet (one line), or ``None``: the ``/readyz`` answer.
+
+        Ready once every resource served is registered with the kubelet: its ``Register`` call answered (or,
+        in plugins-registry mode, its NotifyRegistrationStatus said registered). Not ready again while a
+        registration is lost (kubelet.sock gone or re-created, socket removed) until it is registered again, and while a
+        resource cannot be served at all (its MPS control daemon would not run). Registration ``none`` (no
+        kubelet to register with) is ready once the servers serve. No devices at all is ready: NVIDIA's
+        plugin then waits indefinitely with nothing to register."""
+        if not self.running:
+            return "the device plugin servers are not started yet"
+        missing: list[str] = []
+        for name, error in self.blocked().items():
+            missing.append(f"{name} is not served: {error}")
+        kubelet_gone = self.registration == "kubelet" and identity(self.paths.kubelet_socket) is None
+        unregistered = [n for n in self.wanted() if n not in self.servers or not self.registered.get(n) or kubelet_gone]
+        if self.registration == "none":
+            unregistered = [n for n in unregistered if n not in self.servers]
+        if unregistered:
+            detail = ""
+            refused = [r.service.error for n in unregistered if (r := self.registry.get(n)) and r.service.error]
+            if kubelet_gone:  # the kubelet stopped (or never started): its registrations went with it
+                detail = f" (waiting for {self.paths.kubelet_socket})"
+            elif any(n in self._next_retry for n in unregistered):
+                detail = f" (last error: {self.stats.last_error}; retrying every {self.retry_interval:.0f}s)"
+            elif refused:
+                detail = f" (the kubelet refused: {refused[0]})"
+            missing.append(f"not registered with the kubelet: {', '.join(unregistered)}{detail}")
+        return "; ".join(missing) or None
+
     def wanted(self) -> list[str]:
         """Resources to serve: those with at least one device (NVIDIA skips empty ones), except those whose
         MPS control daemon would not run (NVIDIA's Start fails in waitForDaemon; ``blocked``)."""
@@ -335,14 +365,17 @@ class PluginManager:
             name, str(server.socket_path), ["v1beta1"], on_status=self._registry_status_callback(name)
         )
         reg = RegistryRegistration(old.socket_path, service)
+        self.registered[name] = False  # a new registration socket: registered once the kubelet says so
         await reg.start()
         self.registry[name] = reg
 
     def _registry_status_callback(self, name: str) -> Callable[[bool, str], None]:
         """plugins-registry mode: the kubelet's NotifyRegistrationStatus is the registration, so it is what
-        the registration counters count."""
+        the registration counters count and what readiness follows."""
 
         def on_status(registered: bool, error: str) -> None:
+            if name in self.servers:
+                self.registered[name] = registered
             if registered:
                 self.metrics.registered(name)
             else:

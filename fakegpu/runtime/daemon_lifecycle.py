@@ -75,6 +75,14 @@ class DaemonLifecycle:
         """Call ``undo`` on the way out, after everything registered later (e.g. stop following the inventory)."""
         self._stack.callback(undo)
 
+    async def serve_first(self, service: Service | None) -> None:
+        """Start ``service`` now, before anything else exists, and stop it after everything else: the health
+        endpoint, which must answer the kubelet's probes from the daemon's first moment to its last."""
+        if service is None:
+            return
+        self._stack.push_async_callback(service.stop)
+        await service.start()
+
     async def serve(self, *faces: Service, admin: Service | None = None, endpoints: Iterable[Service] = ()) -> None:
         """Start ``endpoints`` (metrics, then DCGM: each created only once the one before it serves), then
         ``admin``, then ``faces`` in order. On the way out the faces stop in reverse, then the admin socket,

@@ -1,10 +1,12 @@
-"""``GET /metrics`` for a daemon's Prometheus registry, served on the daemon's own event loop.
+"""Small read-only HTTP endpoints served on the daemon's own event loop: ``GET /metrics`` for a daemon's
+Prometheus registry (``MetricsServer``), and any fixed set of paths (``HttpEndpoint``, e.g. the health
+checks of ``fakegpu.telemetry.health_endpoint``).
 
 A few lines of HTTP/1.x over ``asyncio.start_server`` rather than prometheus_client's threaded server:
 the daemons are asyncio through and through, and a thread would race the loop over the state the
-metrics read. One request per connection (``Connection: close``), which is all a Prometheus scrape
-needs; anything else gets 404 (other paths), 405 (other methods) or 400 (not HTTP), and nothing a
-client sends, or fails to send, can stop the server.
+answers read. One request per connection (``Connection: close``), which is all a Prometheus scrape or a
+kubelet probe needs; anything else gets 404 (other paths), 405 (other methods) or 400 (not HTTP), and
+nothing a client sends, or fails to send, can stop the server.
 
 Off unless ``--metrics-address`` is given. ``PORT`` and ``:PORT`` listen on loopback only (127.0.0.1),
 so turning metrics on never opens a port to the network by accident; in a pod, where Prometheus
@@ -28,7 +30,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -132,36 +134,47 @@ class _BadRequest(Exception):
     pass
 
 
-class MetricsServer:
-    """Serves ``registry`` at ``http://ADDRESS/metrics`` from ``start()`` to ``stop()``.
+TEXT = "text/plain; charset=utf-8"
 
-    ``render`` (sync or async, returning the body) replaces ``generate_latest(registry)`` for an exporter
-    that writes its own text, as the fake dcgm-exporter does; ``flag`` names the option in errors.
+
+@dataclass(frozen=True)
+class Answer:
+    """What one path answers: status, body and its content type."""
+
+    status: HTTPStatus
+    body: bytes
+    content_type: str = TEXT
+
+
+Route = Callable[[], Answer | Awaitable[Answer]]
+"""Answers ``GET`` (and ``HEAD``) of one path; sync or async; an exception is answered 500 and logged."""
+
+
+class HttpEndpoint:
+    """Serves ``routes`` (path -> ``Route``) at ``http://ADDRESS/<path>`` from ``start()`` to ``stop()``.
+
+    ``what`` names the endpoint in its log line (``serving <what> on <urls>``) and ``not_found`` is the hint
+    a request for any other path gets; ``flag`` names the option in errors.
     """
 
     def __init__(
         self,
         address: ListenAddress,
-        registry: CollectorRegistry | None = None,
+        routes: Mapping[str, Route],
         *,
-        render: Callable[[], bytes | Awaitable[bytes]] | None = None,
-        content_type: str = CONTENT_TYPE_LATEST,
-        flag: str = "--metrics-address",
+        what: str,
+        not_found: str,
+        flag: str,
         read_timeout: float = 10.0,
         timeout: float = REQUEST_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        if render is None:
-            if registry is None:
-                raise TypeError("MetricsServer needs a registry or a render function")
-            source = registry
-
-            def render() -> bytes:
-                return generate_latest(source)
-
+        if not routes:
+            raise TypeError("an HTTP endpoint needs at least one route")
         self.address = address
-        self.render = render
-        self.content_type = content_type
+        self.routes = dict(routes)
+        self.what = what
+        self.not_found = not_found
         self.flag = flag
         self.read_timeout = read_timeout
         self.timeout = timeout
@@ -184,8 +197,14 @@ class MetricsServer:
         return len(self._connections)
 
     @property
+    def urls(self) -> list[str]:
+        """Each route's URL, in the order given (with the port picked for port 0)."""
+        return [f"http://{ListenAddress(self.address.host, self.port)}{path}" for path in self.routes]
+
+    @property
     def url(self) -> str:
-        return f"http://{ListenAddress(self.address.host, self.port)}{METRICS_PATH}"
+        """The first route's URL."""
+        return self.urls[0]
 
     async def start(self) -> None:
         """Listen; an address that cannot be used (port taken, host unknown) is a ``SpecError``."""
@@ -203,7 +222,7 @@ class MetricsServer:
             gai = isinstance(exc, socket.gaierror)
             reason = os.strerror(exc.errno) if exc.errno and not gai else (exc.strerror or str(exc))
             raise SpecError(self.flag, f"cannot listen on {self.address}: {reason}") from None
-        log.info("serving metrics on %s", self.url)
+        log.info("serving %s on %s", self.what, ", ".join(self.urls))
 
     async def stop(self) -> None:
         server, self._server = self._server, None
@@ -244,7 +263,7 @@ class MetricsServer:
         except asyncio.CancelledError:
             pass  # stop(): the connection ends here, quietly
         except Exception:
-            log.exception("metrics request failed")
+            log.exception("%s request failed", self.what)
         finally:
             if task is not None:
                 self._connections.discard(task)
@@ -278,20 +297,22 @@ class MetricsServer:
             raise _BadRequest("request line or header too long") from None
 
     async def _answer(self, writer: asyncio.StreamWriter, method: str, path: str) -> None:
-        if path != METRICS_PATH:
-            await self._respond(writer, HTTPStatus.NOT_FOUND, b"not found; metrics are at /metrics\n", method == "HEAD")
+        route = self.routes.get(path)
+        if route is None:
+            body = f"not found; {self.not_found}\n".encode()
+            await self._respond(writer, HTTPStatus.NOT_FOUND, body, method == "HEAD")
         elif method not in ALLOWED_METHODS:
             body = f"method {method} not allowed; use GET\n".encode()
             await self._respond(writer, HTTPStatus.METHOD_NOT_ALLOWED, body, head=False, allow=True)
         else:
             try:
-                rendered = self.render()
-                body = await rendered if inspect.isawaitable(rendered) else rendered
-            except Exception as exc:  # a collector failed: say so, keep serving
-                log.exception("collecting metrics failed")
+                answered = route()
+                answer = await answered if inspect.isawaitable(answered) else answered
+            except Exception as exc:  # the route failed: say so, keep serving
+                log.exception("answering %s failed", path)
                 await self._respond(writer, HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc}\n".encode(), method == "HEAD")
                 return
-            await self._respond(writer, HTTPStatus.OK, body, method == "HEAD", content_type=self.content_type)
+            await self._respond(writer, answer.status, answer.body, method == "HEAD", content_type=answer.content_type)
 
     @staticmethod
     async def _respond(
@@ -300,7 +321,7 @@ class MetricsServer:
         body: bytes,
         head: bool,
         *,
-        content_type: str = "text/plain; charset=utf-8",
+        content_type: str = TEXT,
         allow: bool = False,
     ) -> None:
         lines = [
@@ -313,6 +334,56 @@ class MetricsServer:
             lines.append("Allow: " + ", ".join(ALLOWED_METHODS))
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
         await writer.drain()
+
+
+class MetricsServer(HttpEndpoint):
+    """Serves ``registry`` at ``http://ADDRESS/metrics`` from ``start()`` to ``stop()``.
+
+    ``render`` (sync or async, returning the body) replaces ``generate_latest(registry)`` for an exporter
+    that writes its own text, as the fake dcgm-exporter does; ``flag`` names the option in errors.
+    """
+
+    def __init__(
+        self,
+        address: ListenAddress,
+        registry: CollectorRegistry | None = None,
+        *,
+        render: Callable[[], bytes | Awaitable[bytes]] | None = None,
+        content_type: str = CONTENT_TYPE_LATEST,
+        flag: str = "--metrics-address",
+        read_timeout: float = 10.0,
+        timeout: float = REQUEST_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if render is None:
+            if registry is None:
+                raise TypeError("MetricsServer needs a registry or a render function")
+            source = registry
+
+            def render() -> bytes:
+                return generate_latest(source)
+
+        self.render = render
+        self.content_type = content_type
+        super().__init__(
+            address,
+            {METRICS_PATH: self._metrics},
+            what="metrics",
+            not_found=f"metrics are at {METRICS_PATH}",
+            flag=flag,
+            read_timeout=read_timeout,
+            timeout=timeout,
+            max_connections=max_connections,
+        )
+
+    async def _metrics(self) -> Answer:
+        try:
+            rendered = self.render()
+            body = await rendered if inspect.isawaitable(rendered) else rendered
+        except Exception as exc:  # a collector failed: say so, keep serving
+            log.exception("collecting metrics failed")
+            return Answer(HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc}\n".encode())
+        return Answer(HTTPStatus.OK, body, self.content_type)
 
 
 def dual_stack_socket(port: int) -> socket.socket:

@@ -1,5 +1,6 @@
-"""The telemetry both daemons serve, from the same four flags: ``--metrics-address``, ``--dcgm-address``,
-``--dcgm-kubernetes-virtual-gpus`` and ``--dcgm-seed``. Nothing is served unless an address is given."""
+"""The telemetry both daemons serve, from the same five flags: ``--metrics-address``, ``--dcgm-address``,
+``--dcgm-kubernetes-virtual-gpus``, ``--dcgm-seed`` and ``--health-address``. Nothing is served unless an
+address is given."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.dcgm.attribution import DraDeviceResolver, HolderFallback
 from fakegpu.telemetry.dcgm.endpoint import DcgmEndpoint, PodAnnotationSource
 from fakegpu.telemetry.dcgm.exporter import DEFAULT_SEED
-from fakegpu.telemetry.http_endpoint import ListenAddress, MetricsServer
+from fakegpu.telemetry.health_endpoint import Readiness, health_endpoint
+from fakegpu.telemetry.http_endpoint import HttpEndpoint, ListenAddress, MetricsServer
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,12 @@ class TelemetrySettings:
     """The fake dcgm-exporter, attributed through the kubelet's PodResources."""
     dcgm_virtual_gpus: bool = False
     dcgm_seed: str | int = DEFAULT_SEED
+    health_address: ListenAddress | None = None
+    """The kubelet's probes at ``http://ADDRESS/healthz`` and ``/readyz`` (``fakegpu.telemetry.health_endpoint``)."""
+
+    def health(self, readiness: Readiness) -> HttpEndpoint | None:
+        """The probes' endpoint answering from ``readiness``, if asked for; the daemon starts it first of all."""
+        return None if self.health_address is None else health_endpoint(self.health_address, readiness)
 
     def endpoints(
         self,

@@ -200,3 +200,26 @@ def test_kwok_deployment_args_parse_and_avoid_kwok_nodes() -> None:
     first, last = node_name(args.name_prefix, 0), node_name(args.name_prefix, args.count - 1)
     assert re.search(rf"`{re.escape(first)}` …\s+`{re.escape(last)}`", readme), f"README should name {first} … {last}"
     assert f"fakegpu virtual-nodes --delete --name-prefix {args.name_prefix}\n" in readme
+
+
+@pytest.mark.parametrize(("overlay", "name"), [("device-plugin", "fakegpu-device-plugin"), ("dra", "fakegpu-dra")])
+def test_daemonsets_probe_the_health_endpoint_they_serve(overlay: str, name: str) -> None:
+    """Readiness is /readyz, liveness /healthz, on the port --health-address listens on (not loopback: the
+    kubelet probes the pod IP), declared as a named container port. fakegpu's own: NVIDIA's device plugin
+    DaemonSet has no probe (NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml) and its DRA
+    driver probes a gRPC health service (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/health.go)."""
+    health = importlib.import_module("fakegpu.telemetry.health_endpoint")
+    ds = one(render(overlay), "DaemonSet", name)
+    container = only_container(ds)
+    address = health.health_address(parse_cli(fakegpu_argv(container)))
+    assert address is not None, f"{name} does not serve --health-address"
+    assert address.host in ("0.0.0.0", "::"), f"{name}: the kubelet cannot reach {address}"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe, path in (("readinessProbe", health.READYZ_PATH), ("livenessProbe", health.HEALTHZ_PATH)):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path, f"{name}: {probe} asks {get['path']}"
+        assert ports[get["port"]] == address.port, f"{name}: {probe} probes a port the daemon does not serve on"
+    # Liveness must outlast a slow moment; readiness may be quick, it restarts nothing.
+    live, ready = container["livenessProbe"], container["readinessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 30
+    assert ready["periodSeconds"] * ready["failureThreshold"] <= live["periodSeconds"] * live["failureThreshold"]

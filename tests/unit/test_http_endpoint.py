@@ -1,7 +1,9 @@
-"""``--metrics-address`` parsing and the asyncio ``/metrics`` endpoint, over real TCP on loopback."""
+"""``--metrics-address`` parsing and the asyncio ``/metrics`` endpoint, and the probes' ``/healthz`` and ``/readyz``
+(``--health-address``), over real TCP on loopback."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -13,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
 from fakegpu.sharing.errors import SpecError
+from fakegpu.telemetry.health_endpoint import Readiness, health_address, health_endpoint
 from fakegpu.telemetry.http_endpoint import MAX_CONNECTIONS, ListenAddress, MetricsServer, parse_listen_address
 from tests.eventually import eventually
 
@@ -340,3 +343,76 @@ async def test_the_ipv6_wildcard_listens_on_ipv4_too():
             assert data.startswith(b"HTTP/1.1 200 OK"), host
     finally:
         await metrics.stop()
+
+
+# --- /healthz and /readyz (fakegpu.telemetry.health_endpoint) ------------------------------------------
+# Upstream has no HTTP probe to follow: NVIDIA/k8s-device-plugin has no probe, NVIDIA/k8s-dra-driver-gpu
+# cmd/gpu-kubelet-plugin/health.go answers a gRPC health Check on its own --healthcheck-port. fakegpu keeps
+# the same separation (its own listener) and answers the kubelet's httpGet probes.
+
+
+@pytest.fixture
+async def probes():
+    readiness = Readiness("reading node n1's nvidia.com/device-plugin.config label from the API server")
+    endpoint = health_endpoint(ListenAddress("127.0.0.1", 0), readiness)
+    await endpoint.start()
+    yield endpoint, readiness
+    await endpoint.stop()
+
+
+async def test_healthz_answers_while_the_loop_runs_and_readyz_follows_the_daemon(probes):
+    endpoint, readiness = probes
+    assert endpoint.urls == [f"http://127.0.0.1:{endpoint.port}/healthz", f"http://127.0.0.1:{endpoint.port}/readyz"]
+    assert await exchange(endpoint.port, b"GET /healthz HTTP/1.1\r\n\r\n") == (
+        200,
+        {"content-type": "text/plain; charset=utf-8", "content-length": "3", "connection": "close"},
+        b"ok\n",
+    )
+    status, _, body = await exchange(endpoint.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+    assert (status, body) == (
+        503,
+        b"not ready: reading node n1's nvidia.com/device-plugin.config label from the API server\n",
+    )
+
+    missing: list[str] = ["not registered with the kubelet: nvidia.com/gpu"]
+    readiness.follow(lambda: "; ".join(missing) or None)
+    status, _, body = await exchange(endpoint.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+    assert (status, body) == (503, b"not ready: not registered with the kubelet: nvidia.com/gpu\n")
+    missing.clear()
+    assert (await exchange(endpoint.port, b"GET /readyz?verbose HTTP/1.1\r\n\r\n"))[::2] == (200, b"ok\n")
+    # Liveness never depended on readiness.
+    assert (await exchange(endpoint.port, b"GET /healthz HTTP/1.1\r\n\r\n"))[0] == 200
+
+
+async def test_the_reason_is_one_line_and_a_failing_check_is_a_500_not_a_dead_endpoint(probes):
+    endpoint, readiness = probes
+    readiness.follow(lambda: "publishing failed:\n  connection refused\n")
+    assert (await exchange(endpoint.port, b"GET /readyz HTTP/1.1\r\n\r\n"))[::2] == (
+        503,
+        b"not ready: publishing failed: connection refused\n",
+    )
+
+    def broken() -> str | None:
+        raise RuntimeError("state unreadable")
+
+    readiness.follow(broken)
+    assert (await exchange(endpoint.port, b"GET /readyz HTTP/1.1\r\n\r\n"))[::2] == (500, b"state unreadable\n")
+    assert (await exchange(endpoint.port, b"GET /healthz HTTP/1.1\r\n\r\n"))[0] == 200
+
+
+async def test_probe_paths_only(probes):
+    endpoint, _ = probes
+    assert (await exchange(endpoint.port, b"GET /metrics HTTP/1.1\r\n\r\n"))[::2] == (
+        404,
+        b"not found; health checks are at /healthz and /readyz\n",
+    )
+    assert (await exchange(endpoint.port, b"POST /readyz HTTP/1.1\r\n\r\n"))[0] == 405
+    assert (await exchange(endpoint.port, b"HEAD /healthz HTTP/1.1\r\n\r\n"))[::2] == (200, b"")
+
+
+def test_the_health_flag_is_named_in_its_errors():
+    with pytest.raises(SpecError) as bad:
+        health_address(argparse.Namespace(health_address="0.0.0.0"))
+    assert str(bad.value).startswith("--health-address: '0.0.0.0': no port")
+    assert health_address(argparse.Namespace(health_address="0.0.0.0:8081")) == ListenAddress("0.0.0.0", 8081)
+    assert health_address(argparse.Namespace(health_address=None)) is None
