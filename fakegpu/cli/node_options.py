@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fakegpu.fakeplugin.cleanup_policy import ENV as CLEANUP_ENV
+from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.daemon import NodeSettings
 from fakegpu.fakeplugin.node_sync import ConfigSelection
 from fakegpu.sharing.errors import SpecError
@@ -38,6 +40,15 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the GPU Feature Discovery labels to this node and keep them current; only labels "
         "fakegpu wrote are ever removed (they are listed in the fakegpu.io/managed-labels annotation)",
+    )
+    group.add_argument(
+        "--cleanup-on-exit",
+        default=None,
+        metavar="POLICY",
+        help="with --label-node, whether a stop signal takes fakegpu's labels and their annotation off the node: "
+        "always (default; as GFD's features file goes on every exit), never, or unless-node-label:KEY[=VALUE] "
+        "(keep them while the node carries that label, i.e. while a DaemonSet selecting on it will restart the "
+        f"plugin here; deploy/overlays/device-plugin sets this); env {CLEANUP_ENV}",
     )
     group.add_argument(
         "--no-timestamp",
@@ -83,6 +94,15 @@ def no_timestamp(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
     return raw is not None and parse_go_bool(raw, "GFD_NO_TIMESTAMP")
 
 
+def cleanup_on_exit(args: argparse.Namespace, env: Mapping[str, str]) -> CleanupOnExit:
+    """``--cleanup-on-exit``, else ``FAKEGPU_CLEANUP_ON_EXIT``, else ``always``."""
+    if args.cleanup_on_exit is not None:
+        return CleanupOnExit.parse(args.cleanup_on_exit)
+    if env.get(CLEANUP_ENV):
+        return CleanupOnExit.parse(env[CLEANUP_ENV], CLEANUP_ENV)
+    return CleanupOnExit()
+
+
 def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeSettings:
     env = os.environ if env is None else env
     directory, source = args.config_dir, "--config-dir"
@@ -124,4 +144,5 @@ def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None
         selection=selection,
         kubeconfig=args.kubeconfig,
         timestamp=not no_timestamp(args, env),
+        cleanup_on_exit=cleanup_on_exit(args, env),
     )
