@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fakegpu.cli.catalog_command import render_catalog
+from fakegpu.cli.cleanup_command import add_cleanup_parser, run_cleanup_command
 from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
@@ -215,6 +216,7 @@ def _parser() -> argparse.ArgumentParser:
     catalog = sub.add_parser("catalog", help="list the GPU models fakegpu emulates")
     catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
     add_scenario_parser(sub)
+    add_cleanup_parser(sub)
     return parser
 
 
@@ -242,6 +244,8 @@ def _run(args: argparse.Namespace) -> int:
         return run_scenario_command(args)
     if args.command == "virtual-nodes":
         return run_virtual_nodes_command(args)
+    if args.command == "cleanup":
+        return run_cleanup_command(args)
     if args.command == "nvidia-smi":
         return run_nvidia_smi_command(args)
     if args.command == "deviceclasses":
