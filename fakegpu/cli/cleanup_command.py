@@ -18,6 +18,7 @@ the calls are ``get`` and ``patch`` on ``nodes`` and ``patch`` on ``nodes/status
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -46,6 +47,8 @@ DEFAULT_NVIDIA_SMI_DIR = Path(DEFAULT_PLUGIN_DIR).parent
 DEFAULT_MPS_ROOT = Path("/run/nvidia/mps")
 """``MPS_ROOT`` in deploy/overlays/device-plugin, as in NVIDIA's chart."""
 DEFAULT_CDI_ROOT = Path("/var/run/cdi")
+MAX_SYMLINKS = 40
+"""As the kernel's limit on links followed in one lookup (ELOOP)."""
 DEFAULT_ADMIN_SOCKETS = (Path("/var/run/fakegpu/plugin.sock"), Path("/var/run/fakegpu/dra.sock"))
 """The daemons' ``--admin-socket`` as the overlays set it."""
 
@@ -180,7 +183,24 @@ class HostLocations:
     host_root: Path = Path("/")
 
     def _on_host(self, path: Path) -> Path:
-        return self.host_root / path.relative_to(path.anchor) if path.is_absolute() else self.host_root / path
+        """``path`` of the node's file system under ``host_root``. Absolute symlinks on the way are followed
+        from ``host_root``, not from here: a node's ``/var/run`` is usually a link to ``/run``, which in
+        ``kubectl debug node`` would otherwise point into the debug container. The last part is not
+        followed (a link is removed as a link)."""
+        parts = list(path.relative_to(path.anchor).parts if path.is_absolute() else path.parts)
+        current, hops = self.host_root, 0
+        while parts:
+            candidate = current / parts.pop(0)
+            if parts and candidate.is_symlink() and hops < MAX_SYMLINKS:
+                hops += 1
+                target = Path(os.readlink(candidate))
+                if target.is_absolute():
+                    current, parts = self.host_root, [*target.relative_to(target.anchor).parts, *parts]
+                else:
+                    parts = [*target.parts, *parts]
+                continue
+            current = candidate
+        return current
 
     def leftovers(self) -> list[Path]:
         """Every fakegpu path that exists: directories' contents before the directory itself."""

@@ -12,6 +12,7 @@ gone (kubernetes ``pkg/kubelet/cm/devicemanager/manager.go``, ``GetCapacity``).
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
@@ -179,6 +180,22 @@ async def test_cleanup_never_removes_a_label_fakegpu_did_not_record(apiserver, r
     assert out.splitlines() == ["removed label nvidia.com/gpu.count=8", f"removed annotation {OWNED_LABELS_ANNOTATION}"]
     labels = node(apiserver)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "mine" and "nvidia.com/gpu.count" not in labels
+
+
+def test_host_paths_follow_the_nodes_absolute_symlinks_under_the_host_root(root, capsys):
+    """In ``kubectl debug node/N`` the node is at /host, and its ``/var/run`` is a link to ``/run`` (as on
+    kind's Debian nodes): the leftovers are found under /host/run, never in the debug container's /run."""
+    host = root / "host"
+    (host / "run/fakegpu/nvidia-smi/dra").mkdir(parents=True)
+    (host / "var").mkdir()
+    (host / "var/run").symlink_to("/run")
+    args = _parser().parse_args(["cleanup", "--node", NODE, "--skip-api", "--host-root", str(host), "--yes"])
+    assert asyncio.run(run_cleanup(args)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"removed directory {host / 'run/fakegpu/nvidia-smi/dra'}",
+        f"removed directory {host / 'run/fakegpu/nvidia-smi'}",
+    ]
+    assert tree(host) == ["run", "run/fakegpu", "var", "var/run"]
 
 
 async def test_cleanup_of_a_node_that_does_not_exist_is_named(apiserver, root):
