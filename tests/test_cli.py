@@ -226,3 +226,10 @@ def test_a_kubeconfig_naming_a_missing_file_names_that_file(capsys, tmp_path, fi
         capsys, "plugin", "--label-node", "--kubeconfig", str(kubeconfig), "--kubelet-dir", str(tmp_path)
     )
     assert (code, err) == (2, f"fakegpu: error: {kubeconfig}: {field} {tmp_path / missing} does not exist\n")
+
+
+def test_cleanup_says_so_when_nothing_is_left(capsys, tmp_path):
+    """``fakegpu cleanup`` on a clean host: one line, exit 0, nothing touched."""
+    code, out, err = run(capsys, "cleanup", "--node", "n1", "--skip-api", "--host-root", str(tmp_path))
+    assert (code, out, err) == (0, "nothing of fakegpu's left on node n1\n", "")
+    assert list(tmp_path.iterdir()) == []

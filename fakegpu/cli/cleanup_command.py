@@ -33,7 +33,7 @@ from lightkube.types import PatchType
 
 from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor
 from fakegpu.fakeplugin.allocate_response import CDI_VENDOR
-from fakegpu.kube.client import client_factory
+from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION, label_patch, owned_keys
@@ -66,7 +66,7 @@ def add_cleanup_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     parser.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     parser.add_argument("--yes", action="store_true", help="remove what is listed (default: only list it)")
     where = parser.add_argument_group("what to clean")

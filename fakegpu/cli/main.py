@@ -41,6 +41,7 @@ from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virt
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
@@ -153,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     dra.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     add_cdi_root_option(dra, "the claims' CDI specs")
     dra.add_argument(

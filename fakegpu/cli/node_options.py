@@ -16,6 +16,7 @@ from fakegpu.fakeplugin.cleanup_policy import ENV as CLEANUP_ENV
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.daemon import NodeSettings
 from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.named_configs import (
     DEFAULT_CONFIG_LABEL,
@@ -33,7 +34,7 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     group.add_argument(
         "--label-node",

@@ -10,6 +10,9 @@ from lightkube import AsyncClient, ConfigError, KubeConfig
 
 from fakegpu.sharing.errors import SpecError
 
+KUBECONFIG_HELP = "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)"
+"""Every command's ``--kubeconfig`` help: the order ``load_config`` tries."""
+
 
 def load_config(kubeconfig: str | None) -> KubeConfig:
     """The cluster config: a named file, else in-cluster, then ``$KUBECONFIG`` / ``~/.kube/config``.
