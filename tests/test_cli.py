@@ -194,3 +194,42 @@ def test_dra_feature_gates_are_checked_before_start(capsys, monkeypatch, tmp_pat
 def test_bad_driver_name_exits_2(capsys):
     code, out, err = run(capsys, "slices", "--driver-name", "Bad_Name")
     assert code == 2 and "driver name 'Bad_Name'" in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "missing"),
+    [("certificate-authority", "ca.crt"), ("client-certificate", "client.crt"), ("client-key", "client.key")],
+)
+def test_a_kubeconfig_naming_a_missing_file_names_that_file(capsys, tmp_path, field, missing):
+    """Before the first API call, not as the bare ``[Errno 2] No such file or directory`` Python's ``ssl``
+    raises; relative paths resolve against the kubeconfig's directory, as client-go resolves them
+    (kubernetes/client-go ``tools/clientcmd/loader.go``, ``ResolveLocalPaths``)."""
+    for name in ("ca.crt", "client.crt", "client.key"):
+        if name != missing:
+            (tmp_path / name).write_text("pem\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:1", "certificate-authority": "ca.crt"}}
+                ],
+                "users": [{"name": "u", "user": {"client-certificate": "client.crt", "client-key": "client.key"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    code, _, err = run(
+        capsys, "plugin", "--label-node", "--kubeconfig", str(kubeconfig), "--kubelet-dir", str(tmp_path)
+    )
+    assert (code, err) == (2, f"fakegpu: error: {kubeconfig}: {field} {tmp_path / missing} does not exist\n")
+
+
+def test_cleanup_says_so_when_nothing_is_left(capsys, tmp_path):
+    """``fakegpu cleanup`` on a clean host: one line, exit 0, nothing touched."""
+    code, out, err = run(capsys, "cleanup", "--node", "n1", "--skip-api", "--host-root", str(tmp_path))
+    assert (code, out, err) == (0, "nothing of fakegpu's left on node n1\n", "")
+    assert list(tmp_path.iterdir()) == []

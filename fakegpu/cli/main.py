@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fakegpu.cli.catalog_command import render_catalog
+from fakegpu.cli.cleanup_command import add_cleanup_parser, run_cleanup_command
 from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
@@ -40,6 +41,7 @@ from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virt
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
@@ -154,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     dra.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     add_cdi_root_option(dra, "the claims' CDI specs")
     dra.add_argument(
@@ -218,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
     catalog = sub.add_parser("catalog", help="list the GPU models fakegpu emulates")
     catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
     add_scenario_parser(sub)
+    add_cleanup_parser(sub)
     return parser
 
 
@@ -250,6 +253,8 @@ def _run(args: argparse.Namespace) -> int:
         return run_scenario_command(args)
     if args.command == "virtual-nodes":
         return run_virtual_nodes_command(args)
+    if args.command == "cleanup":
+        return run_cleanup_command(args)
     if args.command == "nvidia-smi":
         return run_nvidia_smi_command(args)
     if args.command == "deviceclasses":

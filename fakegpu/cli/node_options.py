@@ -12,8 +12,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fakegpu.fakeplugin.cleanup_policy import ENV as CLEANUP_ENV
+from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.daemon import NodeSettings
 from fakegpu.fakeplugin.node_sync import ConfigSelection
+from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.named_configs import (
     DEFAULT_CONFIG_LABEL,
@@ -31,13 +34,22 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     group.add_argument(
         "--label-node",
         action="store_true",
         help="write the GPU Feature Discovery labels to this node and keep them current; only labels "
         "fakegpu wrote are ever removed (they are listed in the fakegpu.io/managed-labels annotation)",
+    )
+    group.add_argument(
+        "--cleanup-on-exit",
+        default=None,
+        metavar="POLICY",
+        help="with --label-node, whether a stop signal takes fakegpu's labels and their annotation off the node: "
+        "always (default; as GFD's features file goes on every exit), never, or unless-node-label:KEY[=VALUE] "
+        "(keep them while the node carries that label, i.e. while a DaemonSet selecting on it will restart the "
+        f"plugin here; deploy/overlays/device-plugin sets this); env {CLEANUP_ENV}",
     )
     group.add_argument(
         "--no-timestamp",
@@ -83,6 +95,15 @@ def no_timestamp(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
     return raw is not None and parse_go_bool(raw, "GFD_NO_TIMESTAMP")
 
 
+def cleanup_on_exit(args: argparse.Namespace, env: Mapping[str, str]) -> CleanupOnExit:
+    """``--cleanup-on-exit``, else ``FAKEGPU_CLEANUP_ON_EXIT``, else ``always``."""
+    if args.cleanup_on_exit is not None:
+        return CleanupOnExit.parse(args.cleanup_on_exit)
+    if env.get(CLEANUP_ENV):
+        return CleanupOnExit.parse(env[CLEANUP_ENV], CLEANUP_ENV)
+    return CleanupOnExit()
+
+
 def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeSettings:
     env = os.environ if env is None else env
     directory, source = args.config_dir, "--config-dir"
@@ -124,4 +145,5 @@ def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None
         selection=selection,
         kubeconfig=args.kubeconfig,
         timestamp=not no_timestamp(args, env),
+        cleanup_on_exit=cleanup_on_exit(args, env),
     )

@@ -28,7 +28,7 @@ from lightkube.core.exceptions import ConfigError
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.slice_commands import KNOWN_VERSIONS, add_slice_options, server_minor
 from fakegpu.dra.resource_slices import check_driver_name
-from fakegpu.kube.client import client_factory
+from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
@@ -134,7 +134,7 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
     group.add_argument(
         "--kubeconfig",
         default=None,
-        help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)",
+        help=KUBECONFIG_HELP,
     )
     group.add_argument(
         "--server-version",

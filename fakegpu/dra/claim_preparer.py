@@ -214,3 +214,13 @@ class ClaimPreparer:
                 self._remove_spec(ref.uid, stored.driver, stored.devices)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1
+        # At INFO like a prepare, so a claim's whole life on the node is in the log.
+        log.info(
+            "unprepared claim %s/%s (%s): %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            "not prepared here"
+            if stored is None
+            else ", ".join(r.device for r in stored.devices) or "no devices of this driver",
+        )

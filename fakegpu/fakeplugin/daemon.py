@@ -1,7 +1,8 @@
 """``fakegpu plugin``: the device plugin daemon, as a DaemonSet or by hand next to a kubelet.
 
 SIGHUP or a changed config file reloads (a bad config is reported and the running inventory keeps
-serving); SIGINT, SIGTERM and SIGQUIT stop the servers and remove their sockets.
+serving); SIGINT, SIGTERM and SIGQUIT stop the servers and remove their sockets, and with ``--label-node``
+take the plugin's labels off the Node as ``--cleanup-on-exit`` says.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lightkube import AsyncClient
 from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
+from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
@@ -46,6 +48,8 @@ class NodeSettings:
     resync_interval: float = 30.0
     timestamp: bool = True
     """Write ``nvidia.com/gfd.timestamp`` with the labels (GFD's default; ``--no-timestamp``)."""
+    cleanup_on_exit: CleanupOnExit = dataclasses.field(default_factory=CleanupOnExit)
+    """With ``label_node``: whether the labels go when the plugin stops (``--cleanup-on-exit``)."""
 
     @property
     def wanted(self) -> bool:
@@ -150,6 +154,7 @@ async def run_plugin_daemon(
                 base_watch_files=base_watch,
                 resync_interval=node.resync_interval,
                 timestamp=node.timestamp,
+                cleanup_on_exit=node.cleanup_on_exit,
             )
             sync.set_initial(selected, label_value)
         admin = (

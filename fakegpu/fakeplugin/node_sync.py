@@ -4,7 +4,9 @@ One task follows the Node (``fakegpu.kube.node_watch``) and one reconciles: when
 inventory changes, or a resync interval passes, it (1) applies the config the node's
 ``nvidia.com/device-plugin.config`` label names, as NVIDIA's config-manager sidecar does but in-process
 and without ever exiting, and (2) patches the GFD label set onto the node, removing only labels it wrote
-before. The API server being away never stops the plugin serving; both steps retry.
+before. The API server being away never stops the plugin serving; both steps retry. When the plugin
+stops, it takes the labels it owns (and their record) off the Node again, as ``--cleanup-on-exit`` says
+(``fakegpu.fakeplugin.cleanup_policy``).
 
 ``nvidia.com/gfd.timestamp`` is written as NVIDIA's GFD writes it: the time its labelling run started. GFD
 takes it once per run (``cmd/gpu-feature-discovery/main.go``: the timestamp labeler is built before the
@@ -27,6 +29,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
 from fakegpu.kube.node_watch import NodeWatch
@@ -40,6 +43,9 @@ from fakegpu.sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACK
 from fakegpu.sharing.plugin_config import PluginConfig
 
 log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT = 5.0
+"""Per API call on the way out: the kubelet's grace period (30 s by default) must cover the whole stop."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,7 @@ class PluginNodeSync:
         retry_interval: float = 1.0,
         timestamp: bool = True,
         clock: Callable[[], float] | None = None,
+        cleanup_on_exit: CleanupOnExit | None = None,
     ) -> None:
         self.client_factory = client_factory
         self.node_name = node_name
@@ -152,6 +159,7 @@ class PluginNodeSync:
         self.timestamp = timestamp
         """Write ``nvidia.com/gfd.timestamp`` (GFD's default; ``--no-timestamp`` turns it off)."""
         self.clock = clock or time.time
+        self.cleanup_on_exit = cleanup_on_exit or CleanupOnExit()
         self._stamp: tuple[int, PluginConfig] | None = None
         """The run's timestamp and the config it was taken for."""
         self.stats = NodeSyncStats()
@@ -183,6 +191,13 @@ class PluginNodeSync:
         self._unsubscribe()
         await cancel_and_wait(self._tasks)
         self._tasks = []
+        if self._client is not None and self.label_node:
+            try:
+                await self._release(self._client)
+            except Exception as exc:
+                log.warning(
+                    "removing fakegpu's labels from node %s on exit failed (%s); they stay", self.node_name, exc
+                )
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._client.close(), 2.0)
@@ -296,3 +311,27 @@ class PluginNodeSync:
             self.node = patched
         self.stats.label_patches += 1
         log.info("node %s labels updated (%d GFD labels)", self.node_name, len(wanted))
+
+    async def _release(self, client: AsyncClient) -> None:
+        """Take the labels this plugin owns and their record off the Node, unless the policy keeps them.
+
+        Read fresh (the watch's view may be old and the policy looks at the current labels); labels other
+        writers set are never touched, since only the keys in the ownership record are nulled.
+        """
+        try:
+            node = await asyncio.wait_for(client.get(Node, self.node_name), RELEASE_TIMEOUT)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return
+            raise
+        meta = node.metadata
+        labels = (meta.labels if meta else None) or {}
+        if not self.cleanup_on_exit.wanted(labels):
+            log.info("keeping fakegpu's labels on node %s (--cleanup-on-exit %s)", self.node_name, self.cleanup_on_exit)
+            return
+        patch = label_patch(labels, meta.annotations if meta else None, {})
+        if patch is None:
+            return
+        await asyncio.wait_for(client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE), RELEASE_TIMEOUT)
+        removed = sum(1 for v in patch["metadata"].get("labels", {}).values() if v is None)
+        log.info("removed %d fakegpu labels from node %s on exit", removed, self.node_name)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import yaml
 from lightkube import AsyncClient, ConfigError, KubeConfig
 
 from fakegpu.sharing.errors import SpecError
+
+KUBECONFIG_HELP = "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)"
+"""Every command's ``--kubeconfig`` help: the order ``load_config`` tries."""
 
 
 def load_config(kubeconfig: str | None) -> KubeConfig:
@@ -17,7 +21,11 @@ def load_config(kubeconfig: str | None) -> KubeConfig:
     """
     source = kubeconfig or "kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)"
     try:
-        return KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        _check_files(config, kubeconfig or str(config.fname or source))
+        return config
+    except SpecError:
+        raise
     except ConfigError as exc:
         raise SpecError(source, str(exc)) from None
     except OSError as exc:
@@ -26,6 +34,31 @@ def load_config(kubeconfig: str | None) -> KubeConfig:
         raise SpecError(source, f"not valid YAML: {str(exc).splitlines()[0]}") from None
     except (AttributeError, TypeError, ValueError, KeyError):
         raise SpecError(source, "not a usable kubeconfig (expected clusters, users and a current context)") from None
+
+
+def _check_files(config: KubeConfig, source: str) -> None:
+    """Every file the current context names exists, else the field, the file and the kubeconfig are named.
+
+    Otherwise the first client fails deep in TLS setup with a bare ``[Errno 2] No such file or directory``
+    (Python's ``ssl`` names no file), long after the command started.
+    """
+    single = config.get()
+    if single is None:
+        return  # no current context: lightkube reports that itself when a client is made
+    user = single.user
+    named = {
+        "certificate-authority": single.cluster.certificate_auth,
+        "client-certificate": user.client_cert if user else None,
+        "client-key": user.client_key if user else None,
+        "tokenFile": user.token_file if user else None,
+    }
+    for field, name in named.items():
+        if not name:
+            continue
+        path = Path(single.abs_file(name))
+        if not path.is_file():
+            problem = "does not exist" if not path.exists() else "is not a file"
+            raise SpecError(source, f"{field} {path} {problem}")
 
 
 def client_factory(kubeconfig: str | None) -> Callable[[], AsyncClient]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
+from fakegpu.cli.node_options import cleanup_on_exit
 from tests.deploy.manifests import (
     APPLIED,
     CLUSTER_SCOPED,
@@ -157,6 +158,10 @@ def test_device_plugin_daemonset_args_parse_and_point_at_its_mounts() -> None:
     assert args.admin_socket is not None and str(args.admin_socket.parent) in mounts
     spec = pod_spec(ds)
     assert spec["nodeSelector"] == {"fakegpu.io/device-plugin": "true"}
+    # A stop while the node still opts in is a restart in place: the labels stay for the next pod.
+    env = {e["name"]: e.get("value") for e in only_container(ds).get("env", [])}
+    policy = cleanup_on_exit(args, env)
+    assert policy.mode == "unless-node-label" and {policy.key: policy.value} == spec["nodeSelector"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in spec["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -324,6 +325,25 @@ async def test_prepare_and_unprepare_over_the_socket(apiserver, make_driver, roo
     assert not spec_file.exists()
     assert PreparedClaims.in_dir(root / "kubelet/plugins/gpu.nvidia.com").load() == {}
     assert (await unprepare(driver.plugin.dra_socket, [ref])).claims[uid].error == ""
+
+
+async def test_unprepare_is_logged_at_info_like_prepare(apiserver, make_driver, caplog):
+    """NVIDIA's kubelet plugin logs both directions per claim (NVIDIA/k8s-dra-driver-gpu
+    ``cmd/gpu-kubelet-plugin/driver.go``: ``UnprepareResourceClaims``); a reading on a real cluster showed
+    fakegpu logging prepares only."""
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    uid = apiserver.create_direct(allocated_claim("c1", NODE, ["gpu-1"]))["metadata"]["uid"]
+    ref = ("default", "c1", uid)
+    caplog.set_level(logging.INFO, logger="fakegpu.dra.claim_preparer")
+    await prepare(driver.plugin.dra_socket, [ref])
+    await unprepare(driver.plugin.dra_socket, [ref])
+    await unprepare(driver.plugin.dra_socket, [ref])
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fakegpu.dra.claim_preparer"]
+    assert lines == [
+        ("INFO", f"prepared claim default/c1 ({uid}): gpu-1"),
+        ("INFO", f"unprepared claim default/c1 ({uid}): gpu-1"),
+        ("INFO", f"unprepared claim default/c1 ({uid}): not prepared here"),
+    ]
 
 
 async def test_every_claim_gets_an_answer(apiserver, make_driver):

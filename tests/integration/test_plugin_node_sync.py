@@ -21,6 +21,7 @@ import yaml
 from fakegpu.cli.main import _parser
 from fakegpu.cli.node_options import node_settings
 from fakegpu.fakeplugin import node_sync
+from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -101,6 +102,33 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
             await stop_and_wait(stop, task)
     finally:
         for _, _, kubelet in stops:
+            await kubelet.stop()
+
+
+def node_metadata(apiserver: FakeApiServer) -> tuple[dict[str, str], dict[str, str]]:
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    return dict(node["metadata"].get("labels") or {}), dict(node["metadata"].get("annotations") or {})
+
+
+async def run_and_stop(
+    apiserver: FakeApiServer, root: Path, node: NodeSettings, before_stop: Callable[[], None] = lambda: None
+) -> None:
+    """Start the plugin, wait for its labels, call ``before_stop``, then stop it as SIGTERM does (the
+    daemon's stop event)."""
+    kubelet = KubeletEmulator(root / "kubelet")
+    await kubelet.start()
+    stop = asyncio.Event()
+    inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
+    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
+    try:
+        await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver) or task.done(), "GFD labels")
+        assert not task.done(), task
+        before_stop()
+    finally:
+        try:
+            assert await stop_and_wait(stop, task) == [0]
+        finally:
             await kubelet.stop()
 
 
@@ -303,6 +331,70 @@ async def test_a_configmap_update_of_the_selected_key_reloads(daemon, apiserver,
     (configs / "..data_tmp").symlink_to(second.name)
     (configs / "..data_tmp").rename(configs / "..data")
     await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, 5.0, "updated ConfigMap applied")
+
+
+async def test_a_stopped_plugin_leaves_the_node_as_it_found_it(apiserver, root):
+    """SIGTERM (the DaemonSet's normal end) with the default ``--cleanup-on-exit always``: exactly the labels and
+    annotations the Node had before the plugin started, a user's label that equals a GFD one included.
+
+    Follows NVIDIA's GFD, which removes its features file on every exit so NFD drops the labels
+    (NVIDIA/k8s-device-plugin ``cmd/gpu-feature-discovery/main.go``, ``removeOutputFile``)."""
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    node["metadata"]["labels"]["nvidia.com/gpu.family"] = "ampere"  # set by someone else: never fakegpu's
+    node["metadata"]["annotations"] = {"team.example/owner": "ml"}
+    apiserver.update_direct(node)
+    before = node_metadata(apiserver)
+    await run_and_stop(apiserver, root, settings(apiserver, root, label_node=True))
+    assert node_metadata(apiserver) == before
+
+
+@pytest.mark.parametrize(
+    ("policy", "opt_in", "removed"),
+    [
+        ("never", "true", False),
+        ("unless-node-label:fakegpu.io/device-plugin=true", "true", False),  # restart in place
+        ("unless-node-label:fakegpu.io/device-plugin=true", None, True),  # opted out: gone for good
+        ("unless-node-label:fakegpu.io/device-plugin=true", "false", True),
+        ("unless-node-label:fakegpu.io/device-plugin", "false", False),
+    ],
+)
+async def test_the_exit_policy_keeps_labels_for_a_restart_in_place(apiserver, root, policy, opt_in, removed):
+    """``unless-node-label``: while the Node still carries the DaemonSet's opt-in label a new pod will follow
+    and adopt the labels; once the label is gone the DaemonSet controller deleted this pod for good."""
+    set_label(apiserver, "fakegpu.io/device-plugin", "true")
+    before = node_metadata(apiserver)
+    node = settings(apiserver, root, label_node=True, cleanup_on_exit=CleanupOnExit.parse(policy))
+    await run_and_stop(apiserver, root, node, lambda: set_label(apiserver, "fakegpu.io/device-plugin", opt_in))
+    labels, annotations = node_metadata(apiserver)
+    if removed:
+        expected = dict(before[0])
+        expected.pop("fakegpu.io/device-plugin")
+        if opt_in is not None:
+            expected["fakegpu.io/device-plugin"] = opt_in
+        assert (labels, annotations) == (expected, before[1])
+    else:
+        assert labels["nvidia.com/gpu.count"] == "2" and OWNED_LABELS_ANNOTATION in annotations
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "policy"),
+    [
+        ([], {}, "always"),
+        ([], {"FAKEGPU_CLEANUP_ON_EXIT": "never"}, "never"),
+        (["--cleanup-on-exit", "always"], {"FAKEGPU_CLEANUP_ON_EXIT": "never"}, "always"),
+        (["--cleanup-on-exit", "unless-node-label:a.b/c=d"], {}, "unless-node-label:a.b/c=d"),
+    ],
+)
+def test_cleanup_on_exit_flag_and_env(argv, env, policy):
+    args = _parser().parse_args(["plugin", "--label-node", *argv])
+    assert str(node_settings(args, env).cleanup_on_exit) == policy
+
+
+def test_a_bad_cleanup_on_exit_is_named():
+    args = _parser().parse_args(["plugin", "--label-node"])
+    with pytest.raises(SpecError, match="FAKEGPU_CLEANUP_ON_EXIT: 'sometimes': expected always, never or"):
+        node_settings(args, {"FAKEGPU_CLEANUP_ON_EXIT": "sometimes"})
 
 
 def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root):

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from fakegpu.cli.cleanup_command import run_cleanup
 from fakegpu.cli.main import _parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.dra.daemon import DraDriver, DraSettings
@@ -418,3 +419,34 @@ def test_the_claim_status_grant_is_limited_to_this_driver():
     rules = one(render("dra"), "ClusterRole", "fakegpu-dra")["rules"]
     (status,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
     assert (status["apiGroups"], status["resourceNames"]) == (["resource.k8s.io"], ["gpu.nvidia.com"])
+
+
+#: what deploy/README.md ("Teardown") tells an admin to grant whoever runs ``fakegpu cleanup``
+CLEANUP_GRANTS = {Access("get", "", "nodes"), Access("patch", "", "nodes"), Access("patch", "", "nodes/status")}
+
+
+async def test_cleanup_makes_exactly_the_calls_the_teardown_documents(apiserver):
+    """``fakegpu cleanup`` runs with the admin's credentials, under no overlay's ServiceAccount (``kubectl
+    delete -k`` has deleted those by then), so no overlay grants it anything; the README names the calls
+    instead, and this keeps that list exact: every call made is on it, everything on it is made."""
+    node = apiserver.get_object("nodes", NODE)
+    assert node is not None
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"
+    node["metadata"]["annotations"] = {"fakegpu.io/managed-labels": "nvidia.com/gpu.count"}
+    node["status"] = {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "0"}}
+    apiserver.update_direct(node)
+    client = apiserver.client()
+    try:
+        args = cli_parser().parse_args(["cleanup", "--node", NODE, "--skip-host", "--yes"])
+        assert await run_cleanup(args, client=client, out=io.StringIO()) == 0
+    finally:
+        await client.close()
+    made = {a for a in (request_access(r) for r in apiserver.requests) if a is not None}
+    assert made == CLEANUP_GRANTS
+    sites = client_call_sites(["fakegpu/cli/cleanup_command.py"])
+    assert sites and all(
+        any(a.verb == s.verb and (s.resource is None or (a.group, a.resource) == s.resource) for a in made)
+        for s in sites
+    ), [str(s) for s in sites]
+    readme = " ".join((ROOT / "deploy/README.md").read_text().split())
+    assert "grant exactly `get` and `patch` on `nodes` and `patch` on `nodes/status`" in readme
