@@ -58,6 +58,8 @@ if ! command -v buildah >/dev/null || ! command -v mmdebstrap >/dev/null; then
         skip "apt-get could not install buildah and mmdebstrap (${why:-see the output of apt-get})"
     fi
     rm -f "$apt_log"
+    command -v buildah >/dev/null && command -v mmdebstrap >/dev/null ||
+        skip "apt-get installed buildah and mmdebstrap but they are not on PATH ($PATH)"
     timed "installing buildah and mmdebstrap"
 fi
 [ "$(id -u)" = 0 ] || skip "mmdebstrap's root mode and buildah's chroot isolation need root here"
