@@ -76,10 +76,16 @@ BUILDAH=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver v
 cleanup() {
     "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
     "${BUILDAH[@]}" rmi --all --force >/dev/null 2>&1 || true
-    rm -rf "$WORK"
+    # A run stopped half-way can leave mmdebstrap's or a chroot's /proc, /sys and /dev mounts behind: unmount
+    # them first, and never let rm cross into another filesystem.
+    awk -v work="$WORK/" 'index($2, work) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r mount; do umount -l "$mount" 2>/dev/null || true; done
+    rm -rf --one-file-system "$WORK"
     if [ "$had_containers_dir" = 0 ]; then rm -rf /var/lib/containers; fi
 }
 trap cleanup EXIT
+# Stopped by a signal (a CI time-out), bash would skip the EXIT trap: exit instead, so it runs.
+trap 'exit 143' TERM INT HUP
 
 # ---- base image: Debian bookworm with python3, python3-venv and pip, from the Debian mirror -----------
 # The machine's own Debian sources are used when they are for the same suite (a mirror or snapshot it can
