@@ -1,4 +1,5 @@
-"""CI builds the image: .ci/run calls .ci/build-image.sh after the README's test command, and the script
+"""CI builds the image: .ci/run calls .ci/build-image.sh before the README's test command (whose summary must
+close CI's output), and the script
 builds deploy/Containerfile on its own base through the Containerfile's PYTHON_IMAGE argument.
 
 The build itself needs root, buildah and mmdebstrap, so it runs in CI (.ci/run), not here; these checks keep
@@ -19,11 +20,12 @@ from tests.test_readme import readme_commands
 SCRIPT = ROOT / ".ci" / "build-image.sh"
 
 
-def test_ci_builds_the_image_after_the_readme_test_command() -> None:
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+def test_ci_builds_the_image_then_runs_the_readme_test_command_last() -> None:
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()]
     test_line = ci.index(readme_commands()[1])
     calls = [i for i, line in enumerate(ci) if line.strip() == "bash .ci/build-image.sh"]
-    assert calls and calls[0] > test_line, ".ci/run must build the image after the README's test command"
+    assert calls and calls[0] < test_line, ".ci/run must build the image before the README's test command"
+    assert test_line == len(ci) - 1, "the README's test command must be the last line: its summary closes CI's output"
 
 
 def test_the_script_builds_the_containerfile_on_its_own_base() -> None:
