@@ -9,14 +9,17 @@ from .fake_apiserver import FakeApiServer
 
 
 @contextlib.contextmanager
-def serving(node: str | None = None, version: str = "1.36", *, strict: bool = True) -> Iterator[FakeApiServer]:
-    """With ``strict``, fail if the code under test sent an object the server rejected or broke the server.
+def serving(
+    node: str | None = None, version: str = "1.36", *, labels: dict[str, str] | None = None, strict: bool = True
+) -> Iterator[FakeApiServer]:
+    """``node`` is added with ``labels`` (a user's own labels, which fakegpu must leave alone). With
+    ``strict``, fail if the code under test sent an object the server rejected or broke the server.
 
     A request cut off by a driver's shutdown arrives with no body; anything else is a real rejection.
     """
     server = FakeApiServer(version).start()
     if node is not None:
-        server.add_node(node)
+        server.add_node(node, labels or {})
     try:
         yield server
     finally:

@@ -30,6 +30,7 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 from tests.apiserver import FakeApiServer
+from tests.apiserver.serving import serving
 from tests.eventually import eventually
 
 NODE = "gpu-node-1"
@@ -37,13 +38,8 @@ NODE = "gpu-node-1"
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE, {"team": "ml"})
-    try:
+    with serving(NODE, labels={"team": "ml"}) as server:
         yield server
-    finally:
-        server.stop()
-        assert server.errors == []
 
 
 def node(apiserver: FakeApiServer) -> dict[str, Any]:

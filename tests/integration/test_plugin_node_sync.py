@@ -31,6 +31,7 @@ from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.apiserver import FakeApiServer
+from tests.apiserver.serving import serving
 from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
 
@@ -43,13 +44,8 @@ TIME_SLICING_4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"n
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer("1.36").start()
-    server.add_node(NODE, {"team": "ml"})
-    try:
+    with serving(NODE, labels={"team": "ml"}) as server:
         yield server
-    finally:
-        server.stop()
-        assert server.errors == []
 
 
 def write_configs(directory: Path, configs: dict[str, Any]) -> Path:
