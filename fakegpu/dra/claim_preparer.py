@@ -194,7 +194,7 @@ class ClaimPreparer:
 
     def _write_spec(self, uid: str, prep: ClaimPreparation) -> None:
         """The MPS directories the spec mounts first, then the spec (NVIDIA starts the daemon before)."""
-        for daemon_id in dict.fromkeys(r.mps_daemon_id for r in prep.results if r.mps_daemon_id):
+        for daemon_id in _mps_daemon_ids(prep.results):
             create_dirs(self.mps_root, daemon_id)
         spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir, mps_root=self.mps_root)
         write_spec(self.cdi_root, spec, uid)
@@ -202,7 +202,7 @@ class ClaimPreparer:
     def _remove_spec(self, uid: str, driver: str, devices: Sequence[PreparedResult]) -> None:
         """The spec (YAML, or the JSON of an older fakegpu), then the MPS directories it mounted."""
         remove_spec(self.cdi_root, uid, cdi_vendor(driver))
-        for daemon_id in dict.fromkeys(r.mps_daemon_id for r in devices if r.mps_daemon_id):
+        for daemon_id in _mps_daemon_ids(devices):
             remove_dirs(self.mps_root, daemon_id)
 
     async def unprepare(self, ref: ClaimRef) -> None:
@@ -224,3 +224,8 @@ class ClaimPreparer:
             if stored is None
             else ", ".join(r.device for r in stored.devices) or "no devices of this driver",
         )
+
+
+def _mps_daemon_ids(results: Sequence[PreparedResult]) -> list[str]:
+    """The MPS control daemons a claim's devices use, each once, in order (its directories' names)."""
+    return list(dict.fromkeys(r.mps_daemon_id for r in results if r.mps_daemon_id))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -116,11 +116,12 @@ class PluginManager:
         plugin then waits indefinitely with nothing to register."""
         if not self.running:
             return "the device plugin servers are not started yet"
-        missing: list[str] = []
-        for name, error in self.blocked().items():
-            missing.append(f"{name} is not served: {error}")
+        blocked = self.blocked()
+        missing = [f"{name} is not served: {error}" for name, error in blocked.items()]
         kubelet_gone = self.registration == "kubelet" and identity(self.paths.kubelet_socket) is None
-        unregistered = [n for n in self.wanted() if n not in self.servers or not self.registered.get(n) or kubelet_gone]
+        unregistered = [
+            n for n in self.wanted(blocked) if n not in self.servers or not self.registered.get(n) or kubelet_gone
+        ]
         if self.registration == "none":
             unregistered = [n for n in unregistered if n not in self.servers]
         if unregistered:
@@ -135,10 +136,12 @@ class PluginManager:
             missing.append(f"not registered with the kubelet: {', '.join(unregistered)}{detail}")
         return "; ".join(missing) or None
 
-    def wanted(self) -> list[str]:
+    def wanted(self, blocked: Mapping[str, str] | None = None) -> list[str]:
         """Resources to serve: those with at least one device (NVIDIA skips empty ones), except those whose
-        MPS control daemon would not run (NVIDIA's Start fails in waitForDaemon; ``blocked``)."""
-        blocked = self.blocked()
+        MPS control daemon would not run (NVIDIA's Start fails in waitForDaemon; ``blocked``, computed here
+        unless the caller already has it)."""
+        if blocked is None:
+            blocked = self.blocked()
         return [r.name for r in self.live.inventory.resources if r.devices and r.name not in blocked]
 
     def blocked(self) -> dict[str, str]:
@@ -237,8 +240,8 @@ class PluginManager:
         log.info("Registered device plugin for '%s' with Kubelet", name)
 
     async def _reconcile(self) -> None:
-        wanted = self.wanted()
         blocked = self.blocked()
+        wanted = self.wanted(blocked)
         if not wanted and not self.servers and not blocked:
             log.info("No devices found. Waiting indefinitely.")
         for name in list(self.servers):
