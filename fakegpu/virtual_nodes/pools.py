@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.expansion import build_inventory
@@ -19,6 +20,13 @@ from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.virtual_nodes.names import MAX_NAME_LENGTH, check_node_name, node_name
 
+GpuMode = Literal["device-plugin", "dra", "dra-extended"]
+"""How a pool's nodes offer their GPUs, as a real node runs one of the two: ``device-plugin`` (extended
+resources in capacity, no ResourceSlices), ``dra`` (ResourceSlices, no GPU capacity) or ``dra-extended``
+(ResourceSlices, plus DeviceClasses with ``extendedResourceName`` so ``nvidia.com/gpu`` requests are served
+from the same devices)."""
+GPU_MODES: tuple[GpuMode, ...] = get_args(GpuMode)
+DEFAULT_MODE: GpuMode = "device-plugin"
 DEFAULT_POOL = "default"
 MAX_NODES = 100_000
 """A typo guard (``--count 10000000``), far above what one API server holds."""
@@ -35,6 +43,7 @@ class Pool:
     """Whether node names carry the pool name (only with ``--pool``)."""
     source: str = ""
     """The ``--pool`` file the pool came from ("" for the single pool)."""
+    mode: GpuMode = DEFAULT_MODE
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,15 @@ class VirtualNode:
     gfd_labels: Mapping[str, str]
     prefix: str = ""
     """The ``--name-prefix`` the node is named with (a label on the node and its slices)."""
+    mode: GpuMode = DEFAULT_MODE
+
+    @property
+    def publishes_slices(self) -> bool:
+        return self.mode != "device-plugin"
+
+    @property
+    def has_gpu_capacity(self) -> bool:
+        return self.mode == "device-plugin"
 
 
 def parse_pool_value(value: str) -> tuple[str, int]:
@@ -98,5 +116,7 @@ def build_virtual_nodes(
         for warning in (*config.warnings, *inventory.warnings):
             if warning not in warnings:
                 warnings.append(warning)
-        nodes.append(VirtualNode(name, pool.name, inventory, gfd_labels(node, config, timestamp), prefix=prefix))
+        nodes.append(
+            VirtualNode(name, pool.name, inventory, gfd_labels(node, config, timestamp), prefix=prefix, mode=pool.mode)
+        )
     return nodes, warnings
