@@ -24,15 +24,23 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
+from fakegpu.dra.slice_digest import SliceKey, slice_key
+from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
-from fakegpu.kube.watch_loop import collect
+from fakegpu.kube.lean_requests import Page, Stored, delete_collection, list_page, write_serialized
+from fakegpu.virtual_nodes.slice_template import SliceBody
 
 JSON = dict[str, Any]
 T = TypeVar("T")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
 """Transport failures before the request left: retrying them cannot repeat a write."""
+NODE_PAGE = 500
+"""Nodes per list page (a few KB each): what informers and kubectl ask for."""
+SLICE_PAGE = 100
+"""ResourceSlices per list page: a dynamic-MIG slice is about 30 KB, so a page stays near 3 MB on the wire
+and the client's memory does not grow with the fleet."""
 MAX_RETRY_AFTER = 10.0
 """The longest pause a 429's ``Retry-After`` is followed for, in seconds."""
 
@@ -96,6 +104,8 @@ class Api:
         self.trust_env = trust_env
         """Whether proxies and CA bundles from the environment apply (``/version`` uses its own connection)."""
         self.calls: collections.Counter[str] = collections.Counter()
+        self.limit: AdaptiveLimit | None = None
+        """Told of every 429 and every success, when a bulk job adapts its concurrency."""
 
     @property
     def server(self) -> str:
@@ -110,9 +120,11 @@ class Api:
         while True:
             self.calls[verb] += 1
             try:
-                return await request()
+                result = await request()
             except ApiError as exc:
                 code = exc.status.code
+                if code == 429 and self.limit is not None:
+                    self.limit.throttled()
                 if code in RETRYABLE and attempt < self.retries and (idempotent or code == 429):
                     attempt += 1
                     pause = retry_after(exc) if code == 429 else None
@@ -138,6 +150,9 @@ class Api:
                 if from_kubeconfig(exc):
                     raise kubeconfig_problem(exc) from None
                 raise
+            if self.limit is not None:
+                self.limit.succeeded()
+            return result
 
     # -- nodes -----------------------------------------------------------------------------------------
     async def get_node(self, name: str) -> JSON | None:
@@ -149,8 +164,19 @@ class Api:
             raise
         return dict(node.to_dict())
 
-    async def list_nodes(self, labels: Mapping[str, str] | None = None) -> tuple[list[JSON], str]:
-        return await self._list(Node, "listing nodes", labels=labels)
+    async def node_pages(self, labels: Mapping[str, Any] | None = None) -> AsyncIterator[list[JSON]]:
+        """Nodes a page at a time (as wire dicts): the caller keeps what it needs of each page, not the fleet."""
+        async for page in self._pages(Node, "listing nodes", NODE_PAGE, labels=labels):
+            yield [dict(n.to_dict()) for n in page.items]
+
+    async def list_nodes(self, labels: Mapping[str, Any] | None = None) -> tuple[list[JSON], str]:
+        """Every matching Node (in pages) and the resourceVersion to watch from: for the watcher's own nodes."""
+        nodes: list[JSON] = []
+        version = ""
+        async for page in self._pages(Node, "listing nodes", NODE_PAGE, labels=labels):
+            nodes += [dict(n.to_dict()) for n in page.items]
+            version = page.resource_version
+        return nodes, version
 
     async def create_node(self, obj: JSON) -> JSON:
         name = obj["metadata"]["name"]
@@ -169,32 +195,82 @@ class Api:
         """False when the node was already gone."""
         return await self._delete(Node, name, f"deleting node {name}")
 
-    # -- ResourceSlices --------------------------------------------------------------------------------
-    async def list_slices(
-        self, api_version: str, *, labels: Mapping[str, str] | None = None, fields: Mapping[str, str] | None = None
-    ) -> tuple[list[JSON], str]:
-        return await self._list(SLICE_KINDS[api_version], "listing ResourceSlices", labels=labels, fields=fields)
+    async def delete_nodes(self, labels: Mapping[str, Any]) -> None:
+        """Every Node the selector picks, in one request; the slices they own go with them (garbage collector)."""
+        await self.call(
+            "deletecollection",
+            "deleting the virtual nodes",
+            lambda: delete_collection(self.client, Node, labels=labels),
+        )
 
-    async def create_slice(self, api_version: str, obj: JSON) -> JSON:
+    # -- ResourceSlices --------------------------------------------------------------------------------
+    async def slice_pages(
+        self,
+        api_version: str,
+        *,
+        labels: Mapping[str, Any] | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[list[SliceKey]]:
+        """ResourceSlices a page at a time, each reduced to its key as the page arrives."""
         kind = SLICE_KINDS[api_version]
-        node = obj["spec"].get("nodeName")
-        named = bool(obj["metadata"].get("name"))  # a named create is refused (409) if it happened already
-        created = await self.call(
+        async for page in self._pages(kind, "listing ResourceSlices", SLICE_PAGE, labels=labels, fields=fields):
+            yield [slice_key(s) for s in page.items]
+
+    async def list_slices(
+        self, api_version: str, *, labels: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None
+    ) -> tuple[list[SliceKey], str]:
+        """The keys of every matching slice (in pages) and the resourceVersion to watch from."""
+        keys: list[SliceKey] = []
+        version = ""
+        kind = SLICE_KINDS[api_version]
+        async for page in self._pages(kind, "listing ResourceSlices", SLICE_PAGE, labels=labels, fields=fields):
+            keys += [slice_key(s) for s in page.items]
+            version = page.resource_version
+        return keys, version
+
+    async def count_slices(self, api_version: str, *, labels: Mapping[str, Any]) -> int:
+        """How many slices the selector picks, from a one-item page (the server counts the rest)."""
+        kind = SLICE_KINDS[api_version]
+        page = await self.call(
+            "list", "counting ResourceSlices", lambda: list_page(self.client, kind, limit=1, labels=labels)
+        )
+        if page.continue_token is None:
+            return len(page.items)
+        if page.remaining is not None:
+            return len(page.items) + page.remaining
+        keys, _ = await self.list_slices(api_version, labels=labels)
+        return len(keys)
+
+    async def create_slice(self, api_version: str, obj: SliceBody) -> Stored:
+        """Create a slice from its serialised body; the answer is read for its identity only."""
+        kind = SLICE_KINDS[api_version]
+        named = obj.name is not None  # a named create is refused (409) if it happened already
+        return await self.call(
             "create",
-            f"creating a ResourceSlice of node {node}",
-            lambda: self.client.create(kind.from_dict(obj)),
+            f"creating a ResourceSlice of node {obj.node}",
+            lambda: write_serialized(self.client, kind, obj.body()),
             idempotent=named,
         )
-        return dict(created.to_dict())
 
-    async def replace_slice(self, api_version: str, obj: JSON) -> JSON:
+    async def replace_slice(self, api_version: str, obj: SliceBody) -> Stored:
         kind = SLICE_KINDS[api_version]
-        what = f"updating ResourceSlice {obj['metadata']['name']}"
-        replaced = await self.call("update", what, lambda: self.client.replace(kind.from_dict(obj)))
-        return dict(replaced.to_dict())
+        return await self.call(
+            "update",
+            f"updating ResourceSlice {obj.name}",
+            lambda: write_serialized(self.client, kind, obj.body(), name=obj.name),
+        )
 
     async def delete_slice(self, api_version: str, name: str) -> bool:
         return await self._delete(SLICE_KINDS[api_version], name, f"deleting ResourceSlice {name}")
+
+    async def delete_slices(self, api_version: str, labels: Mapping[str, Any]) -> None:
+        """Every slice the selector picks, in one request."""
+        kind = SLICE_KINDS[api_version]
+        await self.call(
+            "deletecollection",
+            "deleting ResourceSlices",
+            lambda: delete_collection(self.client, kind, labels=labels),
+        )
 
     async def slices_served(self, api_version: str) -> bool:
         """Whether ``api_version`` serves ResourceSlices (a one-item list; 404 means no)."""
@@ -217,25 +293,28 @@ class Api:
             raise
 
     # -- shared ----------------------------------------------------------------------------------------
-    async def _list(
+    async def _pages(
         self,
         kind: Any,
         what: str,
+        limit: int,
         *,
-        labels: Mapping[str, str] | None = None,
-        fields: Mapping[str, str] | None = None,
-    ) -> tuple[list[JSON], str]:
-        """Every matching object in one request (no paging: one call to count, and lists of a few thousand
-        nodes are what informers fetch anyway), with the list's resourceVersion for a watch to start from."""
+        labels: Mapping[str, Any] | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[Page[Any]]:
+        """The pages of a list, each its own counted and retried request. A continue token that expired
+        between two pages (410) fails the list: the caller's state was built from the pages before it."""
+        token: str | None = None
+        while True:
 
-        async def run() -> tuple[list[JSON], str]:
-            listing = self.client.list(
-                kind, labels=dict(labels) if labels else None, fields=dict(fields) if fields else None
-            )
-            items, version = await collect(listing)
-            return [dict(o.to_dict()) for o in items], version
+            def request(token: str | None = token) -> Awaitable[Page[Any]]:
+                return list_page(self.client, kind, limit=limit, continue_token=token, labels=labels, fields=fields)
 
-        return await self.call("list", what, run)
+            page = await self.call("list", what, request)
+            yield page
+            token = page.continue_token
+            if token is None:
+                return
 
     async def _delete(self, kind: Any, name: str, what: str) -> bool:
         try:
@@ -246,12 +325,25 @@ class Api:
             raise
         return True
 
-    def watch(self, kind: Any, *, labels: Mapping[str, str], resource_version: str) -> AsyncIterator[tuple[str, JSON]]:
-        """Events from ``resource_version`` on; the caller restarts from a fresh list when it ends or fails."""
+    def watch_nodes(self, *, labels: Mapping[str, str], resource_version: str) -> AsyncIterator[tuple[str, JSON]]:
+        """Node events from ``resource_version`` on; the caller restarts from a fresh list when it ends or fails."""
         self.calls["watch"] += 1
 
         async def events() -> AsyncIterator[tuple[str, JSON]]:
-            async for event, obj in self.client.watch(kind, labels=dict(labels), resource_version=resource_version):
+            async for event, obj in self.client.watch(Node, labels=dict(labels), resource_version=resource_version):
                 yield event, dict(obj.to_dict())
+
+        return events()
+
+    def watch_slices(
+        self, api_version: str, *, labels: Mapping[str, str], resource_version: str
+    ) -> AsyncIterator[tuple[str, SliceKey]]:
+        """Slice events from ``resource_version`` on, each slice reduced to its key."""
+        self.calls["watch"] += 1
+        kind = SLICE_KINDS[api_version]
+
+        async def events() -> AsyncIterator[tuple[str, SliceKey]]:
+            async for event, obj in self.client.watch(kind, labels=dict(labels), resource_version=resource_version):
+                yield event, slice_key(obj)
 
         return events()

@@ -1,14 +1,21 @@
-"""Bringing virtual nodes up (create or adopt), and taking them down (``--delete``).
+"""Bringing virtual nodes up (create or adopt), and taking them down (``--delete``), at fleet scale.
 
-Bring-up reads the cluster once (every Node and every ResourceSlice), then works on each planned node with
-at most ``concurrency`` nodes in flight: create it, or adopt it when a KWOK node of that name exists, or
-refuse it when a real node does; then make its pool of slices match (the driver's slices of the node,
-whoever wrote them), and delete the slices this tool published for it under another ``--driver-name``.
-Each step compares before writing, so a second run with the same arguments only reads. The same per-node
-step (``sync``) serves the watcher, which calls it with what a watch event or a resync showed.
+Bring-up reads the cluster once, in pages, keeping of each object only what the reconcile needs: of a
+planned Node the patches that would bring it in line (usually none), of a slice its ``SliceKey`` (name,
+resourceVersion, pool generation, owner and the digest of the wish it was written for). Memory therefore
+does not grow with the size of what is listed. Then each planned node, with at most ``concurrency`` in
+flight (halved on a 429, see ``fakegpu.kube.adaptive_limit``): create it, or adopt it when a KWOK node of
+that name exists, or refuse it when a real node does; then make its pool of slices match, or remove them in
+the ``device-plugin`` GPU mode (a node offers its GPUs one way: capacity or DRA devices, never both). A
+pool's slices are built once per pool (``slice_template``) and compared by digest, so a second run with the
+same arguments only reads. The same per-node step (``sync``) serves the watcher.
 
 A slice create whose outcome is unknown (a 5xx or a broken connection after it was sent) is not repeated
 blindly: the node's slices are listed again and the writes worked out anew, so no slice is published twice.
+
+``--delete`` hands adopted nodes back, then deletes the created ones in one collection delete by label; the
+garbage collector takes their slices (owner references), and one more collection delete takes whatever
+slices of the prefix it has not (an adopted node's, or all of them on a server without the collector).
 """
 
 from __future__ import annotations
@@ -21,8 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightkube.operators import in_
+
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
+from fakegpu.dra.slice_digest import SliceKey, holds_plan
+from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
+from fakegpu.kube.lean_requests import Stored
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import (
@@ -30,6 +42,7 @@ from fakegpu.virtual_nodes.node_manifest import (
     OWNER_VALUE,
     PREFIX_LABEL,
     DesiredNode,
+    NodeChanges,
     NodeShape,
     desired_node,
     is_kwok,
@@ -41,13 +54,17 @@ from fakegpu.virtual_nodes.node_manifest import (
 )
 from fakegpu.virtual_nodes.pools import VirtualNode
 from fakegpu.virtual_nodes.report import BringUpReport, DeleteReport, Outcome
-from fakegpu.virtual_nodes.slice_set import signature, signatures, slice_writes, wanted_specs
+from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, dropped_fields, pool_name, slice_bodies
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MAX_CONFLICT_RETRIES = 3
 OWNED = {OWNER_LABEL: OWNER_VALUE}
+GC_WAIT = 30.0
+"""How long ``--delete`` follows the garbage collector removing the deleted nodes' slices, at most."""
+GC_STALL = 2.0
+"""How long without progress before ``--delete`` stops waiting for the collector and deletes the rest."""
 
 
 @dataclass(frozen=True)
@@ -65,24 +82,26 @@ class Settings:
     """``--watch``: the nodes carry this run's ``nvidia.com/gfd.timestamp``; else a stored one is kept."""
 
 
+@dataclass(frozen=True)
+class Existing:
+    """What the reconcile keeps of a listed Node: not the Node, the patches that would bring it in line."""
+
+    uid: str
+    kwok: bool
+    ours: bool
+    changes: NodeChanges
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _node_of(slice_obj: Mapping[str, Any]) -> str:
-    return str((slice_obj.get("spec") or {}).get("nodeName") or "")
-
-
-def _driver_of(slice_obj: Mapping[str, Any]) -> str:
-    return str((slice_obj.get("spec") or {}).get("driver") or "")
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def _labelled(obj: Mapping[str, Any]) -> bool:
-    return _labels(obj).get(OWNER_LABEL) == OWNER_VALUE
+def _labelled(key: SliceKey) -> bool:
+    return key.labels.get(OWNER_LABEL) == OWNER_VALUE
 
 
 class VirtualNodeController:
@@ -93,11 +112,11 @@ class VirtualNodeController:
         settings: Settings,
         say: Callable[[str], None] = log.info,
     ) -> None:
-        if settings.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {settings.concurrency}")
         self.api = api
         self.settings = settings
         self.say = say
+        self.limit = AdaptiveLimit(settings.concurrency)
+        api.limit = self.limit
         self.nodes = {v.name: v for v in nodes}
         self.desired: dict[str, DesiredNode] = {
             v.name: desired_node(v, settings.shape, refresh_timestamp=settings.refresh_timestamp) for v in nodes
@@ -109,12 +128,11 @@ class VirtualNodeController:
         self.gone: set[str] = set()
         self.refused: set[str] = set()
         self.uids: dict[str, str] = {}
-        self._accepted: dict[str, list[str]] = {}
-        """Per node, the signatures of its slices as last found or written for the plan (what the server
-        keeps may lack fields it dropped): the watcher compares events against them without a request."""
-        self._wanted: dict[tuple[str, str], list[str]] = {}
-        self._dropped_fields_reported = False
-        self._slots = asyncio.Semaphore(settings.concurrency)
+        self.done = 0
+        """Nodes (or, deleting, objects) finished so far: what a progress line shows against ``total``."""
+        self.total = 0
+        self._templates: dict[str, PoolTemplate] = {}
+        self._dropped_fields_checked = False
         self._fatal: KubeconfigError | None = None
         """Set when the credentials failed during bring-up: every other node would fail the same way."""
 
@@ -148,33 +166,51 @@ class VirtualNodeController:
         """The field selector of a node's slices (every driver's: ``relevant`` picks this tool's)."""
         return {"spec.nodeName": node_name}
 
-    def relevant(self, slices: Sequence[JSON]) -> list[JSON]:
+    def relevant(self, keys: Sequence[SliceKey]) -> list[SliceKey]:
         """The slices a managed node's sync looks at: the driver's (whoever wrote them, they are replaced)
         and the ones labelled as this tool's under another driver name (deleted)."""
         assert self.options is not None
         driver = self.options.driver
-        return [s for s in slices if _driver_of(s) == driver or _labelled(s)]
+        return [k for k in keys if k.driver == driver or _labelled(k)]
 
     def managed(self, name: str) -> bool:
         """Planned, not refused as a real node, not deleted by someone."""
         return name in self.nodes and name not in self.refused and name not in self.gone
 
+    def template(self, node: VirtualNode) -> PoolTemplate:
+        """The slices of the node's pool, built at first use (one build, plus one to check the derivation)."""
+        assert self.options is not None
+        template = self._templates.get(node.pool)
+        if template is None:
+            members = [v for v in self.nodes.values() if v.pool == node.pool]
+            template = self._templates[node.pool] = PoolTemplate(members, self.options)
+        return template
+
     # -- one node --------------------------------------------------------------------------------------
+    def existing_of(self, obj: JSON) -> Existing:
+        name = _name(obj)
+        meta = obj.get("metadata") or {}
+        changes = node_changes(obj, self.desired[name]) if is_kwok(obj) else NodeChanges(None, None)
+        return Existing(str(meta.get("uid") or ""), is_kwok(obj), is_ours(obj), changes)
+
     async def sync(
         self,
         node: VirtualNode,
-        existing: JSON | None,
-        slices: Sequence[JSON],
+        existing: JSON | Existing | None,
+        slices: Sequence[SliceKey],
         *,
         may_create: bool,
         counts: collections.Counter[str],
     ) -> Outcome:
-        """Make one Node and its slices as planned; ``counts`` gets the slice writes.
+        """Make one Node and its slices as planned; ``counts`` gets the slice writes. The outcome is the
+        Node's: a node whose slices alone were written is unchanged (the slice counts say the rest).
 
         ``existing`` None means the Node does not exist: it is created when ``may_create``, else it was
         deleted by someone (GONE). A non-KWOK Node of that name is never touched (REFUSED)."""
         name = node.name
         desired = self.desired[name]
+        if isinstance(existing, dict):
+            existing = self.existing_of(existing)
         if existing is None:
             if not may_create:
                 return Outcome.GONE
@@ -189,90 +225,109 @@ class VirtualNodeController:
                     raise
                 return await self.sync(node, again, slices, may_create=False, counts=counts)
             outcome = Outcome.CREATED
-            stored, _ = await self._patch_node(name, stored, desired)  # a server that dropped status on create
+            # A server that dropped status on create gets it patched.
+            uid, _ = await self._patch_node(name, self.existing_of(stored), desired)
         else:
-            if not is_kwok(existing):
+            if not existing.kwok:
                 self.refused.add(name)
                 return Outcome.REFUSED
-            adopting = not is_ours(existing)
-            stored, changed = await self._patch_node(name, existing, desired)
-            outcome = Outcome.ADOPTED if adopting else Outcome.UPDATED if changed else Outcome.UNCHANGED
+            uid, changed = await self._patch_node(name, existing, desired)
+            outcome = Outcome.ADOPTED if not existing.ours else Outcome.UPDATED if changed else Outcome.UNCHANGED
         self.seen.add(name)
-        uid = str(stored["metadata"]["uid"])
         self.uids[name] = uid
-        slices_written = self.options is not None and await self._sync_slices(node, uid, slices, counts)
-        if slices_written and outcome is Outcome.UNCHANGED:
-            outcome = Outcome.UPDATED
+        if self.options is not None:
+            await self._sync_slices(node, uid, slices, counts)
         return outcome
 
-    async def _patch_node(self, name: str, existing: JSON, desired: DesiredNode) -> tuple[JSON, bool]:
+    async def _patch_node(self, name: str, existing: Existing, desired: DesiredNode) -> tuple[str, bool]:
         """Patch what differs; on a conflict (the taint list changed meanwhile) read the Node again."""
         for attempt in range(MAX_CONFLICT_RETRIES):
-            changes = node_changes(existing, desired)
+            changes = existing.changes
             if changes.empty:
-                return existing, False
+                return existing.uid, False
             try:
                 if changes.node is not None:
-                    existing = await self.api.patch_node(name, changes.node)
+                    await self.api.patch_node(name, changes.node)
                 if changes.status is not None:
-                    existing = await self.api.patch_node(name, changes.status, status=True)
-                return existing, True
+                    await self.api.patch_node(name, changes.status, status=True)
+                return existing.uid, True
             except ApiCallError as exc:
                 if exc.code != 409 or attempt == MAX_CONFLICT_RETRIES - 1:
                     raise
                 again = await self.api.get_node(name)
                 if again is None:
                     raise ApiCallError(f"node {name} was deleted while being updated", 404) from None
-                existing = again
+                existing = self.existing_of(again)
         raise AssertionError("unreachable")
 
-    def wanted_signatures(self, node: VirtualNode, uid: str) -> list[str]:
-        """The signatures of the node's slices as planned (cached: the plan does not change in a run)."""
-        assert self.options is not None
-        key = (node.name, uid)
-        if key not in self._wanted:
-            self._wanted[key] = sorted(signature(s, uid, True) for s in wanted_specs(node, self.options))
-        return self._wanted[key]
-
-    def accepted(self, name: str) -> list[str]:
-        """The signatures of a node's slices as last found right, or as the server returned our last write."""
-        return self._accepted.get(name, [])
-
-    def slices_as_planned(self, name: str, slices: Sequence[JSON]) -> bool:
-        """Whether a node's stored slices need no write (the planned ones, or what the server kept of them)."""
+    def slices_as_planned(self, name: str, keys: Sequence[SliceKey]) -> bool:
+        """Whether a node's stored slices need no write: the wish's digest on each of the planned number
+        of slices under the node's UID, and none of this tool's under another driver; none at all for a
+        node whose GPUs are capacity."""
         uid = self.uids.get(name)
         if uid is None or self.options is None:
             return False
-        have = signatures(slices)
-        return have == self.wanted_signatures(self.nodes[name], uid) or have == self._accepted.get(name)
+        node = self.nodes[name]
+        current = self.relevant(keys)
+        if not node.publishes_slices:
+            return not current
+        if any(k.driver != self.options.driver for k in current):
+            return False
+        template = self.template(node)
+        return holds_plan(current, template.digest(node), template.count, uid)
+
+    def planned_slice(self, name: str, key: SliceKey) -> bool:
+        """Whether one stored slice is part of the node's plan (its digest and owner): what a watch event
+        about it is measured against."""
+        uid = self.uids.get(name)
+        node = self.nodes[name]
+        if uid is None or self.options is None or not node.publishes_slices or key.driver != self.options.driver:
+            return False
+        return key.digest == self.template(node).digest(node) and key.owner_uid == uid
 
     async def _sync_slices(
-        self, node: VirtualNode, uid: str, slices: Sequence[JSON], counts: collections.Counter[str]
+        self, node: VirtualNode, uid: str, keys: Sequence[SliceKey], counts: collections.Counter[str]
     ) -> bool:
         options = self.options
         assert options is not None
         version = options.api_version
-        current = self.relevant(slices)
+        current = self.relevant(keys)
         wrote = False
         for attempt in range(MAX_CONFLICT_RETRIES):
-            # Slices this tool published under another --driver-name: ours by label, not of this plan.
-            foreign = [_name(s) for s in current if _driver_of(s) != options.driver]
-            current = [s for s in current if _driver_of(s) == options.driver]
-            writes = slice_writes(node, options, current, uid, self._accepted.get(node.name))
-            writes.delete = [*foreign, *writes.delete]
-            if writes.empty:
-                self._accepted[node.name] = signatures(current)
+            if self.slices_as_planned(node.name, current):
                 return wrote
+            # Slices this tool published under another --driver-name, and every slice of a node whose GPUs
+            # are capacity (the device-plugin mode): deleted.
+            delete = [k.name for k in current if k.driver != options.driver or not node.publishes_slices]
+            mine = sorted((k for k in current if k.name not in delete), key=lambda k: k.name)
+            replace: list[SliceBody] = []
+            create: list[SliceBody] = []
+            if node.publishes_slices:
+                template = self.template(node)
+                generation = max((k.generation for k in mine), default=0) + 1
+                objects = slice_bodies(node, options, template.wanted(node), generation, uid)
+                # All of a node's slices share driver, node and pool name; a slice with others is replaced.
+                fixed = (options.driver, node.name, pool_name(objects[0])) if objects else None
+                reusable = [k for k in mine if (k.driver, k.node, k.pool) == fixed]
+                for i, obj in enumerate(objects):
+                    if i < len(reusable):
+                        obj.metadata.pop("generateName", None)
+                        obj.metadata["name"] = reusable[i].name
+                        obj.metadata["resourceVersion"] = reusable[i].resource_version
+                        replace.append(obj)
+                    else:
+                        create.append(obj)
+                kept = {k.name for k in reusable[: len(objects)]}
+                delete += [k.name for k in mine if k.name not in kept]
             wrote = True
             try:
-                stored = []
-                for obj in writes.replace:
-                    stored.append(await self.api.replace_slice(version, obj))
+                for obj in replace:
+                    self._check_dropped(obj, await self.api.replace_slice(version, obj))
                     counts["updated"] += 1
-                for obj in writes.create:
-                    stored.append(await self.api.create_slice(version, obj))
+                for obj in create:
+                    self._check_dropped(obj, await self.api.create_slice(version, obj))
                     counts["created"] += 1
-                for slice_name in writes.delete:
+                for slice_name in delete:
                     if await self.api.delete_slice(version, slice_name):
                         counts["deleted"] += 1
             except ApiCallError as exc:
@@ -285,27 +340,33 @@ class VirtualNodeController:
                 listed, _ = await self.api.list_slices(version, fields=self.slice_fields(node.name))
                 current = self.relevant(listed)
                 continue
-            kept = signatures(stored)
-            self._accepted[node.name] = kept
-            if kept != self.wanted_signatures(node, uid) and not self._dropped_fields_reported:
-                self._dropped_fields_reported = True
-                self.say(
-                    "warning: the API server dropped fields of the ResourceSlices (partitionable devices or "
-                    "device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
-                    "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
-                )
             return True
         raise AssertionError("unreachable")
+
+    def _check_dropped(self, sent: SliceBody, stored: Stored) -> None:
+        """Once per run: whether the server kept the fields of the first slice written (it drops those of
+        disabled feature gates); comparing every write would cost more than writing."""
+        if self._dropped_fields_checked:
+            return
+        self._dropped_fields_checked = True
+        if dropped_fields(sent.spec_dict(), stored.spec_dict()):
+            self.say(
+                "warning: the API server dropped fields of the ResourceSlices (partitionable devices or "
+                "device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
+                "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
+            )
 
     async def delete_slices_of(self, node_name: str) -> int:
         """Delete this tool's slices of a node that is gone (a real cluster's GC would do it too, later)."""
         if self.options is None:
             return 0
-        version = self.options.api_version
+        return await self._delete_slices(self.options.api_version, node_name)
+
+    async def _delete_slices(self, version: str, node_name: str) -> int:
         found, _ = await self.api.list_slices(version, labels=OWNED, fields={"spec.nodeName": node_name})
         deleted = 0
-        for obj in found:
-            if await self.api.delete_slice(version, _name(obj)):
+        for key in found:
+            if await self.api.delete_slice(version, key.name):
                 deleted += 1
         return deleted
 
@@ -313,39 +374,44 @@ class VirtualNodeController:
     async def bring_up(self) -> BringUpReport:
         report = BringUpReport()
         started = time.perf_counter()
-        nodes, _ = await self.api.list_nodes()
-        existing = {_name(n): n for n in nodes}
-        by_node: dict[str, list[JSON]] = collections.defaultdict(list)
-        if self.options is not None:
-            # Every slice, in one list like the nodes: the driver's and, under any driver, this tool's.
-            slices, _ = await self.api.list_slices(self.options.api_version)
-            for obj in self.relevant(slices):
-                by_node[_node_of(obj)].append(obj)
+        self.done, self.total = 0, len(self.nodes)
+        existing: dict[str, Existing] = {}
         prefix = prefix_label_value(self.settings.name_prefix)
-        report.leftovers = sorted(
-            name
-            for name, n in existing.items()
-            if is_ours(n) and _labels(n).get(PREFIX_LABEL) == prefix and name not in self.nodes
-        )
-        self.say(
-            f"found {len(existing)} node(s) in the cluster, {sum(1 for n in self.nodes if n in existing)} of the "
-            f"{len(self.nodes)} planned"
-        )
+        listed = 0
+        async for page in self.api.node_pages():
+            for obj in page:
+                listed += 1
+                name = _name(obj)
+                if name in self.nodes:
+                    existing[name] = self.existing_of(obj)
+                elif is_ours(obj) and _labels(obj).get(PREFIX_LABEL) == prefix:
+                    report.leftovers.append(name)
+        report.leftovers.sort()
+        by_node: dict[str, list[SliceKey]] = collections.defaultdict(list)
+        if self.options is not None:
+            # Every slice, a page at a time: the driver's and, under any driver, this tool's.
+            async for keys in self.api.slice_pages(self.options.api_version):
+                for key in self.relevant(keys):
+                    if key.node in self.nodes:
+                        by_node[key.node].append(key)
+        self.say(f"found {listed} node(s) in the cluster, {len(existing)} of the {len(self.nodes)} planned")
         await asyncio.gather(
             *(
-                self._bring_up_one(node, existing.get(name), by_node.get(name, []), report)
+                self._bring_up_one(node, existing.get(name), by_node.pop(name, []), report)
                 for name, node in self.nodes.items()
             )
         )
         report.seconds = time.perf_counter() - started
+        report.throttles = self.limit.throttles
+        report.lowest_concurrency = self.limit.lowest
         if self._fatal is not None:
             raise self._fatal
         return report
 
     async def _bring_up_one(
-        self, node: VirtualNode, existing: JSON | None, slices: list[JSON], report: BringUpReport
+        self, node: VirtualNode, existing: Existing | None, slices: list[SliceKey], report: BringUpReport
     ) -> None:
-        async with self._slots:
+        async with self.limit.slot():
             started = time.perf_counter()
             try:
                 if self._fatal is not None:
@@ -359,6 +425,7 @@ class VirtualNodeController:
                 outcome = Outcome.FAILED
                 report.problems[node.name] = str(exc)
             report.durations[node.name] = time.perf_counter() - started
+        self.done += 1
         report.outcomes[node.name] = outcome
         if outcome is Outcome.REFUSED:
             report.problems[node.name] = (
@@ -370,49 +437,95 @@ class VirtualNodeController:
     async def delete_all(self) -> DeleteReport:
         """Delete every virtual node this tool created with this name prefix (the prefix label, matched
         exactly) and its slices, and hand back the ones it adopted. Only Nodes with the ownership label,
-        the prefix label and the KWOK annotation are touched."""
+        the prefix label and the KWOK annotation are touched: when a labelled Node lacks the annotation,
+        the created ones are deleted one by one instead of by collection."""
         report = DeleteReport()
         started = time.perf_counter()
         prefix = self.settings.name_prefix
         if not prefix:
             raise ValueError("deleting needs a name prefix: an empty one would select every virtual node")
-        value = prefix_label_value(prefix)
-        labelled, _ = await self.api.list_nodes(labels={**OWNED, PREFIX_LABEL: value})
-        ours = [n for n in labelled if is_kwok(n)]
-        names = {_name(n) for n in ours}
+        selector: dict[str, Any] = {**OWNED, PREFIX_LABEL: in_([prefix_label_value(prefix)])}
+        adopted: list[JSON] = []
+        created: list[str] = []
+        strangers = 0
         api_version = await self._api_version()
-        slices: list[JSON] = []
-        if api_version is not None:
-            found, _ = await self.api.list_slices(api_version, labels=OWNED)
-            # Slices of the selected nodes, and slices with this prefix whose node is already gone.
-            slices = [s for s in found if _node_of(s) in names or _labels(s).get(PREFIX_LABEL) == value]
-        self.say(f"found {len(ours)} virtual node(s) and {len(slices)} ResourceSlice(s) of --name-prefix {prefix}")
+        async for page in self.api.node_pages(labels=selector):
+            for obj in page:
+                if not is_kwok(obj):
+                    strangers += 1
+                elif origin(obj) == "adopted":
+                    adopted.append(obj)
+                else:
+                    created.append(_name(obj))
+        slices = await self.api.count_slices(api_version, labels=selector) if api_version is not None else 0
+        found = len(created) + len(adopted)
+        self.say(f"found {found} virtual node(s) and {slices} ResourceSlice(s) of --name-prefix {prefix}")
+        self.done, self.total = 0, len(created) + len(adopted)
 
-        async def remove_slice(obj: JSON) -> None:
-            assert api_version is not None
-            async with self._slots:
-                try:
-                    if await self.api.delete_slice(api_version, _name(obj)):
-                        report.slices_deleted += 1
-                except ApiCallError as exc:
-                    report.problems[_name(obj)] = str(exc)
-
-        async def remove_node(obj: JSON) -> None:
+        async def release(obj: JSON) -> None:
             name = _name(obj)
-            async with self._slots:
+            async with self.limit.slot():
                 try:
-                    if origin(obj) == "adopted":
-                        if await self._release(name, obj):
-                            report.nodes_released += 1
-                    elif await self.api.delete_node(name):
+                    if await self._release(name, obj):
+                        report.nodes_released += 1
+                    if api_version is not None:  # no garbage collector takes these: the node stays
+                        await self._delete_slices(api_version, name)
+                except ApiCallError as exc:
+                    report.problems[name] = str(exc)
+            self.done += 1
+
+        async def remove(name: str) -> None:
+            async with self.limit.slot():
+                try:
+                    if await self.api.delete_node(name):
                         report.nodes_deleted += 1
                 except ApiCallError as exc:
                     report.problems[name] = str(exc)
+            self.done += 1
 
-        await asyncio.gather(*(remove_slice(s) for s in slices))
-        await asyncio.gather(*(remove_node(n) for n in ours))
+        await asyncio.gather(*(release(n) for n in adopted))
+        if strangers:
+            await asyncio.gather(*(remove(n) for n in created))
+        elif created:
+            try:
+                await self.api.delete_nodes(selector)
+                report.nodes_deleted = len(created)
+            except ApiCallError as exc:
+                if exc.code not in (405, 403):
+                    raise
+                self.say(f"the API server refused to delete nodes by collection ({exc}); deleting them one by one")
+                await asyncio.gather(*(remove(n) for n in created))
+            self.done = self.total
+        if api_version is not None and slices:
+            left = await self._wait_for_collector(api_version, selector, waiting=bool(created))
+            if left:
+                try:
+                    await self.api.delete_slices(api_version, selector)
+                except ApiCallError as exc:
+                    if exc.code not in (405, 403):
+                        raise
+                    keys, _ = await self.api.list_slices(api_version, labels=selector)
+                    for key in keys:
+                        await self.api.delete_slice(api_version, key.name)
+            report.slices_deleted = slices
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _wait_for_collector(self, api_version: str, selector: Mapping[str, Any], *, waiting: bool) -> int:
+        """The slices of the prefix left once the garbage collector has taken the deleted nodes' ones (or
+        has stopped making progress: a bare API server has no collector)."""
+        left = await self.api.count_slices(api_version, labels=selector)
+        if not waiting:
+            return left
+        deadline = time.monotonic() + GC_WAIT
+        progress_at = time.monotonic()
+        while left and time.monotonic() < deadline and time.monotonic() - progress_at < GC_STALL:
+            await asyncio.sleep(0.5)
+            now = await self.api.count_slices(api_version, labels=selector)
+            if now < left:
+                progress_at = time.monotonic()
+            left = now
+        return left
 
     async def _release(self, name: str, node: JSON) -> bool:
         """Hand an adopted node back as it was; a conflict (the taint list changed meanwhile) reads it again.

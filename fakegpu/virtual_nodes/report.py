@@ -35,6 +35,10 @@ class BringUpReport:
     leftovers: list[str] = field(default_factory=list)
     """Virtual nodes with the prefix from an earlier run that this plan does not have."""
     seconds: float = 0.0
+    throttles: int = 0
+    """429 answers (API Priority and Fairness) met on the way."""
+    lowest_concurrency: int = 0
+    """The fewest nodes in flight the answers allowed (the limit is halved on each 429)."""
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for o in self.outcomes.values() if o is outcome)

@@ -28,16 +28,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from lightkube.resources.core_v1 import Node
-
-from fakegpu.kube.discovery import SLICE_KINDS
+from fakegpu.dra.slice_digest import SliceKey
 from fakegpu.kube.watch_loop import list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
 from fakegpu.virtual_nodes.node_manifest import node_changes
 from fakegpu.virtual_nodes.report import Outcome
-from fakegpu.virtual_nodes.slice_set import stored_signature
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +119,11 @@ class Watcher:
             if node is None or self._node_differs(node):
                 self._enqueue(name)
 
-    def check_slices(self, slices: Sequence[JSON]) -> None:
+    def check_slices(self, slices: Sequence[SliceKey]) -> None:
         """Queue managed nodes whose slices are not as planned, and the nodes of slices nobody manages."""
-        by_node: dict[str, list[JSON]] = collections.defaultdict(list)
-        for obj in slices:
-            by_node[str((obj.get("spec") or {}).get("nodeName") or "")].append(obj)
+        by_node: dict[str, list[SliceKey]] = collections.defaultdict(list)
+        for key in slices:
+            by_node[key.node].append(key)
         for name in self.controller.nodes:
             if self.controller.managed(name) and not self.controller.slices_as_planned(name, by_node.get(name, [])):
                 self._enqueue(name)
@@ -134,18 +131,16 @@ class Watcher:
             if not self.controller.managed(name) and name not in self._labelled:
                 self._enqueue(name)
 
-    def _slice_event(self, event: str, obj: JSON) -> None:
-        name = str((obj.get("spec") or {}).get("nodeName") or "")
+    def _slice_event(self, event: str, key: SliceKey) -> None:
+        name = key.node
         if not self.controller.managed(name):
             if name not in self._labelled:  # maybe a slice whose node is gone
                 self._enqueue(name)
             return
-        uid = self.controller.uids.get(name)
-        if uid is None:
+        if self.controller.uids.get(name) is None:
             self._enqueue(name)
             return
-        known = self.controller.wanted_signatures(self.controller.nodes[name], uid)
-        planned = stored_signature(obj) in known or stored_signature(obj) in self.controller.accepted(name)
+        planned = self.controller.planned_slice(name, key)
         # A planned slice deleted is missing now; one not planned (a stale one, or another driver's that
         # the repair itself deleted) leaves nothing to do when it goes.
         if planned == (event == "DELETED"):
@@ -165,7 +160,7 @@ class Watcher:
     async def _watch_nodes(self) -> None:
         await list_then_watch(
             lambda: self.api.list_nodes(labels=OWNED),
-            lambda version: self.api.watch(Node, labels=OWNED, resource_version=version),
+            lambda version: self.api.watch_nodes(labels=OWNED, resource_version=version),
             on_list=self.check_nodes,
             on_event=self._node_event,
             on_failure=lambda exc, pause: log.warning("node watch ended (%s); watching again in %.0f s", exc, pause),
@@ -176,7 +171,7 @@ class Watcher:
         assert options is not None
         await list_then_watch(
             lambda: self.api.list_slices(options.api_version, labels=OWNED),
-            lambda version: self.api.watch(SLICE_KINDS[options.api_version], labels=OWNED, resource_version=version),
+            lambda version: self.api.watch_slices(options.api_version, labels=OWNED, resource_version=version),
             on_list=self.check_slices,
             on_event=self._slice_event,
             on_failure=lambda exc, pause: log.warning(
@@ -224,7 +219,7 @@ class Watcher:
             return
         node = controller.nodes[name]
         existing = await self.api.get_node(name)
-        slices: list[JSON] = []
+        slices: list[SliceKey] = []
         if controller.options is not None:
             slices, _ = await self.api.list_slices(controller.options.api_version, fields=controller.slice_fields(name))
         counts: collections.Counter[str] = collections.Counter()

@@ -1,0 +1,188 @@
+"""A pool's ResourceSlices built once, and each node's derived from them by substitution.
+
+Nodes of one pool are identical but for their name and their device UUIDs (which derive from the name), so
+the slice specs are built for the pool's first node only, serialised once, and cut at every occurrence of
+that node's identity strings. A node's specs are the pieces joined with its own identity: no inventory walk,
+no CEL attribute building, no serialisation per node. Building the specs of a second node directly and
+comparing them with the derived ones proves the cut; when they differ (a layout whose per-node parts are
+not just the identity), the pool falls back to building every node's specs itself, correct if slower.
+
+The digest a node's slices are stamped with (``fakegpu.dra.slice_digest``) is that of the template and the
+node's identity, so a re-run knows a node's pool is as planned without building anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.virtual_nodes.names import prefix_label_value
+from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
+from fakegpu.virtual_nodes.pools import VirtualNode
+
+JSON = dict[str, Any]
+GENERATION_MARK = 2_147_000_001
+"""The pool generation templates are built with: a number no real pool reaches, put in its place at write time."""
+_MARK_TEXT = f'"generation":{GENERATION_MARK}'
+Piece = str | int
+"""A literal run of JSON text, or the index of an identity string to put there."""
+
+
+def identity(node: VirtualNode) -> tuple[str, ...]:
+    """What differs between two nodes of a pool: the node name and every device UUID, in inventory order."""
+    return (node.name, *(u for gpu in node.inventory.node.gpus for u in gpu.uuids))
+
+
+def direct_specs(node: VirtualNode, options: SliceOptions) -> list[JSON]:
+    """The node's slice specs built from its inventory (with the generation mark); devices a node spec
+    marks unhealthy carry the XID taint (1.36+)."""
+    unhealthy = LiveInventory(node.inventory).unhealthy()
+    return build_slice_specs(node.inventory.node, options, unhealthy, generation=GENERATION_MARK)
+
+
+def _text(spec: JSON) -> str:
+    return json.dumps(spec, separators=(",", ":"), sort_keys=True)
+
+
+def _cut(text: str, ids: Sequence[str]) -> list[Piece]:
+    """``text`` as literal pieces and identity indexes (longest strings first, so a UUID that contains
+    the node name is not cut at the name)."""
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    index = {ids[i]: i for i in order}
+    pattern = re.compile("|".join(re.escape(ids[i]) for i in order))
+    pieces: list[Piece] = []
+    last = 0
+    for match in pattern.finditer(text):
+        if match.start() > last:
+            pieces.append(text[last : match.start()])
+        pieces.append(index[match.group(0)])
+        last = match.end()
+    if last < len(text):
+        pieces.append(text[last:])
+    return pieces
+
+
+def _join(pieces: Sequence[Piece], ids: Sequence[str]) -> str:
+    return "".join(p if isinstance(p, str) else ids[p] for p in pieces)
+
+
+@dataclass(frozen=True)
+class NodeSlices:
+    """One node's wanted slices: their spec texts (with the generation mark), and the digest they are
+    stamped with."""
+
+    specs: tuple[str, ...]
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+
+class PoolTemplate:
+    """The slices of every node of one pool, from one build."""
+
+    def __init__(self, nodes: Sequence[VirtualNode], options: SliceOptions) -> None:
+        self.options = options
+        first = nodes[0]
+        self._ids_len = len(identity(first))
+        self._pieces: list[list[Piece]] | None = [_cut(_text(s), identity(first)) for s in direct_specs(first, options)]
+        self.count = len(self._pieces)
+        self.key = plan_digest(
+            ["".join(p if isinstance(p, str) else f"\x00{p}\x00" for p in pieces) for pieces in self._pieces]
+        )
+        """The digest of the template itself: with a node's identity, it names the node's wish."""
+        self.derived = True
+        """False when the pool's nodes are built one by one (the cut did not reproduce a second node)."""
+        probe = nodes[1] if len(nodes) > 1 else None
+        if probe is not None and not self._reproduces(probe):
+            self._pieces = None
+            self.derived = False
+
+    def _reproduces(self, node: VirtualNode) -> bool:
+        ids = identity(node)
+        if len(ids) != self._ids_len or self._pieces is None:
+            return False
+        return [_join(p, ids) for p in self._pieces] == [_text(s) for s in direct_specs(node, self.options)]
+
+    def digest(self, node: VirtualNode) -> str:
+        """The node's wish, without building it: the template's digest and the node's identity and prefix."""
+        if self._pieces is None:
+            return plan_digest([prefix_label_value(node.prefix), *self.specs(node)])
+        return plan_digest([self.key, prefix_label_value(node.prefix), *identity(node)])
+
+    def specs(self, node: VirtualNode) -> tuple[str, ...]:
+        ids = identity(node)
+        if self._pieces is None or len(ids) != self._ids_len:
+            return tuple(_text(s) for s in direct_specs(node, self.options))
+        return tuple(_join(p, ids) for p in self._pieces)
+
+    def wanted(self, node: VirtualNode) -> NodeSlices:
+        return NodeSlices(self.specs(node), self.digest(node))
+
+
+@dataclass(frozen=True)
+class SliceBody:
+    """A slice to write: its metadata, and its spec as JSON text (serialised once, by the template)."""
+
+    api_version: str
+    metadata: JSON
+    spec: str
+
+    @property
+    def name(self) -> str | None:
+        return self.metadata.get("name")
+
+    @property
+    def node(self) -> str:
+        return str(self.metadata["ownerReferences"][0]["name"])
+
+    def body(self) -> bytes:
+        meta = json.dumps(self.metadata, separators=(",", ":"))
+        head = f'{{"apiVersion":"{self.api_version}","kind":"ResourceSlice","metadata":{meta},"spec":'
+        return f"{head}{self.spec}}}".encode()
+
+    def spec_dict(self) -> JSON:
+        return dict(json.loads(self.spec))
+
+
+def slice_bodies(
+    node: VirtualNode, options: SliceOptions, wanted: NodeSlices, generation: int, node_uid: str
+) -> list[SliceBody]:
+    """The node's slices to write, of pool ``generation``, owned by the Node, labelled as this tool's and
+    stamped with the wish's digest."""
+    shells = slice_objects(node.inventory.node, options, [{} for _ in wanted.specs], node_uid=node_uid)
+    labels = {OWNER_LABEL: OWNER_VALUE, PREFIX_LABEL: prefix_label_value(node.prefix)}
+    out = []
+    for shell, text in zip(shells, wanted.specs, strict=True):
+        meta = shell["metadata"]
+        meta["labels"] = dict(labels)
+        meta["annotations"] = {PLAN_ANNOTATION: wanted.digest}
+        out.append(SliceBody(options.api_version, meta, text.replace(_MARK_TEXT, f'"generation":{generation}', 1)))
+    return out
+
+
+def pool_name(body: SliceBody) -> str:
+    """The pool a slice to write belongs to (every slice of a node's pool has the same)."""
+    return str(json.loads(body.spec)["pool"]["name"])
+
+
+def _as_wished(spec: Any) -> Any:
+    """A spec without what the server may fill in for the same wish: the pool generation and taints'
+    ``timeAdded``."""
+    out = json.loads(json.dumps(spec))
+    out.get("pool", {}).pop("generation", None)
+    for device in out.get("devices") or []:
+        for taint in device.get("basic", device).get("taints") or []:
+            taint.pop("timeAdded", None)
+    return out
+
+
+def dropped_fields(sent: JSON, stored: JSON) -> bool:
+    """Whether the server kept less of a slice spec than was sent (fields of a disabled feature gate)."""
+    return bool(_as_wished(sent) != _as_wished(stored))
