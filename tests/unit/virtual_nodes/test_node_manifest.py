@@ -52,7 +52,7 @@ def test_new_node_is_a_kwok_node_with_gpu_capacity_and_labels():
     assert meta["labels"]["kubernetes.io/hostname"] == "vn-0000"
     assert meta["labels"]["node-role.kubernetes.io/agent"] == ""
     assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
-    assert meta["labels"]["fakegpu.io/virtual-node-prefix"] == "vn.1"
+    assert meta["labels"]["fakegpu.io/virtual-node-prefix"] == "vn"
     assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert node["status"]["capacity"] == {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}

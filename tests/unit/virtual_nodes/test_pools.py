@@ -7,7 +7,13 @@ import yaml
 
 from fakegpu.cli.virtual_nodes_command import pools_from_args
 from fakegpu.sharing.errors import SpecError
-from fakegpu.virtual_nodes.names import check_node_name, node_name, pool_name_from_stem, prefix_label_value
+from fakegpu.virtual_nodes.names import (
+    check_node_name,
+    node_name,
+    pool_name_from_stem,
+    prefix_label_value,
+    prefix_label_values,
+)
 from fakegpu.virtual_nodes.pools import build_virtual_nodes, parse_pool_value
 
 
@@ -168,11 +174,29 @@ def test_a_prefix_too_long_by_itself_is_still_the_prefixs_fault(parse, tmp_path)
 def test_the_prefix_label_value_is_valid_and_tells_prefixes_apart():
     prefixes = ["fakegpu-virtual-", "fakegpu-virtual-team2-", "fakegpu-virtual", "fakegpu-virtual--", "x", "0-", ""]
     values = [prefix_label_value(p) for p in prefixes]
-    assert values[:3] == ["fakegpu-virtual.1", "fakegpu-virtual-team2.1", "fakegpu-virtual"]
+    # The common case (one trailing dash) reads as the prefix; the others stay one to one.
+    assert values[:4] == ["fakegpu-virtual", "fakegpu-virtual-team2", "fakegpu-virtual.0", "fakegpu-virtual.2"]
+    assert prefix_label_value("kw-gpu-") == "kw-gpu"
     assert len(set(values)) == len(values)
     long_prefix = "a" * 59 + "-" * 4
-    odd = ["Has_Upper.dots-", long_prefix, "-starts-with-dash"]
-    for value in values + [prefix_label_value(p) for p in odd]:
-        assert len(value) <= 63
-        assert value == "" or (value[0].isalnum() and value[-1].isalnum())
+    odd = ["Has_Upper.dots-", long_prefix, "-starts-with-dash", "-"]
+    odd_values = [prefix_label_value(p) for p in odd]
+    for value in values + odd_values:
+        assert 0 < len(value) <= 63
+        assert value[0].isalnum() and value[-1].isalnum()
+    assert [v.startswith("sha256-") for v in odd_values] == [True, False, True, True]
+    assert len(set(values + odd_values)) == len(values + odd_values)
     assert prefix_label_value("a.b-") != prefix_label_value("a.b")
+
+
+def test_the_prefix_label_values_add_the_previous_versions_value_for_delete():
+    assert prefix_label_values("kw-gpu-") == ["kw-gpu", "kw-gpu.1"]
+    # Without a trailing dash the old value (the bare stem) is now kw-gpu-'s: it must not be selected.
+    assert prefix_label_values("kw-gpu") == ["kw-gpu.0"]
+    assert prefix_label_values("kw-gpu--") == ["kw-gpu.2"]  # unchanged from the previous version
+    assert prefix_label_values("a.b-") == [prefix_label_value("a.b-")]  # a digest, then and now
+    # No legacy value is any prefix's current value.
+    prefixes = ["a-", "a", "a--", "a-b-", "a-1-", "a.1-", "a-1"]
+    current = {prefix_label_value(p) for p in prefixes}
+    legacy = {v for p in prefixes for v in prefix_label_values(p)[1:]}
+    assert legacy == {"a.1", "a-b.1", "a-1.1"} and not legacy & current

@@ -40,7 +40,7 @@ def test_first_publish_creates_owned_labelled_slices():
     assert obj["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": "vn-0000", "uid": UID, "controller": True}
     ]
-    assert obj["metadata"]["labels"] == {"fakegpu.io/virtual-node": "true", "fakegpu.io/virtual-node-prefix": "vn.1"}
+    assert obj["metadata"]["labels"] == {"fakegpu.io/virtual-node": "true", "fakegpu.io/virtual-node-prefix": "vn"}
     assert obj["spec"]["pool"] == {"name": "vn-0000", "generation": 1, "resourceSliceCount": 1}
     assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0", "gpu-1"]
 
