@@ -66,6 +66,10 @@ def test_pools_from_files_get_their_own_names_and_gpus(parse, tmp_path):
         ("nodes.yaml= 3", "COUNT must be an integer"),
         ("nodes.yaml=1_0", "COUNT must be an integer"),
         ("nodes.yaml=\u0663", "COUNT must be an integer"),  # ARABIC-INDIC DIGIT THREE: int() takes it
+        ("nodes.yaml=3:", "MODE must be one of device-plugin, dra, dra-extended, found ''"),
+        ("nodes.yaml=3:DRA", "MODE must be one of device-plugin, dra, dra-extended, found 'DRA'"),
+        ("nodes.yaml=3:dra:dra", "MODE must be one of"),
+        ("nodes.yaml=:dra", "COUNT must be an integer"),
     ],
 )
 def test_bad_pool_values_name_the_flag(value, expected):
@@ -75,8 +79,61 @@ def test_bad_pool_values_name_the_flag(value, expected):
     assert expected in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("h100.yaml=3", ("h100.yaml", 3, None)),
+        ("h100.yaml=3:dra", ("h100.yaml", 3, "dra")),
+        ("h100.yaml=3:dra-extended", ("h100.yaml", 3, "dra-extended")),
+        ("h100.yaml=3:device-plugin", ("h100.yaml", 3, "device-plugin")),
+        ("c:/nodes/a=b.yaml=2:dra", ("c:/nodes/a=b.yaml", 2, "dra")),  # ':' and '=' in the path are kept
+    ],
+)
+def test_pool_values_with_a_gpu_mode(value, expected):
+    assert parse_pool_value(value) == expected
+
+
+def test_each_pool_gets_the_gpu_mode_flag_unless_it_names_its_own(parse, tmp_path):
+    h100 = write_spec(tmp_path / "h100.yaml", "h100-80gb", 8)
+    t4 = write_spec(tmp_path / "t4.yaml", "t4", 2)
+    pools = pools_from_args(parse("--pool", f"{h100}=2:dra-extended", "--pool", f"{t4}=1"), env={})
+    assert [(p.name, p.mode) for p in pools] == [("h100", "dra-extended"), ("t4", "device-plugin")]
+    pools = pools_from_args(
+        parse("--gpu-mode", "dra", "--pool", f"{h100}=2:device-plugin", "--pool", f"{t4}=1"), env={}
+    )
+    assert [(p.name, p.mode) for p in pools] == [("h100", "device-plugin"), ("t4", "dra")]
+    nodes, _ = build_virtual_nodes(pools, "vn-")
+    assert [(n.name, n.mode, n.has_gpu_capacity, n.publishes_slices) for n in nodes] == [
+        ("vn-h100-0000", "device-plugin", True, False),
+        ("vn-h100-0001", "device-plugin", True, False),
+        ("vn-t4-0000", "dra", False, True),
+    ]
+
+
+@pytest.mark.parametrize(("flags", "mode"), [([], "device-plugin"), (["--gpu-mode", "dra"], "dra")])
+def test_the_single_pool_takes_the_gpu_mode_flag(parse, flags, mode):
+    (pool,) = pools_from_args(parse("--count", "2", *flags), env={})
+    assert pool.mode == mode
+    nodes, _ = build_virtual_nodes([pool], "vn-")
+    assert {n.mode for n in nodes} == {mode}
+
+
+def test_dynamic_mig_without_a_pool_that_publishes_slices_is_refused(parse, tmp_path):
+    with pytest.raises(SpecError, match="add --gpu-mode dra") as info:
+        pools_from_args(parse("--gpus", "8xh100-80gb", "--mig-mode", "dynamic"), env={})
+    assert info.value.source == "--mig-mode"
+    t4 = write_spec(tmp_path / "t4.yaml", "t4", 2)
+    with pytest.raises(SpecError):
+        pools_from_args(parse("--mig-mode", "dynamic", "--pool", f"{t4}=1:device-plugin"), env={})
+    (pool,) = pools_from_args(parse("--gpus", "8xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra"), env={})
+    assert pool.mode == "dra"
+    h100 = write_spec(tmp_path / "h100.yaml", "h100-80gb", 8)
+    pools = pools_from_args(parse("--mig-mode", "dynamic", "--pool", f"{t4}=1", "--pool", f"{h100}=1:dra"), env={})
+    assert [p.mode for p in pools] == ["device-plugin", "dra"], "applies to the pools that publish slices"
+
+
 def test_pool_file_may_contain_equals_signs():
-    assert parse_pool_value("a=b.yaml=4") == ("a=b.yaml", 4)
+    assert parse_pool_value("a=b.yaml=4") == ("a=b.yaml", 4, None)
 
 
 def test_unreadable_pool_file_names_the_flag_and_the_file(parse, tmp_path):
