@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from fakegpu.virtual_nodes.extended_classes import ClassPlan, delete_selector, plan_classes, wanted_classes
