@@ -280,7 +280,7 @@ async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
     server = FakeApiServer("1.35").start()
     try:
         client = server.client()
-        args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
+        args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra")
         out = io.StringIO()
         assert await run_virtual_nodes(parse(*args), client=client, out=out, err=out) == 0
         assert "Kubernetes 1.35: ResourceSlices as resource.k8s.io/v1 with the 1.35 layout" in out.getvalue()

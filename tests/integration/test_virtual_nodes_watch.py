@@ -158,7 +158,7 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
     client = server.client()
     out = io.StringIO()
     try:
-        argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic", "--no-timestamp")
+        argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra", "--no-timestamp")
         assert await run_virtual_nodes(parse(*argv), client=client, out=out, err=out) == 0
         before = sum(server.count(v) for v in WRITES)
         stop = asyncio.Event()
@@ -203,7 +203,8 @@ async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.Strin
 async def test_slices_deleted_one_after_another_are_recreated_once(server):
     """Five DELETED events for one node while its repair runs: one more repair, never two at once (two
     workers on one node both created its five slices)."""
-    argv = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--resync-interval", "30")
+    fleet = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra")
+    argv = (*fleet, "--resync-interval", "30")
     async with watch_run(server, *argv):
         name = NODES[0]
         planned = slices_of(server, name)
