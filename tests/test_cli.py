@@ -233,3 +233,18 @@ def test_cleanup_says_so_when_nothing_is_left(capsys, tmp_path):
     code, out, err = run(capsys, "cleanup", "--node", "n1", "--skip-api", "--host-root", str(tmp_path))
     assert (code, out, err) == (0, "nothing of fakegpu's left on node n1\n", "")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "says"),
+    [
+        (["--pool", "h100.yaml=3:both"], "--pool", "MODE must be one of device-plugin, dra, dra-extended"),
+        (["--gpus", "8xh100-80gb", "--mig-mode", "dynamic"], "--mig-mode", "add --gpu-mode dra"),
+        (["--delete", "--gpu-mode", "dra"], "--delete", "drop --gpu-mode"),
+    ],
+)
+def test_virtual_nodes_gpu_mode_mistakes_are_one_line_naming_the_flag(capsys, argv, flag, says):
+    """Refused before any API server is contacted (no kubeconfig is read: the run would fail otherwise)."""
+    code, out, err = run(capsys, "virtual-nodes", "--kubeconfig", "/nonexistent/kubeconfig", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and flag in err and says in err, err

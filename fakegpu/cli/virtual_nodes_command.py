@@ -37,7 +37,9 @@ from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
 from fakegpu.virtual_nodes.pools import (
+    DEFAULT_MODE,
     DEFAULT_POOL,
+    GPU_MODES,
     MAX_NODES,
     Pool,
     VirtualNode,
@@ -48,10 +50,11 @@ from fakegpu.virtual_nodes.report import calls_line
 from fakegpu.virtual_nodes.watcher import Watcher
 
 DESCRIPTION = """\
-Create (or adopt) KWOK nodes with fake GPUs: device plugin resources in capacity and allocatable, GPU
-Feature Discovery labels, and ResourceSlices owned by each Node, so a real kube-scheduler can be rehearsed
-on many GPU nodes. KWOK must run in the cluster to keep the nodes Ready. The nodes carry the taint
-kwok.x-k8s.io/node=fake:NoSchedule: rehearsal pods need a toleration for it. Re-running with the same
+Create (or adopt) KWOK nodes with fake GPUs and GPU Feature Discovery labels, so a real kube-scheduler can
+be rehearsed on many GPU nodes. As a real node, each pool offers its GPUs one way (--gpu-mode): device
+plugin resources in capacity and allocatable, or DRA ResourceSlices owned by the Node, never both. KWOK
+must run in the cluster to keep the nodes Ready. The nodes carry the taint kwok.x-k8s.io/node=fake:NoSchedule:
+rehearsal pods need a toleration for it. Re-running with the same
 arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
 label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
 """
@@ -63,12 +66,13 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     if args.node_name is not None:
         raise SpecError("--node-name", "virtual node names come from --name-prefix and the index; drop --node-name")
     environ = dict(os.environ if env is None else env)
+    default_mode = args.gpu_mode or DEFAULT_MODE
     base = replace(inventory_inputs(args, environ), node_name="")
     if not args.pool:
         count = 1 if args.count is None else args.count
         if not 1 <= count <= MAX_NODES:
             raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
-        return [Pool(DEFAULT_POOL, base, count, in_names=False)]
+        return checked_mig_mode([Pool(DEFAULT_POOL, base, count, in_names=False, mode=default_mode)], args)
     conflicts = [
         flag
         for flag, given in (
@@ -85,16 +89,33 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     pools: dict[str, Pool] = {}
     sources: dict[str, str] = {}
     for value in args.pool:
-        path, count = parse_pool_value(value)
+        path, count, mode = parse_pool_value(value)
         name = pool_name_from_stem(Path(path).stem, "--pool")
         if name in pools:
             raise SpecError("--pool", f"two pools are named {name!r} ({sources[name]} and {path}); rename one file")
-        pools[name] = Pool(name, replace(base, node_spec=path), count, in_names=True, source=path)
+        pools[name] = Pool(
+            name, replace(base, node_spec=path), count, in_names=True, source=path, mode=mode or default_mode
+        )
         sources[name] = path
     total = sum(p.count for p in pools.values())
     if total > MAX_NODES:
         raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
-    return list(pools.values())
+    return checked_mig_mode(list(pools.values()), args)
+
+
+def checked_mig_mode(pools: list[Pool], args: argparse.Namespace) -> list[Pool]:
+    """``pools``, unless ``--mig-mode dynamic`` is asked for where no pool publishes ResourceSlices.
+
+    Refused rather than warned about: dynamic MIG exists only in slices (every profile at every placement),
+    so in the device-plugin mode the flag would change nothing and a rehearsal meant to exercise dynamic
+    MIG would silently run without it. With some pools in a DRA mode it applies to those."""
+    if args.mig_mode == "dynamic" and not any(p.mode != "device-plugin" for p in pools):
+        raise SpecError(
+            "--mig-mode",
+            "dynamic MIG lives in ResourceSlices, which the device-plugin GPU mode does not publish; "
+            "add --gpu-mode dra (or dra-extended), or drop --mig-mode dynamic",
+        )
+    return pools
 
 
 def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,9 +132,20 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--pool",
         action="append",
         default=[],
-        metavar="FILE=COUNT",
+        metavar="FILE=COUNT[:MODE]",
         help="COUNT nodes described by the node spec FILE, named PREFIX<file stem>-<index> (repeatable, for "
-        "heterogeneous fleets; instead of --count, --node-spec and --gpus)",
+        "heterogeneous fleets; instead of --count, --node-spec and --gpus); MODE overrides --gpu-mode for "
+        f"the pool ({', '.join(GPU_MODES)})",
+    )
+    group.add_argument(
+        "--gpu-mode",
+        choices=GPU_MODES,
+        default=None,
+        help="how the nodes offer their GPUs; a real node runs one of the two, and offering both lets the "
+        "scheduler hand every GPU out twice. device-plugin (default): nvidia.com/gpu (or MIG, shared) in "
+        "capacity, no ResourceSlices; dra: ResourceSlices, no GPU capacity; dra-extended: ResourceSlices and "
+        "DeviceClasses whose extendedResourceName (resource.k8s.io/v1 only) serves nvidia.com/gpu requests "
+        "from the same devices",
     )
     group.add_argument(
         "--name-prefix",
@@ -193,6 +225,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 ("--pool", bool(args.pool)),
                 ("--gpus", bool(args.gpus)),
                 ("--node-spec", bool(args.node_spec)),
+                ("--gpu-mode", args.gpu_mode is not None),
             )
             if given
         ]
@@ -218,7 +251,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def plan_lines(nodes: list[VirtualNode]) -> list[str]:
-    """One line per pool: how many nodes and which GPUs each has."""
+    """One line per pool: how many nodes, which GPUs each has and how it offers them."""
     pools: dict[str, list[VirtualNode]] = collections.defaultdict(list)
     for node in nodes:
         pools[node.pool].append(node)
@@ -226,8 +259,15 @@ def plan_lines(nodes: list[VirtualNode]) -> list[str]:
     for pool, members in pools.items():
         models = collections.Counter(g.model.key for g in members[0].inventory.node.gpus)
         gpus = ", ".join(f"{n}x{key}" for key, n in models.items())
-        resources = ", ".join(f"{r.name}: {len(r.devices)}" for r in members[0].inventory.resources)
-        lines.append(f"pool {pool}: {len(members)} node(s) {members[0].name}..{members[-1].name}, {gpus} ({resources})")
+        first = members[0]
+        offered = (
+            ", ".join(f"{r.name}: {len(r.devices)}" for r in first.inventory.resources)
+            if first.has_gpu_capacity
+            else "ResourceSlices, no GPU capacity"
+        )
+        lines.append(
+            f"pool {pool}: {len(members)} node(s) {first.name}..{members[-1].name}, {gpus} ({offered}), {first.mode}"
+        )
     return lines
 
 

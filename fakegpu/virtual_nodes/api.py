@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import httpx2
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError, ConfigError
+from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
@@ -36,6 +37,11 @@ T = TypeVar("T")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
 """Transport failures before the request left: retrying them cannot repeat a write."""
+CLASS_KINDS: dict[str, Any] = {
+    "resource.k8s.io/v1": resource_v1.DeviceClass,
+    "resource.k8s.io/v1beta2": resource_v1beta2.DeviceClass,
+    "resource.k8s.io/v1beta1": resource_v1beta1.DeviceClass,
+}
 NODE_PAGE = 500
 """Nodes per list page (a few KB each): what informers and kubectl ask for."""
 SLICE_PAGE = 100
@@ -271,6 +277,24 @@ class Api:
             "deleting ResourceSlices",
             lambda: delete_collection(self.client, kind, labels=labels),
         )
+
+    # -- DeviceClasses (the dra-extended mode) ---------------------------------------------------------
+    async def list_device_classes(self, api_version: str) -> list[JSON]:
+        kind = CLASS_KINDS[api_version]
+        classes: list[JSON] = []
+        async for page in self._pages(kind, "listing DeviceClasses", NODE_PAGE):
+            classes += [dict(c.to_dict()) for c in page.items]
+        return classes
+
+    async def create_device_class(self, api_version: str, obj: JSON) -> None:
+        kind = CLASS_KINDS[api_version]
+        name = obj["metadata"]["name"]
+        await self.call("create", f"creating DeviceClass {name}", lambda: self.client.create(kind.from_dict(obj)))
+
+    async def replace_device_class(self, api_version: str, obj: JSON) -> None:
+        kind = CLASS_KINDS[api_version]
+        name = obj["metadata"]["name"]
+        await self.call("update", f"updating DeviceClass {name}", lambda: self.client.replace(kind.from_dict(obj)))
 
     async def slices_served(self, api_version: str) -> bool:
         """Whether ``api_version`` serves ResourceSlices (a one-item list; 404 means no)."""

@@ -36,7 +36,9 @@ from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
 from fakegpu.kube.lean_requests import Stored
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
-from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_value
+from fakegpu.virtual_nodes.extended_classes import is_ours as is_our_class
+from fakegpu.virtual_nodes.extended_classes import plan_classes, wanted_classes
+from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_values
 from fakegpu.virtual_nodes.node_manifest import (
     OWNER_LABEL,
     OWNER_VALUE,
@@ -63,7 +65,7 @@ MAX_CONFLICT_RETRIES = 3
 OWNED = {OWNER_LABEL: OWNER_VALUE}
 GC_WAIT = 30.0
 """How long ``--delete`` follows the garbage collector removing the deleted nodes' slices, at most."""
-GC_STALL = 2.0
+GC_STALL = 1.0
 """How long without progress before ``--delete`` stops waiting for the collector and deletes the rest."""
 
 
@@ -376,7 +378,7 @@ class VirtualNodeController:
         started = time.perf_counter()
         self.done, self.total = 0, len(self.nodes)
         existing: dict[str, Existing] = {}
-        prefix = prefix_label_value(self.settings.name_prefix)
+        prefixes = set(prefix_label_values(self.settings.name_prefix))
         listed = 0
         async for page in self.api.node_pages():
             for obj in page:
@@ -384,7 +386,7 @@ class VirtualNodeController:
                 name = _name(obj)
                 if name in self.nodes:
                     existing[name] = self.existing_of(obj)
-                elif is_ours(obj) and _labels(obj).get(PREFIX_LABEL) == prefix:
+                elif is_ours(obj) and _labels(obj).get(PREFIX_LABEL) in prefixes:
                     report.leftovers.append(name)
         report.leftovers.sort()
         by_node: dict[str, list[SliceKey]] = collections.defaultdict(list)
@@ -395,6 +397,7 @@ class VirtualNodeController:
                     if key.node in self.nodes:
                         by_node[key.node].append(key)
         self.say(f"found {listed} node(s) in the cluster, {len(existing)} of the {len(self.nodes)} planned")
+        await self._ensure_classes(report)
         await asyncio.gather(
             *(
                 self._bring_up_one(node, existing.get(name), by_node.pop(name, []), report)
@@ -408,6 +411,25 @@ class VirtualNodeController:
             raise self._fatal
         return report
 
+    async def _ensure_classes(self, report: BringUpReport) -> None:
+        """The DeviceClasses of the dra-extended mode, created or brought in line (someone else's are only
+        warned about)."""
+        if self.options is None:
+            return
+        version = self.options.api_version
+        wanted = wanted_classes((n.mode for n in self.nodes.values()), self.options.driver, version)
+        if not wanted:
+            return
+        plan = plan_classes(wanted, await self.api.list_device_classes(version))
+        for warning in plan.warnings:
+            self.say(f"warning: {warning}")
+        for obj in plan.create:
+            await self.api.create_device_class(version, obj)
+            report.device_classes["created"] += 1
+        for obj in plan.replace:
+            await self.api.replace_device_class(version, obj)
+            report.device_classes["replaced"] += 1
+
     async def _bring_up_one(
         self, node: VirtualNode, existing: Existing | None, slices: list[SliceKey], report: BringUpReport
     ) -> None:
@@ -416,7 +438,11 @@ class VirtualNodeController:
             try:
                 if self._fatal is not None:
                     raise self._fatal
-                outcome = await self.sync(node, existing, slices, may_create=True, counts=report.slices)
+                written: collections.Counter[str] = collections.Counter()
+                try:
+                    outcome = await self.sync(node, existing, slices, may_create=True, counts=written)
+                finally:
+                    report.note_slices(node.name, written)
             except ApiCallError as exc:
                 outcome = Outcome.FAILED
                 report.problems[node.name] = str(exc)
@@ -437,22 +463,22 @@ class VirtualNodeController:
     async def delete_all(self) -> DeleteReport:
         """Delete every virtual node this tool created with this name prefix (the prefix label, matched
         exactly) and its slices, and hand back the ones it adopted. Only Nodes with the ownership label,
-        the prefix label and the KWOK annotation are touched: when a labelled Node lacks the annotation,
-        the created ones are deleted one by one instead of by collection."""
+        the prefix label and the KWOK annotation are touched: a labelled Node without the annotation loses the
+        ownership label before the collection delete, and is reported."""
         report = DeleteReport()
         started = time.perf_counter()
         prefix = self.settings.name_prefix
         if not prefix:
             raise ValueError("deleting needs a name prefix: an empty one would select every virtual node")
-        selector: dict[str, Any] = {**OWNED, PREFIX_LABEL: in_([prefix_label_value(prefix)])}
+        selector: dict[str, Any] = {**OWNED, PREFIX_LABEL: in_(prefix_label_values(prefix))}
         adopted: list[JSON] = []
         created: list[str] = []
-        strangers = 0
+        strangers: list[str] = []
         api_version = await self._api_version()
         async for page in self.api.node_pages(labels=selector):
             for obj in page:
                 if not is_kwok(obj):
-                    strangers += 1
+                    strangers.append(_name(obj))
                 elif origin(obj) == "adopted":
                     adopted.append(obj)
                 else:
@@ -484,14 +510,17 @@ class VirtualNodeController:
             self.done += 1
 
         await asyncio.gather(*(release(n) for n in adopted))
-        if strangers:
-            await asyncio.gather(*(remove(n) for n in created))
-        elif created:
+        for name in strangers:
+            # Labelled as ours but no KWOK node (someone took the annotation off): not ours to delete, so
+            # it loses the label the collection delete selects on.
+            await self.api.patch_node(name, {"metadata": {"labels": {OWNER_LABEL: None}}})
+            report.problems[name] = "labelled as a virtual node but not a KWOK node: left alone, label removed"
+        if created:
             try:
                 await self.api.delete_nodes(selector)
                 report.nodes_deleted = len(created)
             except ApiCallError as exc:
-                if exc.code not in (405, 403):
+                if exc.code != 405:
                     raise
                 self.say(f"the API server refused to delete nodes by collection ({exc}); deleting them one by one")
                 await asyncio.gather(*(remove(n) for n in created))
@@ -502,12 +531,16 @@ class VirtualNodeController:
                 try:
                     await self.api.delete_slices(api_version, selector)
                 except ApiCallError as exc:
-                    if exc.code not in (405, 403):
+                    if exc.code != 405:
                         raise
                     keys, _ = await self.api.list_slices(api_version, labels=selector)
                     for key in keys:
                         await self.api.delete_slice(api_version, key.name)
             report.slices_deleted = slices
+        if api_version is not None:
+            report.classes_kept = sorted(
+                str(c["metadata"]["name"]) for c in await self.api.list_device_classes(api_version) if is_our_class(c)
+            )
         report.seconds = time.perf_counter() - started
         return report
 

@@ -24,15 +24,37 @@ _NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
 
 
 def prefix_label_value(prefix: str) -> str:
-    """``prefix`` as a label value, one to one: the trailing dashes (which a label value may not end with)
-    become ``.<how many>``, since a name prefix has no dots (``fakegpu-virtual-`` -> ``fakegpu-virtual.1``).
-    A prefix that still is no label value (or too long for one; only ``--delete`` lets such a prefix
-    through) becomes a digest."""
+    """``prefix`` as a label value, one to one, reading as the prefix in the common case: a label value may
+    not end with ``-``, so exactly one trailing dash is dropped (``kw-gpu-`` -> ``kw-gpu``), none becomes
+    ``.0`` (``kw-gpu`` -> ``kw-gpu.0``, so it differs from ``kw-gpu-``) and n > 1 become ``.<n>``; a name
+    prefix has no dots, so the suffix cannot be confused with the stem. A prefix that still is no label
+    value (or too long for one; only ``--delete`` lets such a prefix through) becomes a digest."""
     stem = prefix.rstrip("-")
     dashes = len(prefix) - len(stem)
-    value = f"{stem}.{dashes}" if dashes else stem
-    if "." in stem or value_problem(value) is not None:
-        value = "sha256-" + hashlib.sha256(prefix.encode()).hexdigest()[:40]
+    value = stem if dashes == 1 else f"{stem}.{dashes}"
+    return _checked(prefix, stem, value)
+
+
+def prefix_label_values(prefix: str) -> list[str]:
+    """Every value a node or slice of ``prefix`` may carry: today's first, then for a prefix with one
+    trailing dash the ``<stem>.1`` that versions before this wrote, so ``--delete`` and the leftover check
+    still find the nodes they labelled. That legacy value is nobody's value today (no prefix now maps to
+    ``.1``). A prefix without a trailing dash gets no legacy value: its old one, the bare stem, is now the
+    value of ``<stem>-``, whose nodes it must not take; values with n > 1 dashes did not change."""
+    stem = prefix.rstrip("-")
+    dashes = len(prefix) - len(stem)
+    values = [prefix_label_value(prefix)]
+    if dashes == 1:
+        legacy = _checked(prefix, stem, f"{stem}.1")
+        if legacy not in values:
+            values.append(legacy)
+    return values
+
+
+def _checked(prefix: str, stem: str, value: str) -> str:
+    """``value``, or a digest of ``prefix`` when the stem is empty or has dots or the value is no label value."""
+    if not stem or "." in stem or value_problem(value) is not None:
+        return "sha256-" + hashlib.sha256(prefix.encode()).hexdigest()[:40]
     return value
 
 

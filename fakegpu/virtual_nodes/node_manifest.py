@@ -9,12 +9,13 @@ What the tool owns on a Node, and compares before writing (so a second run write
 
 - labels: the usual node labels, ``fakegpu.io/virtual-node: "true"`` and
   ``fakegpu.io/virtual-node-prefix`` (how ``--delete`` finds the nodes of one ``--name-prefix``),
-  ``fakegpu.io/virtual-node-pool`` and GPU Feature Discovery's labels. ``nvidia.com/gfd.timestamp`` (when
+  ``fakegpu.io/virtual-node-pool``, ``fakegpu.io/virtual-node-gpu-mode`` (the pool's GPU mode) and GPU
+  Feature Discovery's labels. ``nvidia.com/gfd.timestamp`` (when
   the labels were written) is compared only with ``--watch``, the long-running labeller that stamps the
   nodes with its start as GFD does; a one-off run keeps a stored timestamp, so a second run writes nothing;
-- ``status.capacity`` / ``status.allocatable``: cpu, memory, pods and one entry per device plugin
-  resource (every device / the healthy ones), compared as quantities, since the API server rewrites
-  them in canonical form;
+- ``status.capacity`` / ``status.allocatable``: cpu, memory, pods and, in the ``device-plugin`` GPU mode
+  only, one entry per device plugin resource (every device / the healthy ones), compared as quantities,
+  since the API server rewrites them in canonical form;
 - the KWOK taint and annotation;
 - the annotation ``fakegpu.io/virtual-node-managed``, listing the label keys and resources it set, so a
   run with other GPUs removes the labels and resources the node no longer has;
@@ -47,6 +48,8 @@ OWNER_VALUE = "true"
 POOL_LABEL = "fakegpu.io/virtual-node-pool"
 PREFIX_LABEL = "fakegpu.io/virtual-node-prefix"
 """The ``--name-prefix`` as a label value (``names.prefix_label_value``): ``--delete`` selects on it."""
+MODE_LABEL = "fakegpu.io/virtual-node-gpu-mode"
+"""The pool's GPU mode (``pools.GPU_MODES``), so users and rehearsals select nodes by how they offer GPUs."""
 ORIGIN_ANNOTATION = "fakegpu.io/virtual-node-origin"
 """``created`` (``--delete`` deletes the Node) or ``adopted`` (``--delete`` hands it back)."""
 MANAGED_ANNOTATION = "fakegpu.io/virtual-node-managed"
@@ -63,6 +66,8 @@ BASE_LABELS = (
 """Labels every KWOK node has; an adopted node adopted before the prior record existed keeps them when it
 is handed back."""
 BASE_RESOURCES = ("cpu", "memory", "pods")
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+"""Never advertised in a DRA mode, even when the node's own resources are MIG devices only."""
 
 JSON = dict[str, Any]
 
@@ -102,6 +107,10 @@ class DesiredNode:
     allocatable: Mapping[str, str]
     kept_if_present: frozenset[str] = frozenset()
     """Labels whose stored value stands whatever it is (the GFD timestamp, unless ``--watch``)."""
+    absent: frozenset[str] = frozenset()
+    """GPU resources the node must not advertise, whoever set them (the DRA modes): an adopted node's own
+    ``nvidia.com/gpu`` would otherwise be handed out next to the same GPUs' DRA devices. On an adopted
+    node the value removed is recorded, and ``--delete`` gives it back."""
     managed: str = field(init=False)
     """The ``fakegpu.io/virtual-node-managed`` annotation value for these labels and resources."""
 
@@ -167,22 +176,38 @@ def read_prior(annotations: Mapping[str, str]) -> Prior | None:
 
 def desired_node(node: VirtualNode, shape: NodeShape, *, refresh_timestamp: bool = False) -> DesiredNode:
     """The plan for one Node; ``refresh_timestamp`` (``--watch``) makes a stored GFD timestamp that differs
-    from this run's a change to write."""
+    from this run's a change to write.
+
+    The GPU extended resources (``nvidia.com/gpu``, ``nvidia.com/mig-*``, shared or renamed ones) are in
+    capacity only in the ``device-plugin`` mode: a node that also published the GPUs as DRA devices would
+    let the scheduler hand each GPU out twice, once per path. So the DRA modes list them as ``absent``:
+    removed whoever set them (an adopted node's own values are recorded for ``--delete``). Switching a
+    pool's mode converges in place: a run in a DRA mode removes them, a run back in ``device-plugin`` mode
+    sets them again, and the managed record drops or regains them with it.
+
+    GFD's labels stay in every mode: on a real node GPU Feature Discovery labels the node whichever way its
+    GPUs are allocated (NVIDIA's DRA driver runs beside GFD), and rehearsal pods select nodes by
+    ``nvidia.com/gpu.product`` and friends whatever they request."""
     base = dict(zip(BASE_LABELS, ("kwok", node.name, "linux", "amd64", ""), strict=True))
     labels = {
         **base,
         OWNER_LABEL: OWNER_VALUE,
         PREFIX_LABEL: prefix_label_value(node.prefix),
         POOL_LABEL: node.pool,
+        MODE_LABEL: node.mode,
         **node.gfd_labels,
     }
     capacity = shape.resources()
     allocatable = shape.resources()
-    for resource in node.inventory.resources:
-        capacity[resource.name] = decimal_quantity(len(resource.devices))
-        allocatable[resource.name] = decimal_quantity(resource.healthy)
+    absent: frozenset[str] = frozenset()
+    if node.has_gpu_capacity:
+        for resource in node.inventory.resources:
+            capacity[resource.name] = decimal_quantity(len(resource.devices))
+            allocatable[resource.name] = decimal_quantity(resource.healthy)
+    else:
+        absent = frozenset({WHOLE_GPU_RESOURCE, *(r.name for r in node.inventory.resources)})
     kept = frozenset() if refresh_timestamp else frozenset({TIMESTAMP_LABEL})
-    return DesiredNode(node.name, labels, capacity, allocatable, kept)
+    return DesiredNode(node.name, labels, capacity, allocatable, kept, absent)
 
 
 def new_node(desired: DesiredNode) -> JSON:
@@ -223,17 +248,27 @@ def origin(node: Mapping[str, Any]) -> str | None:
 
 
 def _resource_patch(
-    have: Mapping[str, Any], want: Mapping[str, str], stale: set[str], prior: dict[str, str | None] | None
+    have: Mapping[str, Any],
+    want: Mapping[str, str],
+    stale: set[str],
+    prior: dict[str, str | None] | None,
+    absent: frozenset[str] = frozenset(),
 ) -> JSON:
     """The status entries to write; ``prior`` (on an adopted node) gets the value of each entry before its
-    first change, and gives it back for an entry the plan no longer has."""
+    first change, and gives it back for an entry the plan no longer has. An ``absent`` entry is removed
+    whoever set it; its prior value stays recorded for ``--delete``."""
     patch: JSON = {}
     for key, value in want.items():
         if not same_quantity(have.get(key), value):
             patch[key] = value
             if prior is not None and key not in prior:
                 prior[key] = None if have.get(key) is None else str(have[key])
-    for key in sorted(stale - set(want)):
+    for key in sorted(absent - set(want)):
+        if key in have:
+            patch[key] = None
+            if prior is not None and key not in prior:
+                prior[key] = str(have[key])
+    for key in sorted(stale - set(want) - absent):
         if prior is not None and key in prior:
             before = prior.pop(key)
             if before is None and key in have:
@@ -303,7 +338,11 @@ def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChang
     status_patch: JSON = {}
     for part, want in (("capacity", desired.capacity), ("allocatable", desired.allocatable)):
         changes = _resource_patch(
-            status.get(part) or {}, want, old_resources, prior.part(part) if prior is not None else None
+            status.get(part) or {},
+            want,
+            old_resources,
+            prior.part(part) if prior is not None else None,
+            desired.absent,
         )
         if changes:
             status_patch[part] = changes
@@ -346,7 +385,7 @@ def release_changes(existing: Mapping[str, Any]) -> NodeChanges:
     patch: JSON = {}
     status_patch: JSON = {}
     if prior is None:
-        gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL, PREFIX_LABEL} - set(BASE_LABELS)
+        gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL, PREFIX_LABEL, MODE_LABEL} - set(BASE_LABELS)
         label_patch: JSON = {k: None for k in sorted(gone_labels) if k in labels}
         for part in ("capacity", "allocatable"):
             have = status.get(part) or {}

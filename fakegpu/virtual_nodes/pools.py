@@ -1,9 +1,10 @@
 """Pools: which virtual nodes to run and with which GPUs.
 
 One pool comes from the ordinary inventory options (``--count N --gpus 8xh100-80gb``); several come from
-``--pool FILE=COUNT`` (repeatable), each FILE a node spec as ``--node-spec`` takes, for heterogeneous
-fleets. The other inventory options (``--config-file``, ``--mig-layout``, NVIDIA's flags) apply to every
-pool. Every node gets its own inventory: device UUIDs derive from the node name, as on real nodes.
+``--pool FILE=COUNT[:MODE]`` (repeatable), each FILE a node spec as ``--node-spec`` takes, for
+heterogeneous fleets; MODE overrides ``--gpu-mode`` for that pool. The other inventory options
+(``--config-file``, ``--mig-layout``, NVIDIA's flags) apply to every pool. Every node gets its own
+inventory: device UUIDs derive from the node name, as on real nodes.
 """
 
 from __future__ import annotations
@@ -67,15 +68,22 @@ class VirtualNode:
         return self.mode == "device-plugin"
 
 
-def parse_pool_value(value: str) -> tuple[str, int]:
-    """``h100.yaml=100`` -> (``h100.yaml``, 100); the count is what follows the last ``=``."""
-    path, sep, count_text = value.rpartition("=")
+def parse_pool_value(value: str) -> tuple[str, int, GpuMode | None]:
+    """``h100.yaml=100`` -> (``h100.yaml``, 100, None); ``h100.yaml=100:dra`` -> (..., ``dra``): the count
+    and the optional GPU mode are what follows the last ``=``, so a file name may hold ``=`` and ``:``."""
+    path, sep, rest = value.rpartition("=")
     if not sep or not path:
-        raise SpecError("--pool", f"expected FILE=COUNT such as nodes/h100.yaml=100, found {value!r}")
+        raise SpecError("--pool", f"expected FILE=COUNT[:MODE] such as nodes/h100.yaml=100:dra, found {value!r}")
+    count_text, colon, mode_text = rest.partition(":")
+    mode: GpuMode | None = None
+    if colon:
+        if mode_text not in GPU_MODES:
+            raise SpecError("--pool", f"{value!r}: MODE must be one of {', '.join(GPU_MODES)}, found {mode_text!r}")
+        mode = mode_text
     count = int(count_text) if re.fullmatch(r"[0-9]+", count_text) else 0
     if count < 1 or count > MAX_NODES:
         raise SpecError("--pool", f"{value!r}: COUNT must be an integer from 1 to {MAX_NODES}, found {count_text!r}")
-    return path, count
+    return path, count, mode
 
 
 def node_names(pools: list[Pool], prefix: str) -> list[tuple[str, Pool]]:

@@ -7,6 +7,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+CLASS_SELECTOR = "fakegpu.io/virtual-node=true"
+"""The tool's DeviceClasses (``extended_classes.delete_selector``); spelled out here to keep this module a leaf."""
 MAX_PROBLEM_LINES = 10
 """With a broken API server every node fails the same way: a few lines say it, the count says the rest."""
 
@@ -25,6 +27,10 @@ class Outcome(enum.Enum):
 
 @dataclass
 class BringUpReport:
+    """What a bring-up wrote, per kind. A node's outcome is about its Node object only: a node whose only
+    change was its ResourceSlices stays UNCHANGED and is counted in ``slice_nodes`` (``note_slices``),
+    so an in-place switch of the slices does not read as "20 updated" nodes."""
+
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
     """Node name -> why it was refused or failed."""
@@ -39,9 +45,19 @@ class BringUpReport:
     """429 answers (API Priority and Fairness) met on the way."""
     lowest_concurrency: int = 0
     """The fewest nodes in flight the answers allowed (the limit is halved on each 429)."""
+    slice_nodes: set[str] = field(default_factory=set)
+    """Nodes whose ResourceSlices were written (created, updated or deleted)."""
+    device_classes: collections.Counter[str] = field(default_factory=collections.Counter)
+    """DeviceClass writes of the dra-extended mode: created, replaced. The line shows once a key is set."""
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for o in self.outcomes.values() if o is outcome)
+
+    def note_slices(self, node: str, written: collections.Counter[str]) -> None:
+        """Add one node's slice writes (``created``/``updated``/``deleted``) to the totals."""
+        if sum(written.values()):
+            self.slice_nodes.add(node)
+            self.slices.update(written)
 
     @property
     def ok(self) -> bool:
@@ -49,8 +65,13 @@ class BringUpReport:
 
     def lines(self) -> list[str]:
         nodes = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if o is not Outcome.GONE)
+        rate = f" ({len(self.outcomes) / self.seconds:.0f}/s)" if self.outcomes and self.seconds > 0 else ""
         slices = ", ".join(f"{self.slices[k]} {k}" for k in ("created", "updated", "deleted"))
-        out = [f"nodes: {nodes} in {self.seconds:.2f} s", f"ResourceSlices: {slices}"]
+        on = f" on {len(self.slice_nodes)} node(s)" if self.slice_nodes else ""
+        out = [f"nodes: {nodes} in {self.seconds:.2f} s{rate}", f"ResourceSlices: {slices}{on}"]
+        if self.device_classes:
+            classes = ", ".join(f"{self.device_classes[k]} {k}" for k in ("created", "replaced"))
+            out.append(f"DeviceClasses: {classes}")
         if self.leftovers:
             shown = ", ".join(self.leftovers[:5]) + (", ..." if len(self.leftovers) > 5 else "")
             out.append(
@@ -68,6 +89,8 @@ class DeleteReport:
     slices_deleted: int = 0
     problems: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    classes_kept: list[str] = field(default_factory=list)
+    """The tool's DeviceClasses still in the cluster: ``--delete`` leaves them (``extended_classes``)."""
 
     @property
     def ok(self) -> bool:
@@ -78,6 +101,11 @@ class DeleteReport:
             f"deleted {self.nodes_deleted} node(s) and {self.slices_deleted} ResourceSlice(s), handed back "
             f"{self.nodes_released} adopted node(s) in {self.seconds:.2f} s"
         ]
+        if self.classes_kept:
+            out.append(
+                f"kept DeviceClass(es) {', '.join(self.classes_kept)} (shared by every prefix); "
+                f"kubectl delete deviceclass -l {CLASS_SELECTOR} removes them"
+            )
         return out + problem_lines(self.problems)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import copy
 import importlib
 import io
 import socket
@@ -301,7 +302,17 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
 
 
 async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
-    """``fakegpu virtual-nodes``: bring up (creating and adopting), watch and repair, then ``--delete``."""
+    """``fakegpu virtual-nodes``: bring up (creating and adopting, in the dra-extended mode so the DeviceClasses
+    are ensured: one of ours that drifted is replaced), watch and repair, then ``--delete`` (a leftover slice
+    whose node is gone is deleted by collection)."""
+    apiserver.create_direct(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com", "labels": {"fakegpu.io/virtual-node": "true"}},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }
+    )
     apiserver.create_direct(
         {
             "apiVersion": "v1",
@@ -311,7 +322,17 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
         }
     )
     client = apiserver.client()
-    common = ["virtual-nodes", "--count", "3", "--name-prefix", "kwok-gpu-", "--gpus", "1xh100-80gb"]
+    common = [
+        "virtual-nodes",
+        "--gpu-mode",
+        "dra-extended",
+        "--count",
+        "3",
+        "--name-prefix",
+        "kwok-gpu-",
+        "--gpus",
+        "1xh100-80gb",
+    ]
     try:
         assert await run_virtual_nodes(cli_parser().parse_args(common), client=client, out=io.StringIO()) == 0
         # Someone changes the plan's capacity: a re-run with other GPUs rewrites labels, status and slices.
@@ -327,6 +348,15 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
         await eventually(lambda: len(apiserver.objects("resourceslices")) == 2, "slices of a deleted node removed")
         stop.set()
         assert await asyncio.wait_for(task, 5.0) == 0, out.getvalue()
+        leftover = copy.deepcopy(apiserver.objects("resourceslices")[0])
+        leftover["metadata"] = {
+            "name": "kwok-gpu-gone-slice",
+            "labels": {"fakegpu.io/virtual-node": "true", "fakegpu.io/virtual-node-prefix": "kwok-gpu"},
+        }
+        leftover["spec"]["nodeName"] = leftover["spec"]["pool"]["name"] = "kwok-gpu-gone"
+        apiserver.create_direct(leftover)
+        # A server that refuses collection deletes of nodes (405) gets them one by one.
+        apiserver.fail_next("deletecollection", "nodes", 405)
         args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "kwok-gpu-", "--delete"])
         assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
     finally:

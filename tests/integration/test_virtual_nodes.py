@@ -84,10 +84,11 @@ def kwok_node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
     }
 
 
-async def test_five_nodes_come_up_with_capacity_labels_taint_and_owned_slices(server, run):
+async def test_five_nodes_come_up_with_capacity_labels_and_taint_and_no_slices_by_default(server, run):
+    """The default GPU mode is the device plugin's: GPUs as capacity, no DRA devices of the same GPUs."""
     result = await run("--count", "5", "--gpus", "4xa100-40gb")
     assert result.code == 0, result.err
-    assert "5 created" in result.out and "ResourceSlices: 5 created" in result.out
+    assert "5 created" in result.out and "ResourceSlices: 0 created" in result.out
     assert "API calls: " in result.out
     nodes = server.objects("nodes")
     assert [n["metadata"]["name"] for n in nodes] == [f"fakegpu-virtual-000{i}" for i in range(5)]
@@ -95,11 +96,26 @@ async def test_five_nodes_come_up_with_capacity_labels_taint_and_owned_slices(se
         meta = node["metadata"]
         assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
         assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
+        assert meta["labels"]["fakegpu.io/virtual-node-gpu-mode"] == "device-plugin"
         assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
         assert meta["labels"]["kubernetes.io/hostname"] == meta["name"]
         assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
         assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+        assert node["status"]["capacity"]["pods"] == "110"
+    assert server.objects("resourceslices") == []
+
+
+async def test_dra_nodes_get_owned_slices_and_no_gpu_capacity(server, run):
+    result = await run("--gpu-mode", "dra", "--count", "5", "--gpus", "4xa100-40gb")
+    assert result.code == 0, result.err
+    assert "5 created" in result.out and "ResourceSlices: 5 created" in result.out
+    for node in server.objects("nodes"):
+        meta = node["metadata"]
+        assert meta["labels"]["fakegpu.io/virtual-node-gpu-mode"] == "dra"
+        assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"  # GFD runs beside DRA drivers
+        assert "nvidia.com/gpu" not in node["status"]["capacity"]
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"]
         assert node["status"]["capacity"]["pods"] == "110"
         (owned,) = slices_of(server, meta["name"])
         assert owned["metadata"]["ownerReferences"] == [
@@ -107,9 +123,49 @@ async def test_five_nodes_come_up_with_capacity_labels_taint_and_owned_slices(se
         ]
         assert owned["spec"]["driver"] == "gpu.nvidia.com"
         assert len(owned["spec"]["devices"]) == 4
-    # Device UUIDs are per node, as on real nodes.
+    # Device UUIDs are per node, as on real nodes (derived from the pool template by substitution).
     uuids = {d["attributes"]["uuid"]["string"] for s in server.objects("resourceslices") for d in s["spec"]["devices"]}
     assert len(uuids) == 20
+
+
+async def test_switching_a_pool_between_modes_converges_in_place(server, run):
+    """device-plugin -> dra -> device-plugin: the GPUs move between capacity and slices; never both."""
+    assert (await run("--count", "2", "--gpus", "2xh100-80gb")).code == 0
+    to_dra = await run("--gpu-mode", "dra", "--count", "2", "--gpus", "2xh100-80gb")
+    assert to_dra.code == 0, to_dra.err
+    assert "0 created, 0 adopted, 2 updated" in to_dra.out and "ResourceSlices: 2 created" in to_dra.out
+    for node in server.objects("nodes"):
+        assert "nvidia.com/gpu" not in node["status"]["capacity"]
+        assert len(slices_of(server, node["metadata"]["name"])) == 1
+    back = await run("--count", "2", "--gpus", "2xh100-80gb")
+    assert back.code == 0, back.err
+    assert "2 updated" in back.out and "ResourceSlices: 0 created, 0 updated, 2 deleted" in back.out
+    assert server.objects("resourceslices") == []
+    assert {n["status"]["capacity"]["nvidia.com/gpu"] for n in server.objects("nodes")} == {"2"}
+    before = writes(server)
+    assert (await run("--count", "2", "--gpus", "2xh100-80gb")).code == 0
+    assert writes(server) == before
+
+
+async def test_a_switch_of_the_slices_alone_counts_no_node_as_updated(server, run):
+    """Static -> dynamic MIG changes only the ResourceSlices: the nodes are unchanged, the slices say what moved."""
+    common = ("--gpu-mode", "dra", "--count", "2", "--gpus", "2xh100-80gb")
+    assert (await run(*common)).code == 0
+    result = await run(*common, "--mig-mode", "dynamic")
+    assert result.code == 0, result.err
+    assert "0 updated, 2 unchanged" in result.out and "on 2 node(s)" in result.out
+
+
+async def test_dra_extended_ensures_the_device_classes_with_the_extended_resource(server, run):
+    result = await run("--gpu-mode", "dra-extended", "--count", "1", "--gpus", "1xh100-80gb")
+    assert result.code == 0, result.err
+    assert "DeviceClasses: 2 created" in result.out
+    gpu = server.get_object("deviceclasses", "gpu.nvidia.com")
+    assert gpu is not None and gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    (node,) = server.objects("nodes")
+    assert "nvidia.com/gpu" not in node["status"]["capacity"] and len(slices_of(server, node["metadata"]["name"])) == 1
+    again = await run("--gpu-mode", "dra-extended", "--count", "1", "--gpus", "1xh100-80gb")
+    assert "DeviceClasses" not in again.out  # nothing to write
 
 
 async def test_running_again_writes_nothing(server, run):
@@ -166,17 +222,27 @@ async def test_no_timestamp_leaves_the_label_out_and_removes_ours(server, run, m
 
 async def test_a_changed_plan_updates_labels_capacity_and_slices_in_place(server, run):
     assert (
-        await run("--count", "2", "--gpus", "2xa100-40gb", "--mig-layout", "all-1g.5gb", "--mig-strategy", "mixed")
+        await run(
+            "--gpu-mode",
+            "dra",
+            "--count",
+            "2",
+            "--gpus",
+            "2xa100-40gb",
+            "--mig-layout",
+            "all-1g.5gb",
+            "--mig-strategy",
+            "mixed",
+        )
     ).code == 0
     node = server.get_object("nodes", "fakegpu-virtual-0000")
-    assert node is not None and node["status"]["capacity"]["nvidia.com/mig-1g.5gb"] == "14"
+    assert node is not None and node["metadata"]["labels"]["nvidia.com/mig-1g.5gb.count"] == "14"
     names = sorted(s["metadata"]["name"] for s in server.objects("resourceslices"))
-    result = await run("--count", "2", "--gpus", "2xa100-40gb")
+    result = await run("--gpu-mode", "dra", "--count", "2", "--gpus", "2xa100-40gb")
     assert "2 updated" in result.out and "ResourceSlices: 0 created, 2 updated" in result.out
     node = server.get_object("nodes", "fakegpu-virtual-0000")
     assert node is not None
-    assert "nvidia.com/mig-1g.5gb" not in node["status"]["capacity"]
-    assert node["status"]["capacity"]["nvidia.com/gpu"] == "2"
+    assert not any(k.startswith("nvidia.com/") for k in node["status"]["capacity"])
     assert not any(k.startswith("nvidia.com/mig-1g") for k in node["metadata"]["labels"])
     assert sorted(s["metadata"]["name"] for s in server.objects("resourceslices")) == names
     assert {s["spec"]["pool"]["generation"] for s in server.objects("resourceslices")} == {2}
@@ -186,7 +252,7 @@ async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete_as_it_
     server.create_direct(kwok_node("fakegpu-virtual-0001", {"team": "ml", "nvidia.com/gpu.product": "Custom-GPU"}))
     before = server.get_object("nodes", "fakegpu-virtual-0001")
     assert before is not None
-    result = await run("--count", "2")
+    result = await run("--gpu-mode", "dra", "--count", "2")
     assert result.code == 0
     assert "1 created, 1 adopted" in result.out
     adopted = server.get_object("nodes", "fakegpu-virtual-0001")
@@ -195,11 +261,11 @@ async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete_as_it_
     assert adopted["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
     assert adopted["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert adopted["metadata"]["annotations"]["fakegpu.io/virtual-node-origin"] == "adopted"
-    assert adopted["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert "nvidia.com/gpu" not in adopted["status"]["capacity"]  # a DRA node
     assert adopted["status"]["capacity"]["cpu"] == "32"
     assert adopted["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert len(slices_of(server, "fakegpu-virtual-0001")) == 1
-    again = await run("--count", "2")
+    again = await run("--gpu-mode", "dra", "--count", "2")
     assert "0 created, 0 adopted, 0 updated, 2 unchanged" in again.out
 
     result = await run("--delete")
@@ -236,7 +302,7 @@ async def test_two_pools_are_heterogeneous(server, run, tmp_path):
     h100.write_text(yaml.safe_dump({"gpus": [{"model": "h100-80gb", "count": 8}]}))
     t4 = tmp_path / "t4.yaml"
     t4.write_text(yaml.safe_dump({"driverVersion": "550.90.07", "gpus": [{"model": "t4", "count": 2}]}))
-    result = await run("--pool", f"{h100}=2", "--pool", f"{t4}=3")
+    result = await run("--pool", f"{h100}=2:dra", "--pool", f"{t4}=3")
     assert result.code == 0, result.err
     assert "pool h100: 2 node(s)" in result.out and "pool t4: 3 node(s)" in result.out
     nodes = {n["metadata"]["name"]: n for n in server.objects("nodes")}
@@ -248,22 +314,22 @@ async def test_two_pools_are_heterogeneous(server, run, tmp_path):
         "fakegpu-virtual-t4-0002",
     ]
     big, small = nodes["fakegpu-virtual-h100-0001"], nodes["fakegpu-virtual-t4-0002"]
-    assert (big["status"]["capacity"]["nvidia.com/gpu"], small["status"]["capacity"]["nvidia.com/gpu"]) == ("8", "2")
+    # One GPU mode per pool: the h100 pool is DRA (slices, no capacity), the t4 pool the device plugin's.
+    assert "nvidia.com/gpu" not in big["status"]["capacity"] and small["status"]["capacity"]["nvidia.com/gpu"] == "2"
     assert big["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert small["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"
     assert small["metadata"]["labels"]["fakegpu.io/virtual-node-pool"] == "t4"
     (big_slice,) = slices_of(server, "fakegpu-virtual-h100-0001")
-    (small_slice,) = slices_of(server, "fakegpu-virtual-t4-0002")
-    assert len(big_slice["spec"]["devices"]) == 8 and len(small_slice["spec"]["devices"]) == 2
-    assert small_slice["spec"]["devices"][0]["attributes"]["driverVersion"] == {"version": "550.90.7"}
+    assert len(big_slice["spec"]["devices"]) == 8 and slices_of(server, "fakegpu-virtual-t4-0002") == []
+    assert big_slice["spec"]["devices"][0]["attributes"]["driverVersion"] == {"version": "570.172.8"}
 
 
 async def test_delete_removes_what_it_created_and_nothing_else(server, run):
     server.add_node("real-worker")
     server.create_direct(kwok_node("someone-elses-kwok-node"))
     server.create_direct(kwok_node("fakegpu-virtual-9999"))  # has the prefix but not our label
-    assert (await run("--count", "4")).code == 0
-    assert (await run("--count", "2", "--name-prefix", "other-")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "4")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "2", "--name-prefix", "other-")).code == 0
     assert len(server.objects("resourceslices")) == 6
     result = await run("--delete")
     assert result.code == 0
@@ -280,7 +346,7 @@ async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
     server = FakeApiServer("1.35").start()
     try:
         client = server.client()
-        args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
+        args = ("--count", "2", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra")
         out = io.StringIO()
         assert await run_virtual_nodes(parse(*args), client=client, out=out, err=out) == 0
         assert "Kubernetes 1.35: ResourceSlices as resource.k8s.io/v1 with the 1.35 layout" in out.getvalue()
@@ -301,7 +367,7 @@ async def test_an_older_server_gets_v1beta1_slices(run):
     try:
         client = server.client()
         out = io.StringIO()
-        assert await run_virtual_nodes(parse("--count", "1"), client=client, out=out, err=out) == 0
+        assert await run_virtual_nodes(parse("--gpu-mode", "dra", "--count", "1"), client=client, out=out, err=out) == 0
         assert "ResourceSlices as resource.k8s.io/v1beta1" in out.getvalue()
         (obj,) = server.objects("resourceslices")
         assert obj["apiVersion"] == "resource.k8s.io/v1beta1" and "basic" in obj["spec"]["devices"][0]
@@ -394,7 +460,7 @@ def lose_the_answer_of_the_next_slice_create(server: FakeApiServer, code: int = 
 @pytest.mark.parametrize("code", [500, 504])
 async def test_a_slice_create_whose_answer_was_lost_is_not_published_twice(server, run, code):
     lose_the_answer_of_the_next_slice_create(server, code)
-    result = await run("--count", "1", "--gpus", "2xh100-80gb")
+    result = await run("--gpu-mode", "dra", "--count", "1", "--gpus", "2xh100-80gb")
     assert result.code == 0, result.err
     assert len(slices_of(server, "fakegpu-virtual-0000")) == 1
     assert server.count("create", "resourceslices") == 1
@@ -403,7 +469,7 @@ async def test_a_slice_create_whose_answer_was_lost_is_not_published_twice(serve
 async def test_a_slice_create_that_failed_is_tried_again_after_looking(server, run):
     server.fail_next("create", "resourceslices", 500)
     lists = server.count("list", "resourceslices")
-    result = await run("--count", "1")
+    result = await run("--gpu-mode", "dra", "--count", "1")
     assert result.code == 0, result.err
     assert len(slices_of(server, "fakegpu-virtual-0000")) == 1
     assert server.count("create", "resourceslices") == 2
@@ -412,20 +478,20 @@ async def test_a_slice_create_that_failed_is_tried_again_after_looking(server, r
 
 
 async def test_a_new_driver_name_replaces_the_old_drivers_slices(server, run):
-    assert (await run("--count", "2", "--driver-name", "gpu.example.com")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "2", "--driver-name", "gpu.example.com")).code == 0
     assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.example.com"}
-    result = await run("--count", "2")
+    result = await run("--gpu-mode", "dra", "--count", "2")
     assert result.code == 0, result.err
     assert "ResourceSlices: 2 created, 0 updated, 2 deleted" in result.out
     assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
     assert len(server.objects("resourceslices")) == 2
     before = writes(server)
-    assert "2 unchanged" in (await run("--count", "2")).out
+    assert "2 unchanged" in (await run("--gpu-mode", "dra", "--count", "2")).out
     assert writes(server) == before
 
 
 async def test_another_drivers_slices_not_published_by_us_are_left_alone(server, run):
-    assert (await run("--count", "1")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "1")).code == 0
     node = server.get_object("nodes", "fakegpu-virtual-0000")
     assert node is not None
     theirs = {
@@ -441,14 +507,14 @@ async def test_another_drivers_slices_not_published_by_us_are_left_alone(server,
     }
     server.create_direct(theirs)
     before = writes(server)
-    assert "1 unchanged" in (await run("--count", "1")).out
+    assert "1 unchanged" in (await run("--gpu-mode", "dra", "--count", "1")).out
     assert writes(server) == before
     assert len(slices_of(server, "fakegpu-virtual-0000")) == 2
 
 
 async def test_a_slice_with_another_pool_name_is_replaced_not_updated(server, run):
     """spec.pool.name is immutable: updating such a slice would fail (422) on every run."""
-    assert (await run("--count", "1")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "1")).code == 0
     (old,) = slices_of(server, "fakegpu-virtual-0000")
     server.delete_direct("resourceslices", old["metadata"]["name"])
     legacy = {k: v for k, v in old.items() if k in ("apiVersion", "kind", "spec")}
@@ -459,7 +525,7 @@ async def test_a_slice_with_another_pool_name_is_replaced_not_updated(server, ru
     }
     legacy["spec"]["pool"]["name"] = "legacy-pool"
     server.create_direct(legacy)
-    result = await run("--count", "1")
+    result = await run("--gpu-mode", "dra", "--count", "1")
     assert result.code == 0, result.err
     (new,) = slices_of(server, "fakegpu-virtual-0000")
     assert new["spec"]["pool"]["name"] == "fakegpu-virtual-0000"
@@ -467,8 +533,8 @@ async def test_a_slice_with_another_pool_name_is_replaced_not_updated(server, ru
 
 
 async def test_delete_takes_exactly_its_own_prefix(server, run):
-    assert (await run("--count", "2")).code == 0
-    assert (await run("--count", "2", "--name-prefix", "fakegpu-virtual-team2-")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "2")).code == 0
+    assert (await run("--gpu-mode", "dra", "--count", "2", "--name-prefix", "fakegpu-virtual-team2-")).code == 0
     result = await run("--delete")
     assert result.code == 0
     assert "deleted 2 node(s) and 2 ResourceSlice(s)" in result.out

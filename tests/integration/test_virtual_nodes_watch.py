@@ -3,6 +3,7 @@ what someone deletes stays deleted."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import io
@@ -19,9 +20,17 @@ from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
-from tests.integration.test_virtual_nodes import WRITES, at, parse, slices_of, stamps
+from tests.integration.test_virtual_nodes import WRITES, at, slices_of, stamps
+from tests.integration.test_virtual_nodes import parse as parse_flags
 
 NODES = [f"fakegpu-virtual-000{i}" for i in range(3)]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    """The flags, in the dra GPU mode unless they name one: the watch repairs slices, which only DRA nodes have."""
+    if "--gpu-mode" in argv or "--delete" in argv:
+        return parse_flags(*argv)
+    return parse_flags("--gpu-mode", "dra", *argv)
 
 
 @dataclass
@@ -118,7 +127,7 @@ async def test_labels_capacity_and_the_ownership_label_are_put_back(watching):
         return bool(
             labels.get("nvidia.com/gpu.count") == "2"
             and labels.get("fakegpu.io/virtual-node") == "true"
-            and node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+            and "nvidia.com/gpu" not in node["status"]["allocatable"]  # a DRA node offers no GPU capacity
         )
 
     await eventually(repaired, "the node repaired")
@@ -158,7 +167,7 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
     client = server.client()
     out = io.StringIO()
     try:
-        argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic", "--no-timestamp")
+        argv = ("--count", "2", "--gpus", "1xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra", "--no-timestamp")
         assert await run_virtual_nodes(parse(*argv), client=client, out=out, err=out) == 0
         before = sum(server.count(v) for v in WRITES)
         stop = asyncio.Event()
@@ -203,7 +212,8 @@ async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.Strin
 async def test_slices_deleted_one_after_another_are_recreated_once(server):
     """Five DELETED events for one node while its repair runs: one more repair, never two at once (two
     workers on one node both created its five slices)."""
-    argv = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--resync-interval", "30")
+    fleet = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra")
+    argv = (*fleet, "--resync-interval", "30")
     async with watch_run(server, *argv):
         name = NODES[0]
         planned = slices_of(server, name)

@@ -54,6 +54,7 @@ def test_watch_and_delete_exclude_each_other(parse, capsys):
         (["--delete", "--count", "3"], "--delete"),
         (["--delete", "--gpus", "1xt4"], "--delete"),
         (["--delete", "--pool", "a.yaml=2"], "--delete"),
+        (["--delete", "--gpu-mode", "dra"], "--delete"),  # removes the nodes of every mode
     ],
 )
 def test_bad_values_name_their_flag(parse, flags, named):
@@ -91,3 +92,22 @@ async def test_a_kubeconfig_that_is_not_yaml_is_one_line_naming_the_file(parse, 
     with pytest.raises(SpecError, match="not valid YAML") as info:
         await run_virtual_nodes(parse("--kubeconfig", str(bad)))
     assert one_line_naming(info.value, bad)
+
+
+def test_gpu_mode_flag_takes_the_three_modes_and_nothing_else(parse, capsys):
+    assert parse().gpu_mode is None  # resolved to device-plugin per pool, so --delete can tell it was given
+    for mode in ("device-plugin", "dra", "dra-extended"):
+        assert parse("--gpu-mode", mode).gpu_mode == mode
+    with pytest.raises(SystemExit):
+        parse("--gpu-mode", "both")
+    assert "invalid choice: 'both'" in capsys.readouterr().err
+
+
+def test_the_help_says_what_each_gpu_mode_does(parse, capsys):
+    with pytest.raises(SystemExit):
+        parse("--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--gpu-mode {device-plugin,dra,dra-extended}" in text
+    assert "device-plugin (default): nvidia.com/gpu" in text and "dra: ResourceSlices, no GPU capacity" in text
+    assert "a real node runs one of the two" in text and "extendedResourceName" in text
+    assert "FILE=COUNT[:MODE]" in text

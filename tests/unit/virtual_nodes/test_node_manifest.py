@@ -25,13 +25,14 @@ from fakegpu.virtual_nodes.node_manifest import (
     node_changes,
     release_changes,
 )
-from fakegpu.virtual_nodes.pools import VirtualNode
+from fakegpu.virtual_nodes.pools import GPU_MODES, GpuMode, VirtualNode
 
 
-def virtual(name: str = "vn-0000", gpus: str = "8xh100-80gb", **kw) -> VirtualNode:
+def virtual(name: str = "vn-0000", gpus: str = "8xh100-80gb", mode: GpuMode = "device-plugin", **kw) -> VirtualNode:
     inputs = InventoryInputs(node_name=name, gpus=(gpus,), **kw)
     node, config = load_node(inputs), load_config(inputs)
-    return VirtualNode(name, "default", build_inventory(node, config), gfd_labels(node, config), prefix="vn-")
+    inventory = build_inventory(node, config)
+    return VirtualNode(name, "default", inventory, gfd_labels(node, config), prefix="vn-", mode=mode)
 
 
 def stored(obj: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def test_new_node_is_a_kwok_node_with_gpu_capacity_and_labels():
     assert meta["labels"]["kubernetes.io/hostname"] == "vn-0000"
     assert meta["labels"]["node-role.kubernetes.io/agent"] == ""
     assert meta["labels"]["fakegpu.io/virtual-node"] == "true"
-    assert meta["labels"]["fakegpu.io/virtual-node-prefix"] == "vn.1"
+    assert meta["labels"]["fakegpu.io/virtual-node-prefix"] == "vn"
     assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert node["status"]["capacity"] == {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
@@ -310,3 +311,77 @@ def test_a_created_node_keeps_no_record():
     node["metadata"]["labels"]["nvidia.com/gpu.count"] = "1"
     changes = node_changes(node, desired)
     assert changes.node == {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}}
+
+
+BASE = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "gpu_capacity"), [("device-plugin", {"nvidia.com/gpu": "8"}), ("dra", {}), ("dra-extended", {})]
+)
+def test_only_the_device_plugin_mode_advertises_gpus_as_capacity(mode, gpu_capacity):
+    desired = desired_node(virtual(mode=mode), NodeShape())
+    node = new_node(desired)
+    assert node["status"]["capacity"] == {**BASE, **gpu_capacity}
+    assert node["status"]["allocatable"] == {**BASE, **gpu_capacity}
+    labels = node["metadata"]["labels"]
+    assert labels["fakegpu.io/virtual-node-gpu-mode"] == mode
+    # GFD labels in every mode: rehearsal pods select nodes by them whichever way they ask for GPUs.
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" and labels["nvidia.com/gpu.count"] == "8"
+    assert node_changes(stored(node), desired).empty
+
+
+@pytest.mark.parametrize("mode", ["dra", "dra-extended"])
+def test_dra_modes_advertise_no_mig_or_shared_resources_either(mode, tmp_path):
+    mig = desired_node(
+        virtual(gpus="2xa100-40gb", mode=mode, mig_layout="all-1g.5gb", cli_flags={"mig_strategy": "mixed"}),
+        NodeShape(),
+    )
+    assert dict(mig.capacity) == BASE and "nvidia.com/mig-1g.5gb.count" in mig.labels
+    assert {"nvidia.com/gpu", "nvidia.com/mig-1g.5gb"} <= mig.absent
+
+
+def switch(node: dict[str, Any], desired) -> dict[str, Any]:
+    """One run: ``node`` after the run's patches; the run after it must have nothing left to write."""
+    after = apply(node, node_changes(node, desired))
+    assert node_changes(after, desired).empty, "a second run in the same mode writes nothing"
+    return after
+
+
+@pytest.mark.parametrize("target", ["dra", "dra-extended"])
+def test_switching_a_created_node_between_modes_converges_in_place(target):
+    plugin = desired_node(virtual(), NodeShape())
+    dra = desired_node(virtual(mode=target), NodeShape())
+    node = stored(new_node(plugin))
+    changes = node_changes(node, dra)
+    assert changes.status == {"status": {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}}
+    assert changes.node is not None
+    assert changes.node["metadata"]["labels"] == {"fakegpu.io/virtual-node-gpu-mode": target}
+    as_dra = switch(node, dra)
+    assert as_dra["status"]["capacity"] == BASE
+    assert json.loads(as_dra["metadata"]["annotations"][MANAGED_ANNOTATION])["resources"] == sorted(BASE)
+    back = switch(as_dra, plugin)
+    assert back["status"]["capacity"] == back["status"]["allocatable"] == {**BASE, "nvidia.com/gpu": "8"}
+    assert back["metadata"]["labels"]["fakegpu.io/virtual-node-gpu-mode"] == "device-plugin"
+    assert back["metadata"] == stored(new_node(plugin))["metadata"]
+
+
+def test_an_adopted_nodes_own_gpu_capacity_goes_in_a_dra_mode_and_comes_back_on_delete():
+    original = someones_kwok_node()
+    original["status"]["capacity"]["nvidia.com/gpu"] = "4"  # someone else's device plugin resource
+    dra = desired_node(virtual(mode="dra"), NodeShape())
+    adopted = switch(original, dra)
+    assert "nvidia.com/gpu" not in adopted["status"]["capacity"], "never a GPU both as capacity and as a device"
+    assert json.loads(adopted["metadata"]["annotations"][PRIOR_ANNOTATION])["capacity"]["nvidia.com/gpu"] == "4"
+    plugin = switch(adopted, desired_node(virtual(), NodeShape()))
+    assert plugin["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    again = switch(plugin, dra)
+    assert "nvidia.com/gpu" not in again["status"]["capacity"]
+    released = apply(again, release_changes(again))
+    assert released["status"]["capacity"] == original["status"]["capacity"]
+    assert released["metadata"]["labels"] == original["metadata"]["labels"]
+
+
+def test_every_mode_has_its_label_value():
+    values = {desired_node(virtual(mode=m), NodeShape()).labels["fakegpu.io/virtual-node-gpu-mode"] for m in GPU_MODES}
+    assert values == set(GPU_MODES) == {"device-plugin", "dra", "dra-extended"}
