@@ -9,6 +9,7 @@ the JSON schemas do not carry them and the API server rejects the whole slice wh
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -132,8 +133,11 @@ def counter_set_name(gpu: PhysicalGpu) -> str:
     return f"gpu-{gpu.minor}-counter-set"
 
 
+@functools.cache
 def counter_name(capacity: str) -> str:
-    """Counter names are DNS labels, so NVIDIA turns capacity names from camelCase into kebab-case."""
+    """Counter names are DNS labels, so NVIDIA turns capacity names from camelCase into kebab-case.
+
+    Cached: a few names, asked for once per device of every GPU."""
     return _CAMEL_BOUNDARY.sub("-", capacity).lower()
 
 
@@ -141,9 +145,12 @@ def memory_slice_counter(index: int) -> str:
     return f"memory-slice-{index}"
 
 
+@functools.cache
 def semver(version: str) -> str:
     """A dotted driver/CUDA version as semver 2.0.0, as NVIDIA publishes it: ``570.172.08`` ->
-    ``570.172.8`` (no leading zeros), ``12.8`` -> ``12.8.0``."""
+    ``570.172.8`` (no leading zeros), ``12.8`` -> ``12.8.0``.
+
+    Cached: one or two versions per node, asked for twice per device."""
     parts = version.strip().split(".")
     if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"not a dotted numeric version: {version!r}")

@@ -1,16 +1,23 @@
 """Publishing the node's devices as ResourceSlices through lightkube, and keeping them published.
 
-One pool per node, slices owned by the Node. The desired slices are rebuilt from the live inventory
-whenever it changes; when they differ from what the API server holds, the pool generation is bumped
-in every slice and slices are updated, created or deleted to match. Slices that vanish (the kubelet
-deletes a node's slices at its start and 30 s after the driver disconnects) are noticed through a
-watch and re-created; a periodic resync catches anything a watch missed.
+One pool per node, slices owned by the Node. The wished slices are built once per state of the live
+inventory (its health, the options, the Node's UID) and digested (``fakegpu.dra.slice_digest``); every slice
+written carries the digest in its ``fakegpu.io/slice-plan`` annotation. Whether the API server holds the wish
+is then read from the listed slices' metadata alone (listed in pages, each slice reduced to its key as its page
+arrives), so a re-publish with nothing changed costs a list and no rebuilding, sorting or comparing of devices.
+When it does not hold the wish, the pool generation is bumped in every slice and slices are updated (existing
+names in name order), created or deleted to match. Slices without the annotation (written by an older
+fakegpu, or by someone else) never match: they are rewritten once, and carry it from then on.
+
+Slices that vanish (the kubelet deletes a node's slices at its start and 30 s after the driver disconnects)
+are noticed through a watch and re-created; a periodic resync catches anything a watch missed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +30,7 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, holds_plan, plan_digest, slice_key
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
     SUPPORTED_API_VERSIONS,
@@ -31,9 +39,11 @@ from fakegpu.kube.discovery import (
     served_api_version,
     serves_slices,
 )
+from fakegpu.kube.page_sizes import SLICE_PAGE
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.kube.watch_loop import collect, list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -77,6 +87,27 @@ def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """The wish for one state of the inputs: the slice specs (pool generation 0) and their digest."""
+
+    inventory: Inventory
+    inputs: tuple[Any, ...]
+    """What else the specs depend on: the unhealthy devices, the options and the owner's UID."""
+    specs: list[dict[str, Any]]
+    digest: str
+
+
+def _serialised(spec: dict[str, Any]) -> str:
+    """A spec without its pool generation, as canonical JSON: what the digest is made of."""
+    pool = {k: v for k, v in spec["pool"].items() if k != "generation"}
+    return json.dumps({**spec, "pool": pool}, sort_keys=True, separators=(",", ":"))
+
+
+def _with_generation(spec: dict[str, Any], generation: int) -> dict[str, Any]:
+    return {**spec, "pool": {**spec["pool"], "generation": generation}}
+
+
 def _log_publish_failure(exc: Exception) -> None:
     if isinstance(exc, PublishError):
         log.error("%s; retrying", exc)
@@ -106,7 +137,7 @@ class SlicePublisher:
         self.stats = PublisherStats()
         self.generation = 0
         self.node_uid: str | None = None
-        self._sent: list[dict[str, Any]] = []
+        self._plan: _Plan | None = None
         self._written_names: list[str] = []
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -159,13 +190,29 @@ class SlicePublisher:
         """This driver's slices for this node (the kubelet deletes with the same selector)."""
         return {"spec.nodeName": self.node_name, "spec.driver": self.options.driver}
 
-    async def _list_ours(self) -> tuple[list[Any], str]:
-        """Our slices, and the list's resourceVersion for a watch to start from."""
-        return await collect(self.client.list(self.kind, fields=self._fields()))
+    async def _list_ours(self) -> tuple[list[SliceKey], str]:
+        """The keys of our slices, in name order, and the list's resourceVersion for a watch to start from.
 
-    async def _ours(self) -> list[Any]:
+        Listed in pages of ``SLICE_PAGE``; each slice is reduced to its key as its page arrives."""
+        listing = self.client.list(self.kind, fields=self._fields(), chunk_size=SLICE_PAGE)
+        keys, version = await collect(listing, slice_key)
+        return sorted(keys, key=lambda k: k.name), version
+
+    async def _ours(self) -> list[SliceKey]:
         found, _ = await self._list_ours()
-        return sorted(found, key=lambda s: s.metadata.name)
+        return found
+
+    def _wish(self) -> _Plan:
+        """The wished slices, rebuilt and digested only when what they depend on changed."""
+        inventory = self.live.inventory
+        inputs = (tuple(sorted(self.live.unhealthy().items())), self.options, self.node_uid)
+        plan = self._plan
+        if plan is not None and plan.inventory is inventory and plan.inputs == inputs:
+            return plan
+        specs = build_slice_specs(inventory.node, self.options, dict(inputs[0]), generation=0)
+        digest = plan_digest([self.node_uid or "", *(_serialised(spec) for spec in specs)])
+        self._plan = _Plan(inventory, inputs, specs, digest)
+        return self._plan
 
     async def publish(self) -> bool:
         """Make the API server hold exactly the desired slices; returns True when something changed."""
@@ -215,49 +262,36 @@ class SlicePublisher:
         return True
 
     async def _publish_once(self) -> bool:
-        node = self.live.inventory.node
-        unhealthy = self.live.unhealthy()
+        plan = self._wish()
         existing = await self._ours()
-        wanted = [_strip_generation(s) for s in build_slice_specs(node, self.options, unhealthy, generation=0)]
-        have = [_strip_generation(s.to_dict()["spec"]) for s in existing]
-        names = [s.metadata.name for s in existing]
-        generations = {s.spec.pool.generation for s in existing if s.spec and s.spec.pool}
-        # Unchanged when the server holds what we want, or still holds the very slices we last wrote for
-        # the same wish (it may have dropped fields of a disabled feature gate: rewriting would loop).
-        ours_untouched = names == self._written_names and generations == {self.generation}
-        if have == wanted or (ours_untouched and wanted == self._sent):
+        if holds_plan(existing, plan.digest, len(plan.specs), self.node_uid):
             self.stats.unchanged += 1
             return False
-        self.generation = max([self.generation, *generations]) + 1
-        specs = build_slice_specs(node, self.options, unhealthy, generation=self.generation)
+        node = self.live.inventory.node
+        self.generation = max([self.generation, *(k.generation for k in existing)]) + 1
+        specs = [_with_generation(spec, self.generation) for spec in plan.specs]
         objects = slice_objects(node, self.options, specs, node_uid=self.node_uid)
-        stored: list[Any] = []
+        names: list[str] = []
         for i, obj in enumerate(objects):
+            metadata = obj["metadata"]
+            metadata["annotations"] = {PLAN_ANNOTATION: plan.digest}
             if i < len(existing):
-                current = existing[i]
-                obj["metadata"]["name"] = current.metadata.name
-                obj["metadata"]["resourceVersion"] = current.metadata.resourceVersion
-                obj["metadata"].pop("generateName", None)
-                stored.append(await self.client.replace(self.kind.from_dict(obj)))
+                metadata["name"] = existing[i].name
+                metadata["resourceVersion"] = existing[i].resource_version
+                metadata.pop("generateName", None)
+                stored = await self.client.replace(self.kind.from_dict(obj))
                 self.stats.updates += 1
             else:
-                stored.append(await self.client.create(self.kind.from_dict(obj)))
+                stored = await self.client.create(self.kind.from_dict(obj))
                 self.stats.creates += 1
+            if i == 0:
+                self._check_kept(stored, plan.specs[0])
+            names.append(stored.metadata.name)
         for stale in existing[len(objects) :]:
             with contextlib.suppress(ApiError):
-                await self.client.delete(self.kind, stale.metadata.name)
+                await self.client.delete(self.kind, stale.name)
             self.stats.deletes += 1
-        self._sent = wanted
-        self._written_names = sorted(s.metadata.name for s in stored)
-        if [_strip_generation(s.to_dict()["spec"]) for s in stored] != wanted:
-            message = (
-                f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "
-                "devices or device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
-                "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
-            )
-            if message not in self.stats.errors:
-                self.stats.errors.append(message)
-                log.error("%s", message)
+        self._written_names = sorted(names)
         self.stats.publishes += 1
         log.info(
             "published %d ResourceSlice(s) for node %s, pool generation %d",
@@ -267,12 +301,29 @@ class SlicePublisher:
         )
         return True
 
+    def _check_kept(self, stored: Any, sent: dict[str, Any]) -> None:
+        """Report once when the API server dropped fields of what was written (disabled feature gates).
+
+        The first slice written stands for the pool: it is the counters slice of a dynamic-MIG layout, or holds
+        devices, so it loses what the others would. Such a server keeps the digest annotation all the same, so
+        the next publish finds the pool unchanged instead of rewriting it forever."""
+        if _strip_generation(stored.to_dict()["spec"]) == _strip_generation(sent):
+            return
+        message = (
+            f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "
+            "devices or device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
+            "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
+        )
+        if message not in self.stats.errors:
+            self.stats.errors.append(message)
+            log.error("%s", message)
+
     async def delete_all(self) -> int:
         """Remove this driver's slices for this node (``--delete`` and tests)."""
         count = 0
-        for s in await self._ours():
+        for key in await self._ours():
             with contextlib.suppress(ApiError):
-                await self.client.delete(self.kind, s.metadata.name)
+                await self.client.delete(self.kind, key.name)
                 count += 1
         return count
 
@@ -309,7 +360,7 @@ class SlicePublisher:
             on_failure=lambda exc, _pause: log.warning("ResourceSlice watch ended (%s); watching again", exc),
         )
 
-    def _listed(self, _slices: Sequence[Any]) -> None:
+    def _listed(self, _slices: Sequence[SliceKey]) -> None:
         self._dirty.set()
 
     def _slice_event(self, event: str, _obj: Any) -> None:

@@ -16,6 +16,7 @@ from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Node
 
 from fakegpu.kube.backoff import RETRY_PAUSE
+from fakegpu.kube.page_sizes import NODE_PAGE
 from fakegpu.kube.watch_loop import collect, list_then_watch
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class NodeWatch:
         )
 
     async def _list(self) -> tuple[list[Node], str]:
-        return await collect(self.client.list(Node, fields=self._fields))
+        return await collect(self.client.list(Node, fields=self._fields, chunk_size=NODE_PAGE))
 
     def _listed(self, found: Sequence[Node]) -> None:
         self.on_change(found[0] if found else None)

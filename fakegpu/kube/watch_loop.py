@@ -6,6 +6,9 @@ nothing that changes between the list and the watch is missed. A watch whose res
 which grows with each failure in a row and starts again once a list succeeds. A watch the server ends
 cleanly lists again at once. It never returns: cancel it to stop.
 
+Lists may go in pages (lightkube's ``chunk_size``, see ``fakegpu.kube.page_sizes``): ``collect`` reduces each
+object as its page arrives and returns the resourceVersion of the last page, the one a watch starts from.
+
 The list and the watch are the caller's own requests (a lightkube call, or one counted and retried by the
 caller), so each component's API calls stay visible where it makes them.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, overload
 
 from lightkube.core.exceptions import ApiError
 from lightkube.core.generic_client import ListAsyncIterable
@@ -22,6 +25,7 @@ from lightkube.core.generic_client import ListAsyncIterable
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 GONE = 410
 
@@ -31,9 +35,22 @@ def expired(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.status.code == GONE
 
 
-async def collect(listing: ListAsyncIterable[T]) -> tuple[list[T], str]:
-    """Every object of a lightkube list, and the resourceVersion to watch from."""
-    items = [item async for item in listing]
+@overload
+async def collect(listing: ListAsyncIterable[T]) -> tuple[list[T], str]: ...
+
+
+@overload
+async def collect(listing: ListAsyncIterable[T], keep: Callable[[T], U]) -> tuple[list[U], str]: ...
+
+
+async def collect(listing: ListAsyncIterable[Any], keep: Callable[[Any], Any] | None = None) -> tuple[list[Any], str]:
+    """Every object of a lightkube list (or what ``keep`` keeps of each), and the resourceVersion to watch from.
+
+    With ``keep``, each object is reduced as its page arrives, so only one page of whole objects is alive at a
+    time. lightkube sets the list's resourceVersion from every page it receives: read after the last page,
+    it is that page's, which is where a watch picks up."""
+    reduce = keep or (lambda item: item)
+    items = [reduce(item) async for item in listing]
     return items, listing.resourceVersion
 
 
