@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, holds_plan, plan_digest, slice_key
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, holds_plan, plan_digest, slice_key, spec_as_wished
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
     SUPPORTED_API_VERSIONS,
@@ -39,6 +39,7 @@ from fakegpu.kube.discovery import (
     served_api_version,
     serves_slices,
 )
+from fakegpu.kube.lean_requests import Stored, write_serialized
 from fakegpu.kube.page_sizes import SLICE_PAGE
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.kube.watch_loop import collect, list_then_watch
@@ -67,26 +68,6 @@ class PublisherStats:
     errors: list[str] = field(default_factory=list)
 
 
-def _strip_generation(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec without what differs between what we send and what the server stores for the same wish:
-    the pool generation, and taints' ``timeAdded`` (the server fills it in)."""
-    pool = dict(spec.get("pool", {}))
-    pool.pop("generation", None)
-    devices = []
-    for device in spec.get("devices") or []:
-        holder = device.get("basic", device)
-        if not holder.get("taints"):
-            devices.append(device)
-            continue
-        taints = [{k: v for k, v in t.items() if k != "timeAdded"} for t in holder["taints"]]
-        holder = {**holder, "taints": taints}
-        devices.append({**device, "basic": holder} if "basic" in device else holder)
-    out = {**spec, "pool": pool}
-    if "devices" in spec:
-        out["devices"] = devices
-    return out
-
-
 @dataclass(frozen=True)
 class _Plan:
     """The wish for one state of the inputs: the slice specs (pool generation 0) and their digest."""
@@ -102,6 +83,11 @@ def _serialised(spec: dict[str, Any]) -> str:
     """A spec without its pool generation, as canonical JSON: what the digest is made of."""
     pool = {k: v for k, v in spec["pool"].items() if k != "generation"}
     return json.dumps({**spec, "pool": pool}, sort_keys=True, separators=(",", ":"))
+
+
+def _body(obj: dict[str, Any]) -> bytes:
+    """A slice serialised once, for a write that skips lightkube's model round trip (``lean_requests``)."""
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _with_generation(spec: dict[str, Any], generation: int) -> dict[str, Any]:
@@ -279,10 +265,10 @@ class SlicePublisher:
                 metadata["name"] = existing[i].name
                 metadata["resourceVersion"] = existing[i].resource_version
                 metadata.pop("generateName", None)
-                stored = await self.client.replace(self.kind.from_dict(obj))
+                stored = await write_serialized(self.client, self.kind, _body(obj), name=existing[i].name)
                 self.stats.updates += 1
             else:
-                stored = await self.client.create(self.kind.from_dict(obj))
+                stored = await write_serialized(self.client, self.kind, _body(obj))
                 self.stats.creates += 1
             if i == 0:
                 self._check_kept(stored, plan.specs[0])
@@ -301,13 +287,13 @@ class SlicePublisher:
         )
         return True
 
-    def _check_kept(self, stored: Any, sent: dict[str, Any]) -> None:
+    def _check_kept(self, stored: Stored, sent: dict[str, Any]) -> None:
         """Report once when the API server dropped fields of what was written (disabled feature gates).
 
         The first slice written stands for the pool: it is the counters slice of a dynamic-MIG layout, or holds
         devices, so it loses what the others would. Such a server keeps the digest annotation all the same, so
         the next publish finds the pool unchanged instead of rewriting it forever."""
-        if _strip_generation(stored.to_dict()["spec"]) == _strip_generation(sent):
+        if spec_as_wished(stored.spec_dict()) == spec_as_wished(sent):
             return
         message = (
             f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "

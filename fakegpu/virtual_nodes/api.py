@@ -30,6 +30,7 @@ from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
 from fakegpu.kube.lean_requests import Page, Stored, delete_collection, list_page, write_serialized
+from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_PAGE
 from fakegpu.virtual_nodes.slice_template import SliceBody
 
 JSON = dict[str, Any]
@@ -42,11 +43,6 @@ CLASS_KINDS: dict[str, Any] = {
     "resource.k8s.io/v1beta2": resource_v1beta2.DeviceClass,
     "resource.k8s.io/v1beta1": resource_v1beta1.DeviceClass,
 }
-NODE_PAGE = 500
-"""Nodes per list page (a few KB each): what informers and kubectl ask for."""
-SLICE_PAGE = 100
-"""ResourceSlices per list page: a dynamic-MIG slice is about 30 KB, so a page stays near 3 MB on the wire
-and the client's memory does not grow with the fleet."""
 MAX_RETRY_AFTER = 10.0
 """The longest pause a 429's ``Retry-After`` is followed for, in seconds."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest, spec_as_wished
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
@@ -172,17 +172,6 @@ def pool_name(body: SliceBody) -> str:
     return str(json.loads(body.spec)["pool"]["name"])
 
 
-def _as_wished(spec: Any) -> Any:
-    """A spec without what the server may fill in for the same wish: the pool generation and taints'
-    ``timeAdded``."""
-    out = json.loads(json.dumps(spec))
-    out.get("pool", {}).pop("generation", None)
-    for device in out.get("devices") or []:
-        for taint in device.get("basic", device).get("taints") or []:
-            taint.pop("timeAdded", None)
-    return out
-
-
 def dropped_fields(sent: JSON, stored: JSON) -> bool:
     """Whether the server kept less of a slice spec than was sent (fields of a disabled feature gate)."""
-    return bool(_as_wished(sent) != _as_wished(stored))
+    return spec_as_wished(sent) != spec_as_wished(stored)
