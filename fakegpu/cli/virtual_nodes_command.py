@@ -26,6 +26,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ConfigError
 
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
+from fakegpu.cli.progress import progress
 from fakegpu.cli.slice_commands import KNOWN_VERSIONS, add_slice_options, server_minor
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
@@ -340,7 +341,8 @@ async def run_virtual_nodes(
     controller = VirtualNodeController(api, nodes, settings, say)
     try:
         if args.delete:
-            deleted = await controller.delete_all()
+            async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
+                deleted = await controller.delete_all()
             for line in deleted.lines():
                 say(line)
             say(calls_line(api.calls))
@@ -348,7 +350,8 @@ async def run_virtual_nodes(
         for line in plan_lines(nodes):
             say(line)
         await controller.discover()
-        report = await controller.bring_up()
+        async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
+            report = await controller.bring_up()
         for line in report.lines():
             say(line)
         say(calls_line(api.calls))

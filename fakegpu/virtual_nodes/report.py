@@ -69,6 +69,11 @@ class BringUpReport:
         slices = ", ".join(f"{self.slices[k]} {k}" for k in ("created", "updated", "deleted"))
         on = f" on {len(self.slice_nodes)} node(s)" if self.slice_nodes else ""
         out = [f"nodes: {nodes} in {self.seconds:.2f} s{rate}", f"ResourceSlices: {slices}{on}"]
+        if self.throttles:
+            out.append(
+                f"the API server throttled {self.throttles} request(s) (429, retried after its Retry-After); "
+                f"nodes in flight went down to {self.lowest_concurrency}"
+            )
         if self.device_classes:
             classes = ", ".join(f"{self.device_classes[k]} {k}" for k in ("created", "replaced"))
             out.append(f"DeviceClasses: {classes}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import io
+import math
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from fakegpu.cli import virtual_nodes_command
 from fakegpu.cli.main import main as cli_main
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
+from fakegpu.virtual_nodes import api as virtual_nodes_api
 from tests.apiserver.fake_apiserver import FakeApiServer
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
@@ -590,3 +593,51 @@ def test_a_kubeconfig_that_is_not_yaml_exits_2_with_one_line(tmp_path, capsys):
     assert cli_main(["virtual-nodes", "--kubeconfig", str(config)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("fakegpu: error: ") and str(config) in line
+
+
+async def test_a_fleet_costs_one_create_per_object_lists_in_pages_and_deletes_by_collection(server, run, monkeypatch):
+    """Counts, not times: creates per node, pages per list, collection deletes per fleet."""
+    monkeypatch.setattr(virtual_nodes_api, "NODE_PAGE", 5)
+    monkeypatch.setattr(virtual_nodes_api, "SLICE_PAGE", 10)
+    fleet = ("--gpu-mode", "dra", "--count", "12", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
+    assert (await run(*fleet)).code == 0
+    slices = len(server.objects("resourceslices"))
+    per_node = slices // 12
+    assert per_node >= 2 and slices == 12 * per_node
+    # One create per Node and per slice, nothing patched or replaced; each list is one page on an empty cluster.
+    assert server.count("create", "nodes") == 12 and server.count("create", "resourceslices") == slices
+    assert sum(server.count(verb) for verb in ("patch", "update", "delete", "deletecollection")) == 0
+    assert server.count("list", "nodes") == 1
+
+    before = collections.Counter(server.counts)
+    again = await run(*fleet)
+    assert again.code == 0 and "12 unchanged" in again.out
+    calls = collections.Counter(server.counts) - before
+    # Nothing written; the nodes in pages of 5, the slices in pages of 10, plus the served-version probe.
+    assert set(calls) == {"list"}
+    assert calls["list"] == math.ceil(12 / 5) + math.ceil(slices / 10) + 1
+    assert all(
+        r.query.get("limit")
+        for r in server.requests
+        if r.method == "GET" and r.path.endswith(("/nodes", "/resourceslices"))
+    )
+
+    before = collections.Counter(server.counts)
+    deleted = await run("--delete")
+    assert deleted.code == 0, deleted.err
+    assert f"deleted 12 node(s) and {slices} ResourceSlice(s)" in deleted.out
+    calls = collections.Counter(server.counts) - before
+    # One collection delete takes the nodes and, through their owner references, the slices.
+    assert calls["deletecollection"] == 1 and calls["delete"] == 0
+    assert sum(calls.values()) <= 20
+    assert server.objects("nodes") == [] and server.objects("resourceslices") == []
+
+
+async def test_throttling_halves_the_nodes_in_flight_and_is_reported(server, run):
+    server.fail_next("create", "resourceslices", 429, times=3, message="too many requests")
+    result = await run("--gpu-mode", "dra", "--count", "6", "--gpus", "1xh100-80gb", "--concurrency", "8")
+    assert result.code == 0, result.err
+    assert "6 created" in result.out
+    assert "the API server throttled 3 request(s) (429" in result.out
+    assert "nodes in flight went down to 1" in result.out
+    assert len(server.objects("resourceslices")) == 6

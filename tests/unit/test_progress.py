@@ -1,0 +1,37 @@
+"""The progress line of long operations: in place on a terminal, plain and sparse elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from fakegpu.cli.progress import progress
+from tests.eventually import eventually
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_on_a_terminal_the_line_is_rewritten_in_place_and_erased_at_the_end():
+    stream = Terminal()
+    done = 0
+    async with progress(stream, "virtual nodes", lambda: (done, 10), interval=0.01):
+        done = 4
+        await eventually(lambda: "virtual nodes: 4/10" in stream.getvalue(), "a progress line")
+    text = stream.getvalue()
+    assert text.startswith("\r\x1b[K") and "\n" not in text
+    assert text.endswith("\r\x1b[K")  # erased: the summary that follows starts on a clean line
+
+
+async def test_elsewhere_a_short_run_prints_nothing_and_a_long_one_plain_lines():
+    quiet = io.StringIO()
+    async with progress(quiet, "virtual nodes", lambda: (1, 2), interval=0.01, plain_every=10.0):
+        await asyncio.sleep(0.05)
+    assert quiet.getvalue() == ""
+    log = io.StringIO()
+    async with progress(log, "deleting", lambda: (3, 9), interval=0.01, plain_every=0.02):
+        await eventually(lambda: log.getvalue().count("\n") >= 2, "plain progress lines")
+    assert "\r" not in log.getvalue()
+    assert log.getvalue().splitlines()[0].startswith("deleting: 3/9 (")
