@@ -230,18 +230,13 @@ class Api:
             version = page.resource_version
         return keys, version
 
-    async def count_slices(self, api_version: str, *, labels: Mapping[str, Any]) -> int:
-        """How many slices the selector picks, from a one-item page (the server counts the rest)."""
+    async def first_slice(self, api_version: str, *, labels: Mapping[str, Any]) -> SliceKey | None:
+        """One slice the selector picks (a one-item page), or None when there is none."""
         kind = SLICE_KINDS[api_version]
         page = await self.call(
-            "list", "counting ResourceSlices", lambda: list_page(self.client, kind, limit=1, labels=labels)
+            "list", "listing ResourceSlices", lambda: list_page(self.client, kind, limit=1, labels=labels)
         )
-        if page.continue_token is None:
-            return len(page.items)
-        if page.remaining is not None:
-            return len(page.items) + page.remaining
-        keys, _ = await self.list_slices(api_version, labels=labels)
-        return len(keys)
+        return slice_key(page.items[0]) if page.items else None
 
     async def create_slice(self, api_version: str, obj: SliceBody) -> Stored:
         """Create a slice from its serialised body; the answer is read for its identity only."""

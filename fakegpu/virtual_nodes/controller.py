@@ -65,8 +65,9 @@ MAX_CONFLICT_RETRIES = 3
 OWNED = {OWNER_LABEL: OWNER_VALUE}
 GC_WAIT = 30.0
 """How long ``--delete`` follows the garbage collector removing the deleted nodes' slices, at most."""
-GC_STALL = 1.0
+GC_STALL = 2.0
 """How long without progress before ``--delete`` stops waiting for the collector and deletes the rest."""
+GC_POLL = 0.5
 
 
 @dataclass(frozen=True)
@@ -483,9 +484,7 @@ class VirtualNodeController:
                     adopted.append(obj)
                 else:
                     created.append(_name(obj))
-        slices = await self.api.count_slices(api_version, labels=selector) if api_version is not None else 0
-        found = len(created) + len(adopted)
-        self.say(f"found {found} virtual node(s) and {slices} ResourceSlice(s) of --name-prefix {prefix}")
+        self.say(f"found {len(created) + len(adopted)} virtual node(s) of --name-prefix {prefix}")
         self.done, self.total = 0, len(created) + len(adopted)
 
         async def release(obj: JSON) -> None:
@@ -495,7 +494,7 @@ class VirtualNodeController:
                     if await self._release(name, obj):
                         report.nodes_released += 1
                     if api_version is not None:  # no garbage collector takes these: the node stays
-                        await self._delete_slices(api_version, name)
+                        report.slices_deleted += await self._delete_slices(api_version, name)
                 except ApiCallError as exc:
                     report.problems[name] = str(exc)
             self.done += 1
@@ -525,18 +524,18 @@ class VirtualNodeController:
                 self.say(f"the API server refused to delete nodes by collection ({exc}); deleting them one by one")
                 await asyncio.gather(*(remove(n) for n in created))
             self.done = self.total
-        if api_version is not None and slices:
-            left = await self._wait_for_collector(api_version, selector, waiting=bool(created))
-            if left:
-                try:
-                    await self.api.delete_slices(api_version, selector)
-                except ApiCallError as exc:
-                    if exc.code != 405:
-                        raise
-                    keys, _ = await self.api.list_slices(api_version, labels=selector)
-                    for key in keys:
-                        await self.api.delete_slice(api_version, key.name)
-            report.slices_deleted = slices
+        if api_version is not None and await self._left_after_collector(api_version, selector, waiting=bool(created)):
+            # Slices of the prefix no collector took: a node gone before this run, or a server without one.
+            report.swept = True
+            try:
+                await self.api.delete_slices(api_version, selector)
+            except ApiCallError as exc:
+                if exc.code != 405:
+                    raise
+                keys, _ = await self.api.list_slices(api_version, labels=selector)
+                for key in keys:
+                    if await self.api.delete_slice(api_version, key.name):
+                        report.slices_deleted += 1
         if api_version is not None:
             report.classes_kept = sorted(
                 str(c["metadata"]["name"]) for c in await self.api.list_device_classes(api_version) if is_our_class(c)
@@ -544,21 +543,24 @@ class VirtualNodeController:
         report.seconds = time.perf_counter() - started
         return report
 
-    async def _wait_for_collector(self, api_version: str, selector: Mapping[str, Any], *, waiting: bool) -> int:
-        """The slices of the prefix left once the garbage collector has taken the deleted nodes' ones (or
-        has stopped making progress: a bare API server has no collector)."""
-        left = await self.api.count_slices(api_version, labels=selector)
-        if not waiting:
-            return left
+    async def _left_after_collector(self, api_version: str, selector: Mapping[str, Any], *, waiting: bool) -> bool:
+        """Whether slices of the prefix are left once the garbage collector has taken the deleted nodes' ones,
+        or has stopped making progress (a bare API server has none). One-item pages: the server does not
+        count a selected list, but the first slice left changes while the collector works."""
+        first = await self.api.first_slice(api_version, labels=selector)
+        if first is None or not waiting:
+            return first is not None
         deadline = time.monotonic() + GC_WAIT
         progress_at = time.monotonic()
-        while left and time.monotonic() < deadline and time.monotonic() - progress_at < GC_STALL:
-            await asyncio.sleep(0.5)
-            now = await self.api.count_slices(api_version, labels=selector)
-            if now < left:
+        while time.monotonic() < deadline and time.monotonic() - progress_at < GC_STALL:
+            await asyncio.sleep(GC_POLL)
+            now = await self.api.first_slice(api_version, labels=selector)
+            if now is None:
+                return False
+            if now.name != first.name:
                 progress_at = time.monotonic()
-            left = now
-        return left
+            first = now
+        return True
 
     async def _release(self, name: str, node: JSON) -> bool:
         """Hand an adopted node back as it was; a conflict (the taint list changed meanwhile) reads it again.

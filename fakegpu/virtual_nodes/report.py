@@ -92,6 +92,9 @@ class DeleteReport:
     nodes_deleted: int = 0
     nodes_released: int = 0
     slices_deleted: int = 0
+    """Slices deleted one by one: those of adopted nodes (the deleted nodes' go with them)."""
+    swept: bool = False
+    """Slices of the prefix that no garbage collector took were deleted by collection."""
     problems: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     classes_kept: list[str] = field(default_factory=list)
@@ -103,9 +106,11 @@ class DeleteReport:
 
     def lines(self) -> list[str]:
         out = [
-            f"deleted {self.nodes_deleted} node(s) and {self.slices_deleted} ResourceSlice(s), handed back "
-            f"{self.nodes_released} adopted node(s) in {self.seconds:.2f} s"
+            f"deleted {self.nodes_deleted} node(s) with their ResourceSlices, handed back {self.nodes_released} "
+            f"adopted node(s) and deleted {self.slices_deleted} of their ResourceSlice(s) in {self.seconds:.2f} s"
         ]
+        if self.swept:
+            out.append("deleted the ResourceSlices of the prefix that no garbage collector took, by collection")
         if self.classes_kept:
             out.append(
                 f"kept DeviceClass(es) {', '.join(self.classes_kept)} (shared by every prefix); "

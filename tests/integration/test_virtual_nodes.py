@@ -273,7 +273,7 @@ async def test_an_existing_kwok_node_is_adopted_and_handed_back_on_delete_as_it_
 
     result = await run("--delete")
     assert result.code == 0
-    assert "deleted 1 node(s) and 2 ResourceSlice(s), handed back 1 adopted node(s)" in result.out
+    assert "deleted 1 node(s) with their ResourceSlices, handed back 1 adopted node(s) and deleted 1 of" in result.out
     assert server.get_object("nodes", "fakegpu-virtual-0000") is None
     kept = server.get_object("nodes", "fakegpu-virtual-0001")
     assert kept is not None
@@ -336,12 +336,12 @@ async def test_delete_removes_what_it_created_and_nothing_else(server, run):
     assert len(server.objects("resourceslices")) == 6
     result = await run("--delete")
     assert result.code == 0
-    assert "deleted 4 node(s) and 4 ResourceSlice(s), handed back 0 adopted node(s)" in result.out
+    assert "deleted 4 node(s) with their ResourceSlices, handed back 0 adopted node(s)" in result.out
     remaining = [n["metadata"]["name"] for n in server.objects("nodes")]
     assert remaining == ["fakegpu-virtual-9999", "other-0000", "other-0001", "real-worker", "someone-elses-kwok-node"]
     assert {s["spec"]["nodeName"] for s in server.objects("resourceslices")} == {"other-0000", "other-0001"}
     again = await run("--delete")
-    assert "deleted 0 node(s) and 0 ResourceSlice(s)" in again.out
+    assert "deleted 0 node(s) with their ResourceSlices, handed back 0" in again.out
 
 
 async def test_split_dynamic_mig_pools_are_idempotent_on_a_1_35_server(run):
@@ -540,12 +540,12 @@ async def test_delete_takes_exactly_its_own_prefix(server, run):
     assert (await run("--gpu-mode", "dra", "--count", "2", "--name-prefix", "fakegpu-virtual-team2-")).code == 0
     result = await run("--delete")
     assert result.code == 0
-    assert "deleted 2 node(s) and 2 ResourceSlice(s)" in result.out
+    assert "deleted 2 node(s) with their ResourceSlices" in result.out
     remaining = sorted(n["metadata"]["name"] for n in server.objects("nodes"))
     assert remaining == ["fakegpu-virtual-team2-0000", "fakegpu-virtual-team2-0001"]
     assert {s["spec"]["nodeName"] for s in server.objects("resourceslices")} == set(remaining)
     result = await run("--delete", "--name-prefix", "fakegpu-virtual-team2-")
-    assert "deleted 2 node(s) and 2 ResourceSlice(s)" in result.out
+    assert "deleted 2 node(s) with their ResourceSlices" in result.out
     assert server.objects("nodes") == [] and server.objects("resourceslices") == []
 
 
@@ -625,7 +625,7 @@ async def test_a_fleet_costs_one_create_per_object_lists_in_pages_and_deletes_by
     before = collections.Counter(server.counts)
     deleted = await run("--delete")
     assert deleted.code == 0, deleted.err
-    assert f"deleted 12 node(s) and {slices} ResourceSlice(s)" in deleted.out
+    assert "deleted 12 node(s) with their ResourceSlices" in deleted.out and "by collection" not in deleted.out
     calls = collections.Counter(server.counts) - before
     # One collection delete takes the nodes and, through their owner references, the slices.
     assert calls["deletecollection"] == 1 and calls["delete"] == 0

@@ -56,8 +56,11 @@ def test_problems_and_leftovers_are_capped():
 
 
 def test_delete_lines_name_the_device_classes_it_keeps():
-    report = DeleteReport(nodes_deleted=3, nodes_released=1, slices_deleted=27, seconds=0.5)
-    assert report.lines() == ["deleted 3 node(s) and 27 ResourceSlice(s), handed back 1 adopted node(s) in 0.50 s"]
+    report = DeleteReport(nodes_deleted=3, nodes_released=1, slices_deleted=9, seconds=0.5)
+    assert report.lines() == [
+        "deleted 3 node(s) with their ResourceSlices, handed back 1 adopted node(s) and deleted 9 of their "
+        "ResourceSlice(s) in 0.50 s"
+    ]
     report.classes_kept = ["gpu.nvidia.com", "mig.nvidia.com"]
     kept = report.lines()[1]
     assert "gpu.nvidia.com, mig.nvidia.com" in kept and f"kubectl delete deviceclass -l {delete_selector()}" in kept
