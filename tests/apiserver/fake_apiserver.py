@@ -463,9 +463,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         body = self._read_body()
         headers = {k.lower(): v for k, v in self.headers.items()}
-        # What the client put on the wire: request line, header block and body.
-        wire = len(self.raw_requestline) + len(self.headers.as_bytes()) + len(body)
-        result = self.server.api.handle_request(method, self.path, headers, body, wire_bytes=wire)
+        result = self.server.api.handle_request(method, self.path, headers, body)
         if isinstance(result, _WatchStream):
             self._stream(result)
             return
@@ -708,6 +706,12 @@ class FakeApiServer:
             obj = self._objects.get((kind_plural, namespace or "", name))
             return _clone(obj) if obj is not None else None
 
+    def owned_by(self, owner_uid: str) -> list[str]:
+        """``plural/name`` of the stored objects with an owner reference to ``owner_uid`` (from the owner index
+        that garbage collection uses)."""
+        with self._lock:
+            return sorted(f"{key[0]}/{key[2]}" for key in self._dependents.get(owner_uid, ()))
+
     def add_node(self, name: str, labels: Mapping[str, str] | None = None) -> str:
         """Create a Node object and return its uid."""
         node = {
@@ -810,22 +814,15 @@ class FakeApiServer:
     # ------------------------------------------------------------------------------------- HTTP entry
 
     def handle_request(
-        self,
-        method: str,
-        raw_path: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        *,
-        wire_bytes: int | None = None,
+        self, method: str, raw_path: str, headers: Mapping[str, str], body: bytes
     ) -> _Response | _WatchStream:
-        """Serve one request (called from the HTTP handler threads); header names are lower case.
-
-        ``wire_bytes`` is the request's size on the wire (default: the body's), counted per verb.
-        """
+        """Serve one request (called from the HTTP handler threads); header names are lower case."""
         split = urlsplit(raw_path)
         if method == "GET" and split.path == COUNTS_PATH:
             return _Response(200, self.counts_doc())
-        size = len(body) if wire_bytes is None else wire_bytes
+        # The request's size on the wire: request line, header lines, blank line, body.
+        size = len(f"{method} {raw_path} HTTP/1.1\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        size += 2 + len(body)
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         self.requests.append(RequestRecord(method, split.path, query))
         route: _Route | None = None
