@@ -57,7 +57,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate  # type: ignore[import-untyped]
@@ -71,6 +71,7 @@ from . import k8s_validation as val
 from . import schema_cache
 
 JSON = dict[str, Any]
+_T = TypeVar("_T")
 
 RESOURCE_GROUP = "resource.k8s.io"
 #: resource.k8s.io versions in order of preference, with the Kubernetes minor that introduced them.
@@ -275,9 +276,9 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _clone(obj: Any) -> Any:
+def _clone(obj: _T) -> _T:
     """A deep copy of a JSON value, by a JSON round trip (two to three times faster than ``copy.deepcopy``)."""
-    return json.loads(json.dumps(obj))
+    return cast(_T, json.loads(json.dumps(obj)))
 
 
 def _version_of(api_version: str) -> str:
@@ -803,7 +804,7 @@ class FakeApiServer:
                 "calls": dict(self.counts),
                 "bytes_received": dict(self.bytes_received),
                 "discovery_requests": self.discovery_requests,
-                "objects": {plural: len(keys) for plural, keys in self._by_plural.items()},
+                "objects": {plural: len(keys) for plural, keys in self._by_plural.items() if keys},
             }
 
     @property
