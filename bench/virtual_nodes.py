@@ -174,11 +174,15 @@ def measure(count: int, args: argparse.Namespace) -> tuple[list[Phase], str, Map
 
     phases: list[Phase] = []
     if args.kubeconfig_cluster:
-        for phase in PHASES:
-            result = run_child(phase, count, "", args)
-            calls = result["client_calls"]
-            check(phase, count, result, calls)
-            phases.append(Phase(phase, result, calls, result["client_bytes"]))
+        try:
+            for phase in PHASES[:-1]:
+                result = run_child(phase, count, "", args)
+                check(phase, count, result, result["client_calls"])
+                phases.append(Phase(phase, result, result["client_calls"], result["client_bytes"]))
+        finally:  # never leave the fleet behind in somebody's cluster
+            result = run_child("delete", count, "", args)
+        check("delete", count, result, result["client_calls"])
+        phases.append(Phase("delete", result, result["client_calls"], result["client_bytes"]))
         return phases, "counted by the client", {}
     validate = count <= args.schema_validation_up_to
     objects: Mapping[str, int] = {}
@@ -262,8 +266,9 @@ def main() -> None:
         + "each phase runs in a fresh client process"
     )
     print(
-        f"nodes: {args.gpus}, --gpu-mode {args.gpu_mode}, --mig-mode {args.mig_mode}, Kubernetes 1.{args.server_version} "
-        f"layout, concurrency {args.concurrency}, prefix {args.name_prefix}"
+        f"nodes: {args.gpus}, --gpu-mode {args.gpu_mode}, --mig-mode {args.mig_mode}, "
+        + ("the cluster's slice layout" if args.kubeconfig_cluster else f"Kubernetes 1.{args.server_version} layout")
+        + f", concurrency {args.concurrency}, prefix {args.name_prefix}"
     )
     print("CPU s: the client process (imports, planning, run); run CPU s: the controller calls alone")
     for count in sizes:
