@@ -36,9 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.models import Cluster, User
+
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.virtual_nodes.api import Api
+from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
+from fakegpu.virtual_nodes.pools import DEFAULT_POOL, Pool, build_virtual_nodes
+from fakegpu.virtual_nodes.report import Outcome
+from tests.apiserver.standalone import ServerProcess
+
+REPO = Path(__file__).resolve().parent.parent
 PHASES = ("bring-up", "re-run", "delete")
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 RESULT = "BENCH-RESULT "
@@ -53,26 +64,13 @@ def cpu_seconds() -> float:
 
 
 async def run_phase(args: argparse.Namespace, process_started_cpu: float) -> dict[str, Any]:
-    """One phase in this (fresh) process; imports are inside so that their cost counts as the CLI's does."""
-    from lightkube import AsyncClient
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.config.models import Cluster, User
-
-    from fakegpu.sharing.inputs import InventoryInputs
-    from fakegpu.virtual_nodes.api import Api
-    from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
-    from fakegpu.virtual_nodes.pools import DEFAULT_POOL, Pool, build_virtual_nodes
-    from fakegpu.virtual_nodes.report import Outcome
-
+    """One phase in this (fresh) process; its CPU figure counts the imports and planning too, as the CLI's would."""
     fake = bool(args.url)
     pool = Pool(
         DEFAULT_POOL, InventoryInputs(node_name="", gpus=(args.gpus,)), args.count, in_names=False, mode=args.gpu_mode
     )
     nodes, _ = build_virtual_nodes([pool], args.name_prefix) if args.child != "delete" else ([], [])
-    if fake:
-        config = KubeConfig.from_one(cluster=Cluster(server=args.url), user=User())
-    else:
-        config = KubeConfig.from_env()
+    config = KubeConfig.from_one(cluster=Cluster(server=args.url), user=User()) if fake else KubeConfig.from_env()
     client = AsyncClient(config=config, trust_env=not fake)
     sent: collections.Counter[str] = collections.Counter()
 
@@ -170,8 +168,6 @@ def check(phase: str, count: int, result: Mapping[str, Any], calls: Mapping[str,
 
 
 def measure(count: int, args: argparse.Namespace) -> tuple[list[Phase], str, Mapping[str, int]]:
-    from tests.apiserver.standalone import ServerProcess
-
     phases: list[Phase] = []
     if args.kubeconfig_cluster:
         try:

@@ -69,6 +69,7 @@ from lightkube.config.models import Cluster, User
 from . import k8s_selectors as sel
 from . import k8s_validation as val
 from . import schema_cache
+from .stored_object import StoredObject
 
 JSON = dict[str, Any]
 _T = TypeVar("_T")
@@ -211,8 +212,8 @@ class _Event:
     rv: int
     plural: str
     type: str
-    obj: JSON
-    old: JSON | None
+    obj: StoredObject
+    old: StoredObject | None
 
 
 @dataclass
@@ -223,15 +224,12 @@ class _Watcher:
     labels: list[sel.Requirement]
     events: queue.Queue[bytes | None] = field(default_factory=queue.Queue)
 
-    def matches(self, obj: Mapping[str, Any] | None) -> bool:
+    def matches(self, obj: StoredObject | None) -> bool:
         if obj is None:
             return False
-        meta = obj.get("metadata") or {}
-        if self.namespace is not None and meta.get("namespace") != self.namespace:
+        if self.namespace is not None and obj.meta.get("namespace") != self.namespace:
             return False
-        return sel.fields_match(self.fields, self.rtype.field_values(obj)) and sel.labels_match(
-            self.labels, meta.get("labels") or {}
-        )
+        return sel.fields_match(self.fields, obj.fields) and sel.labels_match(self.labels, obj.labels)
 
     def deliver(self, event: _Event) -> None:
         if event.plural != self.rtype.plural:
@@ -245,7 +243,7 @@ class _Watcher:
         else:
             kind = event.type if new_match else None
         if kind is not None:
-            self.events.put(_event_line(kind, event.obj))
+            self.events.put(_stored_event_line(kind, event.obj))
 
 
 @dataclass
@@ -270,6 +268,10 @@ class _Route:
 
 def _event_line(kind: str, obj: Any) -> bytes:
     return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _stored_event_line(kind: str, obj: StoredObject) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + obj.object_bytes() + b"}\n"
 
 
 def _now() -> str:
@@ -468,7 +470,9 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(result, _WatchStream):
             self._stream(result)
             return
-        if isinstance(result.body, (dict, list)):
+        if isinstance(result.body, bytes):
+            payload = result.body
+        elif isinstance(result.body, (dict, list)):
             payload = json.dumps(result.body).encode()
         else:
             payload = str(result.body).encode()
@@ -579,10 +583,10 @@ class FakeApiServer:
                 t.plural: t for t in (DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES)
             }
         self._lock = threading.RLock()
-        # Stored objects are never changed in place (a write stores a new dict), so responses, watch
-        # events and the history share them without copies.
-        self._objects: dict[tuple[str, str, str], JSON] = {}
-        self._by_plural: dict[str, dict[tuple[str, str, str], JSON]] = collections.defaultdict(dict)
+        # Stored objects are immutable (tests/apiserver/stored_object.py): responses, watch events and the
+        # history share them without copies.
+        self._objects: dict[tuple[str, str, str], StoredObject] = {}
+        self._by_plural: dict[str, dict[tuple[str, str, str], StoredObject]] = collections.defaultdict(dict)
         # Garbage collection indexes: uid -> key of the live object, and owner uid -> keys of its dependents,
         # so that deleting an owner costs O(its dependents), not a scan of every object.
         self._uid_keys: dict[str, tuple[str, str, str]] = {}
@@ -697,7 +701,7 @@ class FakeApiServer:
         """Deep copies of the stored objects of a resource, sorted by namespace and name."""
         with self._lock:
             return [
-                _clone(obj)
+                obj.full()
                 for (_, ns, _), obj in sorted(self._by_plural[kind_plural].items())
                 if namespace is None or ns == namespace
             ]
@@ -705,7 +709,7 @@ class FakeApiServer:
     def get_object(self, kind_plural: str, name: str, namespace: str | None = None) -> JSON | None:
         with self._lock:
             obj = self._objects.get((kind_plural, namespace or "", name))
-            return _clone(obj) if obj is not None else None
+            return obj.full() if obj is not None else None
 
     def owned_by(self, owner_uid: str) -> list[str]:
         """``plural/name`` of the stored objects with an owner reference to ``owner_uid`` (from the owner index
@@ -737,7 +741,7 @@ class FakeApiServer:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
             if validate:
                 self._raise_direct(rtype, new)
-            return _clone(self._commit_put(rtype, key, new, None))
+            return self._commit_put(rtype, key, new)
 
     def update_direct(self, obj: Mapping[str, Any], *, validate: bool = True) -> JSON:
         """Replace a stored object unconditionally (status included); emits MODIFIED."""
@@ -746,13 +750,13 @@ class FakeApiServer:
         meta = new.setdefault("metadata", {})
         with self._lock:
             key = self._key(rtype, meta)
-            old = self._objects.get(key)
-            if old is None:
+            stored = self._objects.get(key)
+            if stored is None:
                 raise KeyError(f"{rtype.plural} {key[1]}/{key[2]} not found")
-            self._carry_server_metadata(new, old)
+            self._carry_server_metadata(new, stored.full())
             if validate:
                 self._raise_direct(rtype, new)
-            return _clone(self._commit_put(rtype, key, new, old))
+            return self._commit_put(rtype, key, new)
 
     def delete_direct(
         self,
@@ -778,9 +782,9 @@ class FakeApiServer:
                     continue
                 if namespace is not None and key[1] != namespace:
                     continue
-                if key not in self._objects or not self._selected(rtype, obj, fields, labels):
+                if key not in self._objects or not self._selected(obj, fields, labels):
                     continue  # gone: collected as a dependent of an object deleted before it
-                deleted.append(_clone(self._commit_delete(rtype, key, "Background")))
+                deleted.append(self._commit_delete(rtype, key, "Background").full())
             return deleted
 
     def close_watches(self) -> int:
@@ -1017,7 +1021,7 @@ class FakeApiServer:
         dry_run = bool(query.get("dryRun"))
         if route.verb == "get":
             with self._lock:  # a concurrent delete stamps the object it removes
-                return _Response(200, self._existing(route)[1])
+                return _Response(200, self._existing(route)[1].object_bytes())
         if route.verb == "list":
             return self._list(route, query)
         if route.verb == "watch":
@@ -1034,7 +1038,7 @@ class FakeApiServer:
 
     # ------------------------------------------------------------------------------------- read verbs
 
-    def _existing(self, route: _Route) -> tuple[tuple[str, str, str], JSON]:
+    def _existing(self, route: _Route) -> tuple[tuple[str, str, str], StoredObject]:
         assert route.name is not None
         key = (route.rtype.plural, route.namespace or "", route.name)
         obj = self._objects.get(key)
@@ -1059,28 +1063,24 @@ class FakeApiServer:
         return fields, labels
 
     @staticmethod
-    def _selected(
-        rtype: ResourceType, obj: Mapping[str, Any], fields: list[sel.Requirement], labels: list[sel.Requirement]
-    ) -> bool:
-        meta = obj.get("metadata") or {}
-        return sel.fields_match(fields, rtype.field_values(obj)) and sel.labels_match(labels, meta.get("labels") or {})
+    def _selected(obj: StoredObject, fields: list[sel.Requirement], labels: list[sel.Requirement]) -> bool:
+        return sel.fields_match(fields, obj.fields) and sel.labels_match(labels, obj.labels)
 
-    def _matching(self, route: _Route, query: Mapping[str, str]) -> Iterator[tuple[tuple[str, str, str], JSON]]:
+    def _matching(self, route: _Route, query: Mapping[str, str]) -> Iterator[tuple[tuple[str, str, str], StoredObject]]:
         fields, labels = self._selectors(route, query)
         for key, obj in sorted(self._by_plural[route.rtype.plural].items()):
             if route.namespace is not None and key[1] != route.namespace:
                 continue
-            if self._selected(route.rtype, obj, fields, labels):
+            if self._selected(obj, fields, labels):
                 yield key, obj
 
-    def _list_doc(self, route: _Route, items: list[JSON], extra_meta: JSON | None = None) -> JSON:
-        stripped = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
-        return {
+    def _list_doc(self, route: _Route, items: list[StoredObject], extra_meta: JSON | None = None) -> bytes:
+        head = {
             "kind": f"{route.rtype.kind}List",
             "apiVersion": route.group_version,
             "metadata": {"resourceVersion": str(self._rv), **(extra_meta or {})},
-            "items": stripped,
         }
+        return json.dumps(head).encode()[:-1] + b', "items": [' + b",".join(i.item_bytes() for i in items) + b"]}"
 
     def _list(self, route: _Route, query: Mapping[str, str]) -> _Response:
         """A list, paged with ``limit``/``continue`` in (namespace, name) order. As on a real API server,
@@ -1100,14 +1100,14 @@ class FakeApiServer:
                 if not (isinstance(start, list) and len(start) == 2 and all(isinstance(p, str) for p in start)):
                     raise ApiFailure(400, f"invalid continue token {token!r}")
                 keys = keys[bisect.bisect_right(keys, (plural, start[0], start[1])) :]
-            items: list[JSON] = []
+            items: list[StoredObject] = []
             extra: JSON = {}
             last_key = ("", "", "")
             for index, key in enumerate(keys):
                 if route.namespace is not None and key[1] != route.namespace:
                     continue
                 obj = store[key]
-                if not self._selected(route.rtype, obj, fields, labels):
+                if not self._selected(obj, fields, labels):
                     continue
                 if 0 < limit == len(items):  # one more matches: the page is full
                     extra = {"continue": json.dumps(list(last_key[1:]))}
@@ -1130,7 +1130,7 @@ class FakeApiServer:
             if rv_param in ("", "0"):
                 for _, obj in sorted(self._by_plural[route.rtype.plural].items()):
                     if watcher.matches(obj):
-                        watcher.events.put(_event_line("ADDED", obj))
+                        watcher.events.put(_stored_event_line("ADDED", obj))
             else:
                 try:
                     since = int(rv_param)
@@ -1242,13 +1242,14 @@ class FakeApiServer:
                 )
             if dry_run:
                 return obj
-            return self._commit_put(rtype, key, obj, None)
+            return self._commit_put(rtype, key, obj)
 
     def _update(self, route: _Route, body: Any, dry_run: bool) -> _Response:
         obj = self._check_type(route, body)
         self._check_name(route, obj)
         with self._lock:
-            key, old = self._existing(route)
+            key, stored = self._existing(route)
+            old = stored.full()
             rv = obj["metadata"].get("resourceVersion")
             if not rv and not self.allow_unconditional_update:
                 raise self._invalid(
@@ -1280,11 +1281,11 @@ class FakeApiServer:
             raise ApiFailure(400, "a merge patch must be a JSON object")
         with self._lock:
             key = (route.rtype.plural, route.namespace or "", route.name or "")
-            old = self._objects.get(key)
-            if old is None and ctype == APPLY_PATCH and route.subresource is None:
+            if key not in self._objects and ctype == APPLY_PATCH and route.subresource is None:
                 patch["metadata"].pop("resourceVersion", None)
                 return _Response(201, self._create_locked(route, patch, dry_run))
-            key, old = self._existing(route)
+            key, stored = self._existing(route)
+            old = stored.full()
             if ctype == JSON_PATCH:
                 new = json_patch(old, patch)
             else:
@@ -1293,7 +1294,7 @@ class FakeApiServer:
                     raise self._conflict(route)
                 if ctype == APPLY_PATCH:
                     patch["apiVersion"] = old["apiVersion"]  # no conversion between versions
-                new = _clone(merge_patch(old, patch))  # merge_patch shares untouched parts with the stored object
+                new = _clone(merge_patch(old, patch))  # merge_patch shares untouched parts with old
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise ApiFailure(422, "the patched object must be an object with metadata")
             if new["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
@@ -1345,8 +1346,8 @@ class FakeApiServer:
         if new == old or dry_run:
             return new
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            return self._commit_delete(rtype, key, "Background", final=new)
-        return self._commit_put(rtype, key, new, old)
+            return self._commit_delete(rtype, key, "Background", final=new).full()
+        return self._commit_put(rtype, key, new)
 
     def _delete(self, route: _Route, query: Mapping[str, str], body: bytes, dry_run: bool) -> _Response:
         options = self._delete_options(body)
@@ -1354,7 +1355,7 @@ class FakeApiServer:
         propagation = self._propagation(query, options)
         with self._lock:
             key, old = self._existing(route)
-            meta = old["metadata"]
+            meta = old.meta
             if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
                 raise ApiFailure(
                     409,
@@ -1372,7 +1373,7 @@ class FakeApiServer:
                 return _Response(200, self._deleted_status(route.rtype, old))
             result, remains = self._delete_one(route.rtype, key, propagation)
             if remains:  # still there: waiting for finalizers
-                return _Response(200, result)
+                return _Response(200, result.object_bytes())
             return _Response(200, self._deleted_status(route.rtype, old))
 
     def _delete_collection(self, route: _Route, query: Mapping[str, str], body: bytes, dry_run: bool) -> _Response:
@@ -1414,8 +1415,8 @@ class FakeApiServer:
         return str(policy)
 
     @staticmethod
-    def _deleted_status(rtype: ResourceType, obj: JSON) -> JSON:
-        meta = obj["metadata"]
+    def _deleted_status(rtype: ResourceType, obj: StoredObject) -> JSON:
+        meta = obj.meta
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -1458,27 +1459,27 @@ class FakeApiServer:
         spec_changed = new.get("spec") != old.get("spec")
         meta["generation"] = int(old_meta.get("generation") or 1) + (1 if spec_changed else 0)
 
-    def _commit_put(self, rtype: ResourceType, key: tuple[str, str, str], obj: JSON, old: JSON | None) -> JSON:
-        """Store ``obj`` (a dict nobody else changes from now on) as the new version of ``key``."""
+    def _commit_put(self, rtype: ResourceType, key: tuple[str, str, str], obj: JSON) -> JSON:
+        """Store ``obj`` as the new version of ``key`` (the store keeps its own copy); returns ``obj``."""
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+        old = self._objects.get(key)
         if old is not None:
-            self._unindex(key, old)
-        self._objects[key] = obj
-        self._by_plural[key[0]][key] = obj
-        self._index(key, obj)
-        self._emit(rtype, "MODIFIED" if old is not None else "ADDED", obj, old)
+            self._unindex(key, old.meta)
+        stored = StoredObject.of(obj, rtype.field_values(obj))
+        self._objects[key] = stored
+        self._by_plural[key[0]][key] = stored
+        self._index(key, stored.meta)
+        self._emit(rtype, "MODIFIED" if old is not None else "ADDED", stored, old)
         return obj
 
-    def _index(self, key: tuple[str, str, str], obj: JSON) -> None:
-        meta = obj["metadata"]
+    def _index(self, key: tuple[str, str, str], meta: JSON) -> None:
         self._uid_keys[meta["uid"]] = key
         for ref in meta.get("ownerReferences") or []:
             if ref.get("uid"):
                 self._dependents.setdefault(ref["uid"], set()).add(key)
 
-    def _unindex(self, key: tuple[str, str, str], obj: JSON) -> None:
-        meta = obj["metadata"]
+    def _unindex(self, key: tuple[str, str, str], meta: JSON) -> None:
         if self._uid_keys.get(meta["uid"]) == key:
             del self._uid_keys[meta["uid"]]
         for ref in meta.get("ownerReferences") or []:
@@ -1488,31 +1489,34 @@ class FakeApiServer:
                 if not dependents:
                     del self._dependents[ref["uid"]]
 
-    def _delete_one(self, rtype: ResourceType, key: tuple[str, str, str], propagation: str) -> tuple[JSON, bool]:
+    def _delete_one(
+        self, rtype: ResourceType, key: tuple[str, str, str], propagation: str
+    ) -> tuple[StoredObject, bool]:
         """Delete, or only mark for deletion when finalizers remain; returns the object as deleted or marked
         and whether it remains."""
-        obj = self._objects[key]
-        if not obj["metadata"].get("finalizers"):
+        stored = self._objects[key]
+        if not stored.meta.get("finalizers"):
             return self._commit_delete(rtype, key, propagation), False
-        if obj["metadata"].get("deletionTimestamp"):
-            return obj, True
-        marked = _clone(obj)
+        if stored.meta.get("deletionTimestamp"):
+            return stored, True
+        marked = stored.full()
         marked["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=0)
-        return self._commit_put(rtype, key, marked, obj), True
+        self._commit_put(rtype, key, marked)
+        return self._objects[key], True
 
     def _commit_delete(
         self, rtype: ResourceType, key: tuple[str, str, str], propagation: str, final: JSON | None = None
-    ) -> JSON:
+    ) -> StoredObject:
         stored = self._objects.pop(key)
         del self._by_plural[key[0]][key]
-        self._unindex(key, stored)
-        last = final if final is not None else stored
+        self._unindex(key, stored.meta)
+        last = StoredObject.of(final, rtype.field_values(final)) if final is not None else stored
         self._rv += 1
-        obj = {**last, "metadata": {**last["metadata"], "resourceVersion": str(self._rv)}}
-        self._emit(rtype, "DELETED", obj, None)
+        deleted = last.with_meta(resourceVersion=str(self._rv))
+        self._emit(rtype, "DELETED", deleted, None)
         if propagation != "Orphan":
-            self._collect_garbage(obj["metadata"]["uid"])
-        return obj
+            self._collect_garbage(deleted.meta["uid"])
+        return deleted
 
     def _collect_garbage(self, owner_uid: str) -> None:
         """Delete the dependents of a deleted owner that have no live owner left: O(its dependents)."""
@@ -1521,11 +1525,11 @@ class FakeApiServer:
             obj = self._objects.get(key)
             if obj is None:
                 continue
-            owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
+            owners = {ref.get("uid") for ref in obj.meta.get("ownerReferences") or []}
             if not any(uid in self._uid_keys for uid in owners):
                 self._delete_one(_TYPES[key[0]], key, "Background")
 
-    def _emit(self, rtype: ResourceType, kind: str, obj: JSON, old: JSON | None) -> None:
+    def _emit(self, rtype: ResourceType, kind: str, obj: StoredObject, old: StoredObject | None) -> None:
         event = _Event(self._rv, rtype.plural, kind, obj, old)
         if len(self._history) == self._history.maxlen:
             self._history_floor = self._history[0].rv  # about to fall out: older watches get 410 Expired

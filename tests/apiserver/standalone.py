@@ -35,9 +35,7 @@ class ServerProcess:
         self._process: subprocess.Popen[str] | None = None
 
     def start(self) -> ServerProcess:
-        self._process = subprocess.Popen(
-            self.args, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        self._process = subprocess.Popen(self.args, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self._process.stdout is not None
         line = self._process.stdout.readline().strip()
         if not line.startswith("http://"):
@@ -48,7 +46,7 @@ class ServerProcess:
 
     def counts(self) -> dict[str, Any]:
         """Requests and bytes received per verb so far (the debug endpoint; reading it is not counted)."""
-        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=30) as response:  # noqa: S310 (http://127.0.0.1)
+        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=30) as response:
             doc: dict[str, Any] = json.load(response)
         return doc
 
@@ -73,6 +71,11 @@ class ServerProcess:
         self.stop()
 
 
+def _wait_for_eof(done: threading.Event) -> None:
+    sys.stdin.read()
+    done.set()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minor", type=int, default=36, help="Kubernetes 1.<minor>, 32-36 (default %(default)s)")
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     with server:
         print(server.url, flush=True)
         # stdin closing (the parent ends or exits) is the other way to stop.
-        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        threading.Thread(target=_wait_for_eof, args=(done,), daemon=True).start()
         done.wait()
     if server.errors:
         print("\n".join(server.errors), file=sys.stderr)
