@@ -63,7 +63,7 @@ def cpu_seconds() -> float:
 # ------------------------------------------------------------------------------------- client process
 
 
-async def run_phase(args: argparse.Namespace, process_started_cpu: float) -> dict[str, Any]:
+async def run_phase(args: argparse.Namespace) -> dict[str, Any]:
     """One phase in this (fresh) process; its CPU figure counts the imports and planning too, as the CLI's would."""
     fake = bool(args.url)
     pool = Pool(
@@ -110,7 +110,7 @@ async def run_phase(args: argparse.Namespace, process_started_cpu: float) -> dic
         await client.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     result.update(
-        cpu=usage.ru_utime + usage.ru_stime - process_started_cpu,
+        cpu=usage.ru_utime + usage.ru_stime,  # the whole process, from its start
         rss_mib=usage.ru_maxrss / 1024,  # KiB on Linux
         client_calls=dict(api.calls),
         client_bytes=sum(sent.values()),
@@ -119,7 +119,7 @@ async def run_phase(args: argparse.Namespace, process_started_cpu: float) -> dic
 
 
 def child_main(args: argparse.Namespace) -> None:
-    result = asyncio.run(run_phase(args, 0.0))
+    result = asyncio.run(run_phase(args))
     print(RESULT + json.dumps(result), flush=True)
 
 

@@ -23,6 +23,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from lightkube.types import PatchType
 
 from tests.apiserver import FakeApiServer
+from tests.apiserver.standalone import ServerProcess
 from tests.eventually import eventually
 
 DRIVER = "gpu.example.com"
@@ -902,3 +903,15 @@ async def test_counts_endpoint_reports_calls_and_bytes_per_verb(server: FakeApiS
 
 def json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def test_standalone_server_process_serves_counts_and_stops() -> None:
+    with ServerProcess(36, validate_schema=False) as server:
+        with httpx2.Client(base_url=server.url, trust_env=False) as http:
+            assert http.post(SLICES, json=slice_dict(name="a")).status_code == 201
+            assert http.get(SLICES).json()["items"][0]["metadata"]["name"] == "a"
+        counts = server.counts()
+        process = server._process
+    assert counts["calls"] == {"create": 1, "list": 1}
+    assert counts["objects"] == {"resourceslices": 1}
+    assert process is not None and process.returncode == 0  # stopped, and without server errors
