@@ -194,9 +194,12 @@ def measure(count: int, args: argparse.Namespace) -> tuple[list[Phase], str, Map
             if phase == "bring-up":
                 objects = after["objects"]
         left = server.counts()["objects"]
+        peak = server.peak_rss_mib()
     if left:
         raise SystemExit(f"--delete left objects behind: {left}")
     source = "counted by the server; schema validation " + ("on" if validate else "off (fleet size)")
+    if peak is not None:
+        source += f"; server peak RSS {peak:.0f} MiB"
     return phases, source, objects
 
 

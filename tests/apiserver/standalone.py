@@ -50,6 +50,19 @@ class ServerProcess:
             doc: dict[str, Any] = json.load(response)
         return doc
 
+    def peak_rss_mib(self) -> float | None:
+        """The server process's peak resident set (VmHWM), where /proc tells it (Linux)."""
+        if self._process is None:
+            return None
+        try:
+            status = Path(f"/proc/{self._process.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return None
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is None:
