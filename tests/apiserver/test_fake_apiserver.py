@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import socket
 import threading
@@ -22,6 +23,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from lightkube.types import PatchType
 
 from tests.apiserver import FakeApiServer
+from tests.apiserver.standalone import ServerProcess
 from tests.eventually import eventually
 
 DRIVER = "gpu.example.com"
@@ -708,3 +710,208 @@ def test_a_node_with_a_fractional_pods_count_is_invalid_as_on_a_real_server():
             ValueError, match=re.escape('status.capacity.pods: Invalid value: "1.5": must be an integer')
         ):
             server.create_direct(node)
+
+
+# ------------------------------------------------------------------------------------------ fleet scale
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def owned_slice(node: str, uid: str, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    body = slice_dict(node, name=name, labels=labels)
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}
+    ]
+    return body
+
+
+def fleet(server: FakeApiServer, nodes: int, slices_per_node: int) -> dict[str, str]:
+    """Nodes labelled fleet=a|b (alternating), each owning ``slices_per_node`` slices; returns name -> uid."""
+    uids = {}
+    for n in range(nodes):
+        name = f"n{n:02d}"
+        uids[name] = server.add_node(name, labels={"fleet": "ab"[n % 2]})
+        for i in range(slices_per_node):
+            server.create_direct(owned_slice(name, uids[name], f"{name}-s{i}", labels={"fleet": "ab"[n % 2]}))
+    return uids
+
+
+async def test_garbage_collection_follows_the_owner_index(server: FakeApiServer, client: AsyncClient) -> None:
+    uids = fleet(server, 3, 2)
+    assert server.owned_by(uids["n00"]) == ["resourceslices/n00-s0", "resourceslices/n00-s1"]
+    # A slice with two owners survives the first owner's deletion and goes with the second.
+    shared = owned_slice("n01", uids["n01"], "shared")
+    shared["metadata"]["ownerReferences"].append(
+        {"apiVersion": "v1", "kind": "Node", "name": "n02", "uid": uids["n02"]}
+    )
+    server.create_direct(shared)
+    # An update that drops the owner reference takes the slice out of the index: it is not collected.
+    freed = server.get_object("resourceslices", "n00-s1")
+    assert freed is not None
+    del freed["metadata"]["ownerReferences"]
+    server.update_direct(freed)
+    assert server.owned_by(uids["n00"]) == ["resourceslices/n00-s0"]
+
+    await client.delete(Node, "n00")
+    await client.delete(Node, "n01")
+    names = [o["metadata"]["name"] for o in server.objects("resourceslices")]
+    assert names == ["n00-s1", "n02-s0", "n02-s1", "shared"]
+    assert server.owned_by(uids["n00"]) == [] and server.owned_by(uids["n01"]) == []
+    assert server.owned_by(uids["n02"]) == ["resourceslices/n02-s0", "resourceslices/n02-s1", "resourceslices/shared"]
+    await client.delete(Node, "n02")
+    assert [o["metadata"]["name"] for o in server.objects("resourceslices")] == ["n00-s1"]
+
+
+async def test_deletecollection_of_nodes_by_label_collects_their_slices(server: FakeApiServer) -> None:
+    fleet(server, 6, 3)
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        response = await http.delete("/api/v1/nodes", params={"labelSelector": "fleet=a"})
+    assert response.status_code == 200
+    deleted = response.json()
+    assert deleted["kind"] == "NodeList"
+    assert [i["metadata"]["name"] for i in deleted["items"]] == ["n00", "n02", "n04"]
+    assert all(int(i["metadata"]["resourceVersion"]) > 0 for i in deleted["items"])
+    assert [o["metadata"]["name"] for o in server.objects("nodes")] == ["n01", "n03", "n05"]
+    remaining = {o["spec"]["nodeName"] for o in server.objects("resourceslices")}
+    assert remaining == {"n01", "n03", "n05"}
+    assert len(server.objects("resourceslices")) == 9
+    assert server.count("deletecollection", "nodes") == 1
+    assert server.count("delete") == 0
+
+
+async def test_deletecollection_of_slices_by_label_and_field_selector(server: FakeApiServer) -> None:
+    fleet(server, 4, 2)
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        by_label = await http.delete(SLICES, params={"labelSelector": "fleet=b"})
+        assert by_label.status_code == 200
+        assert by_label.json()["kind"] == "ResourceSliceList"
+        assert [i["metadata"]["name"] for i in by_label.json()["items"]] == ["n01-s0", "n01-s1", "n03-s0", "n03-s1"]
+        by_field = await http.delete(SLICES, params={"fieldSelector": "spec.nodeName=n02"})
+        assert [i["metadata"]["name"] for i in by_field.json()["items"]] == ["n02-s0", "n02-s1"]
+        nothing = await http.delete(SLICES, params={"labelSelector": "fleet=c"})
+        assert nothing.status_code == 200 and nothing.json()["items"] == []
+    assert [o["metadata"]["name"] for o in server.objects("resourceslices")] == ["n00-s0", "n00-s1"]
+    assert len(server.objects("nodes")) == 4  # owners are not touched by deleting dependents
+
+
+@pytest.mark.parametrize(("policy", "slices_left"), [("Orphan", 4), ("Foreground", 0), ("Background", 0)])
+async def test_deletecollection_honours_propagation_policy(
+    server: FakeApiServer, policy: str, slices_left: int
+) -> None:
+    fleet(server, 2, 2)
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        response = await http.request(
+            "DELETE", "/api/v1/nodes", json={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy}
+        )
+    assert response.status_code == 200
+    assert server.objects("nodes") == []
+    assert len(server.objects("resourceslices")) == slices_left
+
+
+async def test_unknown_propagation_policy_is_refused(server: FakeApiServer) -> None:
+    fleet(server, 1, 1)
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        response = await http.delete("/api/v1/nodes", params={"propagationPolicy": "Sideways"})
+    assert response.status_code == 422
+    assert 'Unsupported value: "Sideways"' in response.json()["message"]
+    assert len(server.objects("nodes")) == 1
+
+
+async def list_pages(http: httpx2.AsyncClient, params: dict[str, str]) -> list[dict[str, Any]]:
+    pages, token = [], ""
+    while True:
+        response = await http.get(SLICES, params={**params, **({"continue": token} if token else {})})
+        assert response.status_code == 200
+        pages.append(response.json())
+        token = pages[-1]["metadata"].get("continue", "")
+        if not token:
+            return pages
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"labelSelector": "fleet=a"}, ["n00-s0", "n00-s1", "n00-s2", "n02-s0", "n02-s1", "n02-s2", "n04-s0"]),
+        ({"fieldSelector": "spec.nodeName=n03"}, ["n03-s0", "n03-s1", "n03-s2"]),
+        ({"labelSelector": "fleet=b", "fieldSelector": "spec.nodeName!=n01"}, ["n03-s0", "n03-s1", "n03-s2"]),
+    ],
+)
+async def test_list_paging_with_selectors(server: FakeApiServer, params: dict[str, str], expected: list[str]) -> None:
+    fleet(server, 5, 3)
+    server.delete_direct("resourceslices", "n04-s1")
+    server.delete_direct("resourceslices", "n04-s2")
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        pages = await list_pages(http, {**params, "limit": "2"})
+    names = [i["metadata"]["name"] for page in pages for i in page["items"]]
+    assert names == expected
+    assert [len(page["items"]) for page in pages] == [2] * (len(expected) // 2) + [1] * (len(expected) % 2)
+    # With a selector the number of remaining items is unknown, as on a real API server.
+    assert all("remainingItemCount" not in page["metadata"] for page in pages)
+
+
+async def test_list_paging_without_selector_counts_remaining_items(server: FakeApiServer) -> None:
+    fleet(server, 3, 3)
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        pages = await list_pages(http, {"limit": "4"})
+        bad = await http.get(SLICES, params={"limit": "4", "continue": "not-a-token"})
+    assert [len(page["items"]) for page in pages] == [4, 4, 1]
+    assert [page["metadata"].get("remainingItemCount") for page in pages] == [5, 1, None]
+    assert len({i["metadata"]["name"] for page in pages for i in page["items"]}) == 9
+    assert bad.status_code == 400
+
+
+async def test_schema_validation_can_be_turned_off() -> None:
+    body = slice_dict(name="a")
+    body["spec"]["unknownField"] = 1
+    bad_name = slice_dict(name="b")
+    bad_name["spec"]["devices"][0]["name"] = "GPU-0"
+    with FakeApiServer("1.36", validate_schema=False) as srv:
+        async with httpx2.AsyncClient(base_url=srv.url, trust_env=False) as http:
+            accepted = await http.post(SLICES, json=body)
+            refused = await http.post(SLICES, json=bad_name)
+    assert accepted.status_code == 201  # only kubernetes-validate knows the schema's unknown fields
+    assert refused.status_code == 422  # the server's own rules still run
+    assert [o["metadata"]["name"] for o in srv.objects("resourceslices")] == ["a"]
+
+
+async def test_watch_history_is_bounded_and_older_versions_expire() -> None:
+    with FakeApiServer("1.36", history_limit=2) as srv:
+        versions = [srv.create_direct(slice_dict(name=name))["metadata"]["resourceVersion"] for name in "abcd"]
+        async with srv.client() as kube:
+            replay = WatchCollector(kube.watch(ResourceSlice, resource_version=versions[1]))
+            await replay.wait_for(2)
+            assert replay.events == [("ADDED", "c"), ("ADDED", "d")]
+            await replay.close()
+            expired = WatchCollector(kube.watch(ResourceSlice, resource_version=versions[0]))
+            await asyncio.wait_for(expired.task, 5)
+    assert isinstance(expired.error, ApiError)
+    assert expired.error.status.code == 410
+
+
+async def test_counts_endpoint_reports_calls_and_bytes_per_verb(server: FakeApiServer, client: AsyncClient) -> None:
+    await client.create(make_slice(name="a"))
+    await client.get(ResourceSlice, "a")
+    async with httpx2.AsyncClient(base_url=server.url, trust_env=False) as http:
+        counts = (await http.get("/debug/fakegpu/counts")).json()
+        again = (await http.get("/debug/fakegpu/counts")).json()
+    assert counts["calls"] == {"create": 1, "get": 1} == dict(server.counts)
+    assert counts["bytes_received"]["create"] > len(json_bytes(slice_dict(name="a")))
+    assert 0 < counts["bytes_received"]["get"] < counts["bytes_received"]["create"]
+    assert counts["objects"] == {"resourceslices": 1}
+    assert again["calls"] == counts["calls"]  # reading the counts is not counted
+
+
+def json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def test_standalone_server_process_serves_counts_and_stops() -> None:
+    with ServerProcess(36, validate_schema=False) as server:
+        with httpx2.Client(base_url=server.url, trust_env=False) as http:
+            assert http.post(SLICES, json=slice_dict(name="a")).status_code == 201
+            assert http.get(SLICES).json()["items"][0]["metadata"]["name"] == "a"
+        counts = server.counts()
+        process = server._process
+    assert counts["calls"] == {"create": 1, "list": 1}
+    assert counts["objects"] == {"resourceslices": 1}
+    assert process is not None and process.returncode == 0  # stopped, and without server errors

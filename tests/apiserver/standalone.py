@@ -1,0 +1,121 @@
+"""The fake API server in a process of its own, so that a benchmark's client process measures only itself.
+
+``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation]`` prints the server's URL on
+one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT). :class:`ServerProcess` starts and
+stops one from Python and reads its request counts through ``GET /debug/fakegpu/counts``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from .fake_apiserver import COUNTS_PATH, FakeApiServer
+
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+class ServerProcess:
+    """A child process serving a FakeApiServer; a context manager. ``url`` is set once it serves."""
+
+    def __init__(self, minor: int = 36, *, validate_schema: bool = True, history_limit: int = 1000) -> None:
+        self.args = [sys.executable, "-m", "tests.apiserver.standalone", "--minor", str(minor)]
+        self.args += ["--history-limit", str(history_limit)]
+        if not validate_schema:
+            self.args.append("--no-schema-validation")
+        self.url = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> ServerProcess:
+        self._process = subprocess.Popen(self.args, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()
+        if not line.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the fake API server process did not start (it said {line!r})")
+        self.url = line
+        return self
+
+    def counts(self) -> dict[str, Any]:
+        """Requests and bytes received per verb so far (the debug endpoint; reading it is not counted)."""
+        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=30) as response:
+            doc: dict[str, Any] = json.load(response)
+        return doc
+
+    def peak_rss_mib(self) -> float | None:
+        """The server process's peak resident set (VmHWM), where /proc tells it (Linux)."""
+        if self._process is None:
+            return None
+        try:
+            status = Path(f"/proc/{self._process.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _wait_for_eof(done: threading.Event) -> None:
+    sys.stdin.read()
+    done.set()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minor", type=int, default=36, help="Kubernetes 1.<minor>, 32-36 (default %(default)s)")
+    parser.add_argument(
+        "--no-schema-validation", action="store_true", help="skip the kubernetes-validate schema check of writes"
+    )
+    parser.add_argument("--history-limit", type=int, default=1000, help="watch events kept (default %(default)s)")
+    args = parser.parse_args(argv)
+    done = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server = FakeApiServer(
+        f"1.{args.minor}", validate_schema=not args.no_schema_validation, history_limit=args.history_limit
+    )
+    with server:
+        print(server.url, flush=True)
+        # stdin closing (the parent ends or exits) is the other way to stop.
+        threading.Thread(target=_wait_for_eof, args=(done,), daemon=True).start()
+        done.wait()
+    if server.errors:
+        print("\n".join(server.errors), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
