@@ -36,7 +36,7 @@ class AdaptiveLimit:
         finally:
             async with self._changed:
                 self._in_flight -= 1
-                self._changed.notify_all()
+                self._changed.notify()  # one slot freed: one waiter (waking all costs O(waiters) per release)
 
     def throttled(self) -> None:
         """The server answered 429: halve the limit."""
@@ -50,12 +50,12 @@ class AdaptiveLimit:
         if self._streak >= self.limit and self.limit < self.ceiling:
             self._streak = 0
             self.limit += 1
-            self._wake()
+            self._wake()  # the new slot
 
     def _wake(self) -> None:
         async def notify() -> None:
             async with self._changed:
-                self._changed.notify_all()
+                self._changed.notify()
 
         with suppress(RuntimeError):  # no loop running: nobody can be waiting
             asyncio.get_running_loop().create_task(notify())

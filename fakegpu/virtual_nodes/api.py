@@ -29,8 +29,8 @@ from fakegpu.dra.slice_digest import SliceKey, slice_key
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
-from fakegpu.kube.lean_requests import Page, Stored, delete_collection, list_page, write_serialized
-from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_PAGE
+from fakegpu.kube.lean_requests import Page, SliceHead, Stored, delete_collection, list_page, write_serialized
+from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_KEY_PAGE
 from fakegpu.virtual_nodes.slice_template import SliceBody
 
 JSON = dict[str, Any]
@@ -215,7 +215,9 @@ class Api:
     ) -> AsyncIterator[list[SliceKey]]:
         """ResourceSlices a page at a time, each reduced to its key as the page arrives."""
         kind = SLICE_KINDS[api_version]
-        async for page in self._pages(kind, "listing ResourceSlices", SLICE_PAGE, labels=labels, fields=fields):
+        async for page in self._pages(
+            kind, "listing ResourceSlices", SLICE_KEY_PAGE, labels=labels, fields=fields, decode_as=SliceHead
+        ):
             yield [slice_key(s) for s in page.items]
 
     async def list_slices(
@@ -225,7 +227,9 @@ class Api:
         keys: list[SliceKey] = []
         version = ""
         kind = SLICE_KINDS[api_version]
-        async for page in self._pages(kind, "listing ResourceSlices", SLICE_PAGE, labels=labels, fields=fields):
+        async for page in self._pages(
+            kind, "listing ResourceSlices", SLICE_KEY_PAGE, labels=labels, fields=fields, decode_as=SliceHead
+        ):
             keys += [slice_key(s) for s in page.items]
             version = page.resource_version
         return keys, version
@@ -234,7 +238,9 @@ class Api:
         """One slice the selector picks (a one-item page), or None when there is none."""
         kind = SLICE_KINDS[api_version]
         page = await self.call(
-            "list", "listing ResourceSlices", lambda: list_page(self.client, kind, limit=1, labels=labels)
+            "list",
+            "listing ResourceSlices",
+            lambda: list_page(self.client, kind, limit=1, labels=labels, decode_as=SliceHead),
         )
         return slice_key(page.items[0]) if page.items else None
 
@@ -316,6 +322,7 @@ class Api:
         *,
         labels: Mapping[str, Any] | None = None,
         fields: Mapping[str, Any] | None = None,
+        decode_as: type[Any] | None = None,
     ) -> AsyncIterator[Page[Any]]:
         """The pages of a list, each its own counted and retried request. A continue token that expired
         between two pages (410) fails the list: the caller's state was built from the pages before it."""
@@ -323,7 +330,15 @@ class Api:
         while True:
 
             def request(token: str | None = token) -> Awaitable[Page[Any]]:
-                return list_page(self.client, kind, limit=limit, continue_token=token, labels=labels, fields=fields)
+                return list_page(
+                    self.client,
+                    kind,
+                    limit=limit,
+                    continue_token=token,
+                    labels=labels,
+                    fields=fields,
+                    decode_as=decode_as,
+                )
 
             page = await self.call("list", what, request)
             yield page

@@ -598,7 +598,7 @@ def test_a_kubeconfig_that_is_not_yaml_exits_2_with_one_line(tmp_path, capsys):
 async def test_a_fleet_costs_one_create_per_object_lists_in_pages_and_deletes_by_collection(server, run, monkeypatch):
     """Counts, not times: creates per node, pages per list, collection deletes per fleet."""
     monkeypatch.setattr(virtual_nodes_api, "NODE_PAGE", 5)
-    monkeypatch.setattr(virtual_nodes_api, "SLICE_PAGE", 10)
+    monkeypatch.setattr(virtual_nodes_api, "SLICE_KEY_PAGE", 10)
     fleet = ("--gpu-mode", "dra", "--count", "12", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
     assert (await run(*fleet)).code == 0
     slices = len(server.objects("resourceslices"))
