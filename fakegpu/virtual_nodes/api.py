@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -180,10 +181,11 @@ class Api:
             version = page.resource_version
         return nodes, version
 
-    async def create_node(self, obj: JSON) -> JSON:
+    async def create_node(self, obj: JSON) -> Stored:
+        """Create a Node; the answer is read for its identity and whether it kept the status."""
         name = obj["metadata"]["name"]
-        created = await self.call("create", f"creating node {name}", lambda: self.client.create(Node.from_dict(obj)))
-        return dict(created.to_dict())
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        return await self.call("create", f"creating node {name}", lambda: write_serialized(self.client, Node, body))
 
     async def patch_node(self, name: str, patch: JSON, *, status: bool = False) -> JSON:
         kind: Any = NodeStatus if status else Node
