@@ -228,8 +228,10 @@ class VirtualNodeController:
                     raise
                 return await self.sync(node, again, slices, may_create=False, counts=counts)
             outcome = Outcome.CREATED
-            # A server that dropped status on create gets it patched.
-            uid, _ = await self._patch_node(name, self.existing_of(stored), desired)
+            uid = stored.metadata.uid
+            if not stored.status_dict().get("capacity"):  # a server that dropped status on create
+                status = {"capacity": dict(desired.capacity), "allocatable": dict(desired.allocatable)}
+                await self.api.patch_node(name, {"status": status}, status=True)
         else:
             if not existing.kwok:
                 self.refused.add(name)
