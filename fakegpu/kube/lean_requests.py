@@ -165,7 +165,7 @@ class _Writes:
             self._generic.prepare_request("post", res=kind, obj=msgspec.Raw(b"{}"))
         )
         self._url: httpx2.URL = request.url
-        self._headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+        self._headers = httpx2.Headers({k: v for k, v in request.headers.items() if k.lower() != "content-length"})
 
     async def write(self, body: bytes, name: str | None) -> Stored:
         if name is None:
