@@ -39,10 +39,10 @@ from fakegpu.kube.discovery import (
     served_api_version,
     serves_slices,
 )
-from fakegpu.kube.lean_requests import Stored, write_serialized
-from fakegpu.kube.page_sizes import SLICE_PAGE
+from fakegpu.kube.lean_requests import SliceHead, Stored, all_pages, write_serialized
+from fakegpu.kube.page_sizes import SLICE_KEY_PAGE
 from fakegpu.kube.reconcile_loop import reconcile_forever
-from fakegpu.kube.watch_loop import collect, list_then_watch
+from fakegpu.kube.watch_loop import list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -179,9 +179,15 @@ class SlicePublisher:
     async def _list_ours(self) -> tuple[list[SliceKey], str]:
         """The keys of our slices, in name order, and the list's resourceVersion for a watch to start from.
 
-        Listed in pages of ``SLICE_PAGE``; each slice is reduced to its key as its page arrives."""
-        listing = self.client.list(self.kind, fields=self._fields(), chunk_size=SLICE_PAGE)
-        keys, version = await collect(listing, slice_key)
+        Listed in pages of ``SLICE_KEY_PAGE``, decoded as ``SliceHead`` (no device is decoded) and reduced to
+        keys as each page arrives."""
+        keys: list[SliceKey] = []
+        version = ""
+        async for page in all_pages(
+            self.client, self.kind, limit=SLICE_KEY_PAGE, fields=self._fields(), decode_as=SliceHead
+        ):
+            keys += [slice_key(s) for s in page.items]
+            version = page.resource_version
         return sorted(keys, key=lambda k: k.name), version
 
     async def _ours(self) -> list[SliceKey]:

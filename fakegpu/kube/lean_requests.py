@@ -16,7 +16,7 @@ codec), never by hand: only the query parameters and the body's serialisation ar
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -134,6 +134,27 @@ async def list_page(
     token, version, items = decoders.decode_list(body, decode_as or kind)
     meta = msgspec.json.decode(body, type=_Remaining).metadata
     return Page(list(items), token or None, version or "", meta.remainingItemCount if meta else None)
+
+
+async def all_pages(
+    client: AsyncClient,
+    kind: type[Any],
+    *,
+    limit: int,
+    labels: Mapping[str, Any] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    decode_as: type[Any] | None = None,
+) -> AsyncIterator[Page[Any]]:
+    """Every page of a list, one request each; the caller keeps what it needs of a page before the next."""
+    token: str | None = None
+    while True:
+        page = await list_page(
+            client, kind, limit=limit, continue_token=token, labels=labels, fields=fields, decode_as=decode_as
+        )
+        yield page
+        token = page.continue_token
+        if token is None:
+            return
 
 
 async def delete_collection(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar, overload
+from typing import NoReturn, TypeVar
 
 from lightkube.core.exceptions import ApiError
 from lightkube.core.generic_client import ListAsyncIterable
@@ -35,22 +35,11 @@ def expired(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.status.code == GONE
 
 
-@overload
-async def collect(listing: ListAsyncIterable[T]) -> tuple[list[T], str]: ...
-
-
-@overload
-async def collect(listing: ListAsyncIterable[T], keep: Callable[[T], U]) -> tuple[list[U], str]: ...
-
-
-async def collect(listing: ListAsyncIterable[Any], keep: Callable[[Any], Any] | None = None) -> tuple[list[Any], str]:
-    """Every object of a lightkube list (or what ``keep`` keeps of each), and the resourceVersion to watch from.
-
-    With ``keep``, each object is reduced as its page arrives, so only one page of whole objects is alive at a
-    time. lightkube sets the list's resourceVersion from every page it receives: read after the last page,
-    it is that page's, which is where a watch picks up."""
-    reduce = keep or (lambda item: item)
-    items = [reduce(item) async for item in listing]
+async def collect(listing: ListAsyncIterable[T]) -> tuple[list[T], str]:
+    """Every object of a lightkube list, and the resourceVersion to watch from. lightkube sets the list's
+    resourceVersion from every page it receives: read after the last page, it is that page's, which is where
+    a watch picks up."""
+    items = [item async for item in listing]
     return items, listing.resourceVersion
 
 

@@ -20,7 +20,7 @@ from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION
 from fakegpu.dra.slice_publisher import SlicePublisher
 from fakegpu.kube.node_watch import NodeWatch
-from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_PAGE
+from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_KEY_PAGE
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -147,9 +147,9 @@ async def test_a_slice_deleted_by_someone_is_recreated(apiserver, client):
 async def test_the_publisher_lists_its_slices_in_pages(apiserver, client, monkeypatch):
     publisher = await started(client)
     (first,) = slice_lists(apiserver)
-    assert first["limit"] == str(SLICE_PAGE)
+    assert first["limit"] == str(SLICE_KEY_PAGE)
     assert f"spec.nodeName={NODE}" in first["fieldSelector"]
-    monkeypatch.setattr(slice_publisher, "SLICE_PAGE", 4)
+    monkeypatch.setattr(slice_publisher, "SLICE_KEY_PAGE", 4)
     assert await publisher.publish() is False
     pages = slice_lists(apiserver)[1:]
     assert len(pages) == math.ceil(POOL / 4)
