@@ -1,14 +1,17 @@
 """The controller's only door to the API server: counted, retried, and failing with one clear line.
 
-Objects go in and come out as plain dicts (the wire JSON), because everything the controller does with
-them is comparing fields. Every request is counted by verb (``calls``), which is what the summary and the
-benchmark print. Overload answers (429, after the pause the server asks for in ``Retry-After``) and
-connections that could not be made are retried a few times with a growing pause, as client-go does. Server
-errors (5xx) and broken connections are retried too, except for a create with ``generateName``: the server
-may have carried it out before failing, and a second one would publish a second object. That failure is
-marked ``uncertain`` for the caller to look before it tries again. Anything else fails the one object it
-was about. Credentials the kubeconfig cannot produce (an exec plugin that is missing or fails, a token file
-that is gone) are ``KubeconfigError``: a bad input, not a server problem.
+Nodes go in and come out as plain dicts (the wire JSON), because what the controller does with them is
+comparing fields. ResourceSlices, thirty times larger at fleet scale, never become dicts: they are written
+from the JSON a pool template already holds and listed as ``SliceKey``s (``fakegpu.kube.lean_requests``), and
+lists go in pages. Every request is counted by verb (``calls``), which is what the summary and the benchmark
+print; every 429 and success is told to the bulk job's ``AdaptiveLimit``. Overload answers (429, after the
+pause the server asks for in ``Retry-After``) and connections that could not be made are retried a few times
+with a growing pause, as client-go does. Server errors (5xx) and broken connections are retried too, except
+for a create with ``generateName``: the server may have carried it out before failing, and a second one would
+publish a second object. That failure is marked ``uncertain`` for the caller to look before it tries again.
+Anything else fails the one object it was about. Credentials the kubeconfig cannot produce (an exec plugin
+that is missing or fails, a token file that is gone) are ``KubeconfigError``: a bad input, not a server
+problem.
 """
 
 from __future__ import annotations
