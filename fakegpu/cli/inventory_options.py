@@ -16,10 +16,11 @@ from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS
 
 
-def add_inventory_options(parser: argparse.ArgumentParser) -> None:
-    """The node's GPUs and the NVIDIA device plugin config: what the device-plugin face advertises."""
+def add_inventory_options(parser: argparse.ArgumentParser, config_applies: str = "") -> None:
+    """The node's GPUs and the NVIDIA device plugin config: what the device-plugin face advertises;
+    ``config_applies`` says when the config matters, for a command where it does not always."""
     add_node_inventory_options(parser)
-    add_plugin_config_options(parser)
+    add_plugin_config_options(parser, config_applies)
 
 
 def add_node_inventory_options(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +43,11 @@ def add_node_inventory_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--node-name", metavar="NAME", help="node name (default: $NODE_NAME, then the host name)")
 
 
-def add_plugin_config_options(parser: argparse.ArgumentParser) -> None:
+def add_plugin_config_options(parser: argparse.ArgumentParser, applies: str = "") -> None:
     """NVIDIA's device plugin config file and flags: the MIG strategy, sharing, device IDs and list strategy."""
     group = parser.add_argument_group(
         "NVIDIA device plugin config: resources, sharing and device IDs (flag > env > config file)"
+        + (f"; {applies}" if applies else "")
     )
     group.add_argument("--config-file", metavar="FILE", help="NVIDIA device plugin config file (env CONFIG_FILE)")
     group.add_argument(

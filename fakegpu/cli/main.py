@@ -48,7 +48,8 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
-        parser.exit(message=_load("fakegpu.cli.version:version_line")() + "\n")
+        sys.stdout.write(_load("fakegpu.cli.version:version_line")() + "\n")
+        parser.exit()
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -92,23 +93,24 @@ class Command:
     parser: str | None = None
 
 
-_OPTIONS = "fakegpu.cli.command_options"
+_DAEMON_OPTIONS = "fakegpu.cli.daemon_options"
+_OFFLINE_OPTIONS = "fakegpu.cli.offline_options"
 _DAEMONS = "fakegpu.cli.daemon_runs"
 _OFFLINE = "fakegpu.cli.offline_runs"
 COMMANDS: dict[str, Command] = {
     "demo": Command(
         "run the kubelet emulator and the device plugins together and show the node",
         f"{_DAEMONS}:run_demo_command",
-        f"{_OPTIONS}:add_demo",
+        f"{_DAEMON_OPTIONS}:add_demo",
     ),
     "plugin": Command(
-        "run the device plugin daemon next to a kubelet", f"{_DAEMONS}:run_plugin", f"{_OPTIONS}:add_plugin"
+        "run the device plugin daemon next to a kubelet", f"{_DAEMONS}:run_plugin", f"{_DAEMON_OPTIONS}:add_plugin"
     ),
     "kubelet": Command("run the kubelet emulator on its own", f"{_DAEMONS}:run_kubelet_command", _add_kubelet),
     "dra": Command(
         "run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin",
         f"{_DAEMONS}:run_dra",
-        f"{_OPTIONS}:add_dra",
+        f"{_DAEMON_OPTIONS}:add_dra",
     ),
     "nvidia-smi": Command(
         "print what the fake nvidia-smi shows for a node (table, -L, --query-gpu, -q, topo -m, mig -lgi...)",
@@ -121,23 +123,33 @@ COMMANDS: dict[str, Command] = {
         parser="fakegpu.cli.virtual_nodes_command:add_virtual_nodes_parser",
     ),
     "slices": Command(
-        "print the ResourceSlices the DRA driver would publish", f"{_OFFLINE}:run_slices", f"{_OPTIONS}:add_slices"
+        "print the ResourceSlices the DRA driver would publish",
+        f"{_OFFLINE}:run_slices",
+        f"{_OFFLINE_OPTIONS}:add_slices",
     ),
     "deviceclasses": Command(
-        "print the DeviceClasses for the DRA driver", f"{_OFFLINE}:run_deviceclasses", f"{_OPTIONS}:add_deviceclasses"
+        "print the DeviceClasses for the DRA driver",
+        f"{_OFFLINE}:run_deviceclasses",
+        f"{_OFFLINE_OPTIONS}:add_deviceclasses",
     ),
     "devices": Command(
-        "print the resources and devices a node would advertise", f"{_OFFLINE}:run_devices", f"{_OPTIONS}:add_devices"
+        "print the resources and devices a node would advertise",
+        f"{_OFFLINE}:run_devices",
+        f"{_OFFLINE_OPTIONS}:add_devices",
     ),
     "labels": Command(
-        "print the GPU Feature Discovery labels a node would carry", f"{_OFFLINE}:run_labels", f"{_OPTIONS}:add_labels"
+        "print the GPU Feature Discovery labels a node would carry",
+        f"{_OFFLINE}:run_labels",
+        f"{_OFFLINE_OPTIONS}:add_labels",
     ),
     "ctl": Command(
         "talk to a running daemon's admin socket: health, faults, status",
         "fakegpu.cli.ctl_command:run_ctl",
         parser="fakegpu.cli.ctl_command:add_ctl_parser",
     ),
-    "catalog": Command("list the GPU models fakegpu emulates", f"{_OFFLINE}:run_catalog", f"{_OPTIONS}:add_catalog"),
+    "catalog": Command(
+        "list the GPU models fakegpu emulates", f"{_OFFLINE}:run_catalog", f"{_OFFLINE_OPTIONS}:add_catalog"
+    ),
     "scenario": Command(
         "run scripted scenarios against the kubelet emulator and the plugins",
         "fakegpu.cli.scenario_command:run_scenario_command",

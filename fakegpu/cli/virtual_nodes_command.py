@@ -130,7 +130,7 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help="create KWOK nodes with fake GPUs (capacity, labels, ResourceSlices) for scheduler rehearsals",
         description=DESCRIPTION,
     )
-    add_inventory_options(parser)
+    add_inventory_options(parser, config_applies="only --gpu-mode device-plugin nodes advertise what it says")
     add_slice_options(parser, api_version_default="the newest the API server serves")
     group = parser.add_argument_group("virtual nodes")
     group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")

@@ -1,31 +1,20 @@
-"""The options of the ``fakegpu`` commands whose parser ``fakegpu.cli.main`` makes (one ``add_*`` each).
+"""The options of the daemons ``fakegpu demo``, ``plugin`` and ``dra`` (one ``add_*`` each).
 
-Loaded only when one of these commands is on the command line: the imports here are what the options need
-(defaults, choices), some of them heavy (the telemetry endpoints load grpc and prometheus_client).
-Each command takes only the options it reads; the DRA commands take the node's GPUs but not the NVIDIA
-device plugin config (``fakegpu.cli.inventory_options``).
+Loaded only when one of them is on the command line (``fakegpu.cli.main``): the telemetry options load grpc
+and prometheus_client. ``dra`` takes the node's GPUs but not the NVIDIA device plugin config, which it does
+not read (``fakegpu.cli.inventory_options``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
 
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
-from fakegpu.cli.inventory_output import LABEL_FORMATS, OUTPUT_FORMATS
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
 from fakegpu.cli.nvidia_smi_command import add_inject_options
-from fakegpu.cli.slice_commands import (
-    API_VERSIONS,
-    SERVER_VERSION_HELP,
-    SLICE_OUTPUT_FORMATS,
-    add_feature_gates_option,
-    add_slice_options,
-    server_minor,
-)
-from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
+from fakegpu.cli.slice_commands import SERVER_VERSION_HELP, add_feature_gates_option, add_slice_options, server_minor
 from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.bug_modes import BUG_MODES
@@ -38,13 +27,6 @@ def add_cdi_root_option(parser: argparse.ArgumentParser, what: str) -> None:
     """``--cdi-root``: where a daemon writes its CDI specs; a container runtime reads /var/run/cdi."""
     parser.add_argument(
         "--cdi-root", type=Path, default=Path("/var/run/cdi"), help=f"where {what} go (default %(default)s)"
-    )
-
-
-def add_output_option(parser: argparse.ArgumentParser, choices: Sequence[str], default: str) -> None:
-    """``-o``: one spelling and help for every command that prints a result."""
-    parser.add_argument(
-        "-o", "--output", choices=choices, default=default, help=f"{', '.join(choices)} (default %(default)s)"
     )
 
 
@@ -143,59 +125,3 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     add_feature_gates_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")
-
-
-def add_slices(slices: argparse.ArgumentParser) -> None:
-
-    add_node_inventory_options(slices)
-    add_slice_options(slices, api_version_default="resource.k8s.io/v1")
-    slices.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=36,
-        help=f"{SERVER_VERSION_HELP} (default 1.36)",
-    )
-    slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
-    add_output_option(slices, SLICE_OUTPUT_FORMATS, "yaml")
-
-
-def add_deviceclasses(classes: argparse.ArgumentParser) -> None:
-
-    classes.add_argument(
-        "--driver-name",
-        default="gpu.nvidia.com",
-        help="DRA driver whose devices the classes select; it names the classes too: gpu.<domain> and "
-        "mig.<domain> (default %(default)s: gpu.nvidia.com and mig.nvidia.com, as NVIDIA's chart)",
-    )
-    classes.add_argument(
-        "--resource-api-version",
-        choices=API_VERSIONS,
-        default="resource.k8s.io/v1",
-        help="resource.k8s.io version of the objects (default %(default)s)",
-    )
-    classes.add_argument(
-        "--extended-resource-name",
-        default=EXTENDED_RESOURCE_NAME,
-        help="the extended resource the gpu class serves (resource.k8s.io/v1 only, as NVIDIA's chart does; "
-        "'' for none; default %(default)s)",
-    )
-    add_output_option(classes, SLICE_OUTPUT_FORMATS, "yaml")
-
-
-def add_devices(devices: argparse.ArgumentParser) -> None:
-
-    add_inventory_options(devices)
-    add_output_option(devices, OUTPUT_FORMATS, "table")
-
-
-def add_labels(labels: argparse.ArgumentParser) -> None:
-
-    add_inventory_options(labels)
-    add_output_option(labels, LABEL_FORMATS, "table")
-    labels.add_argument(
-        "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
-    )
-
-
-def add_catalog(catalog: argparse.ArgumentParser) -> None:
-    catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
