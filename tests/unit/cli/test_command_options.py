@@ -23,8 +23,8 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 
 def all_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
-    out = []
-    todo = [("fakegpu", full_parser())]
+    out: list[tuple[str, argparse.ArgumentParser]] = []
+    todo: list[tuple[str, argparse.ArgumentParser]] = [("fakegpu", full_parser())]
     while todo:
         path, parser = todo.pop()
         out.append((path, parser))
