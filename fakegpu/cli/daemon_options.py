@@ -14,7 +14,7 @@ from fakegpu.cli.inventory_options import add_inventory_options, add_node_invent
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
 from fakegpu.cli.nvidia_smi_command import add_inject_options
-from fakegpu.cli.slice_commands import SERVER_VERSION_HELP, add_feature_gates_option, add_slice_options, server_minor
+from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
 from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.bug_modes import BUG_MODES
@@ -42,7 +42,6 @@ def add_admin_socket_option(parser: argparse.ArgumentParser, conventional: str) 
 
 
 def add_telemetry_options(parser: argparse.ArgumentParser) -> None:
-
     add_metrics_address_option(parser)
     add_dcgm_options(parser)
     add_health_address_option(parser)
@@ -52,12 +51,10 @@ def add_telemetry_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_demo(demo: argparse.ArgumentParser) -> None:
-
     add_inventory_options(demo)
 
 
 def add_plugin(plugin: argparse.ArgumentParser) -> None:
-
     add_inventory_options(plugin)
     plugin.add_argument(
         "--kubelet-dir",
@@ -92,9 +89,13 @@ def add_plugin(plugin: argparse.ArgumentParser) -> None:
 
 
 def add_dra(dra: argparse.ArgumentParser) -> None:
-
     add_node_inventory_options(dra)
-    add_slice_options(dra, api_version_default="discovered from the API server")
+    add_slice_options(
+        dra,
+        api_version_default="discovered from the API server",
+        server_version_default=None,
+        version_from="the node's kubelet version",
+    )
     dra.add_argument(
         "--kubelet-dir",
         type=Path,
@@ -115,12 +116,6 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     )
     dra.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     add_cdi_root_option(dra, "the claims' CDI specs")
-    dra.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=None,
-        help=f"{SERVER_VERSION_HELP} (default: the node's kubelet version)",
-    )
     add_admin_socket_option(dra, "/var/run/fakegpu/dra.sock")
     add_feature_gates_option(dra)
     add_telemetry_options(dra)

@@ -12,13 +12,7 @@ from collections.abc import Sequence
 
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
 from fakegpu.cli.inventory_output import LABEL_FORMATS, OUTPUT_FORMATS
-from fakegpu.cli.slice_commands import (
-    API_VERSIONS,
-    SERVER_VERSION_HELP,
-    SLICE_OUTPUT_FORMATS,
-    add_slice_options,
-    server_minor,
-)
+from fakegpu.cli.slice_commands import API_VERSIONS, SLICE_OUTPUT_FORMATS, add_slice_options
 from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
 
 
@@ -30,21 +24,13 @@ def add_output_option(parser: argparse.ArgumentParser, choices: Sequence[str], d
 
 
 def add_slices(slices: argparse.ArgumentParser) -> None:
-
     add_node_inventory_options(slices)
-    add_slice_options(slices, api_version_default="resource.k8s.io/v1")
-    slices.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=36,
-        help=f"{SERVER_VERSION_HELP} (default 1.36)",
-    )
+    add_slice_options(slices, api_version_default="resource.k8s.io/v1", server_version_default=36, version_from="1.36")
     slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
     add_output_option(slices, SLICE_OUTPUT_FORMATS, "yaml")
 
 
 def add_deviceclasses(classes: argparse.ArgumentParser) -> None:
-
     classes.add_argument(
         "--driver-name",
         default="gpu.nvidia.com",
@@ -67,13 +53,11 @@ def add_deviceclasses(classes: argparse.ArgumentParser) -> None:
 
 
 def add_devices(devices: argparse.ArgumentParser) -> None:
-
     add_inventory_options(devices)
     add_output_option(devices, OUTPUT_FORMATS, "table")
 
 
 def add_labels(labels: argparse.ArgumentParser) -> None:
-
     add_inventory_options(labels)
     add_output_option(labels, LABEL_FORMATS, "table")
     labels.add_argument(

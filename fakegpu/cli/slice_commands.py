@@ -32,9 +32,20 @@ SLICE_OUTPUT_FORMATS = ("yaml", "json")
 _VERSION = re.compile(r"^v?(?:(\d+)\.)?(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 
-def add_slice_options(parser: argparse.ArgumentParser, *, api_version_default: str) -> None:
-    """The DRA driver's name, MIG mode and resource.k8s.io version (``slices``, ``dra``, ``virtual-nodes``)."""
+def add_slice_options(
+    parser: argparse.ArgumentParser, *, api_version_default: str, server_version_default: int | None, version_from: str
+) -> None:
+    """The DRA driver's name, MIG mode, resource.k8s.io version and Kubernetes version (``slices``, ``dra``,
+    ``virtual-nodes``); ``version_from`` says where the version comes from when not given (None default)."""
     group = parser.add_argument_group("DRA ResourceSlices")
+    shown = f"1.{server_version_default}" if server_version_default is not None else version_from
+    group.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=server_version_default,
+        metavar="VERSION",
+        help=f"{SERVER_VERSION_HELP} (default: {shown})",
+    )
     group.add_argument("--driver-name", default="gpu.nvidia.com", help="DRA driver name (default %(default)s)")
     group.add_argument(
         "--mig-mode",
