@@ -1,13 +1,20 @@
-"""Rendering an inventory and its labels as a table, JSON or YAML for ``fakegpu devices``/``labels``."""
+"""Rendering an inventory and its labels as a table, JSON or YAML for ``fakegpu devices``/``labels``.
+
+``-o`` is ``table|json|yaml`` for both; ``labels -o text`` is the older name of its table (``KEY=VALUE``
+lines, what ``kubectl label`` takes).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-import yaml
-
+from fakegpu.cli.yaml_output import dump_yaml
 from fakegpu.sharing.inventory import Inventory
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+LABEL_FORMATS = (*OUTPUT_FORMATS, "text")
+"""``labels -o``: ``text`` stays as an alias of ``table``."""
 
 
 def inventory_document(inventory: Inventory, labels: dict[str, str]) -> dict[str, Any]:
@@ -24,7 +31,7 @@ def render_inventory(inventory: Inventory, labels: dict[str, str], fmt: str) -> 
     if fmt == "json":
         return json.dumps(inventory_document(inventory, labels), indent=2) + "\n"
     if fmt == "yaml":
-        return yaml.safe_dump(inventory_document(inventory, labels), sort_keys=False)
+        return dump_yaml(inventory_document(inventory, labels))
     return render_table(inventory)
 
 
@@ -53,5 +60,5 @@ def render_labels(labels: dict[str, str], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(labels, indent=2) + "\n"
     if fmt == "yaml":
-        return yaml.safe_dump(labels, sort_keys=True)
+        return dump_yaml(labels, sort_keys=True)
     return "".join(f"{k}={v}\n" for k, v in labels.items())

@@ -1,129 +1,75 @@
-"""The ``fakegpu`` command: one subcommand per process shape of the design."""
+"""The ``fakegpu`` command: one subcommand per process shape of the design.
+
+Start-up stays cheap (``fakegpu --help`` must not load grpc, lightkube or prometheus_client): this module
+imports only the standard library and light fakegpu modules. Each command is a row of ``COMMANDS`` naming,
+as ``module:function``, what adds its options and what runs it; a module is imported only when its command
+is on the command line. ``full_parser()`` builds every command at once, for tests and the manifests' check.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from fakegpu.cli.catalog_command import render_catalog
-from fakegpu.cli.cleanup_command import add_cleanup_parser, run_cleanup_command
-from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
-from fakegpu.cli.demo_command import run_demo
-from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
-from fakegpu.cli.inventory_output import render_inventory, render_labels
-from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option, kubelet_target
-from fakegpu.cli.node_options import add_node_options, node_settings
-from fakegpu.cli.nvidia_smi_command import (
-    add_inject_options,
-    add_nvidia_smi_parser,
-    apply_inject_flags,
-    run_nvidia_smi_command,
-)
-from fakegpu.cli.scenario_command import add_scenario_parser, run_scenario_command
-from fakegpu.cli.slice_commands import (
-    API_VERSIONS,
-    KNOWN_VERSIONS,
-    add_feature_gates_option,
-    add_slice_options,
-    dra_feature_gates,
-    render_device_classes,
-    render_slices,
-    server_minor,
-    slice_options,
-)
-from fakegpu.cli.version import version_line
-from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes_command
-from fakegpu.dra.daemon import DraSettings, run_dra_daemon
-from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
-from fakegpu.fakeplugin.daemon import run_plugin_daemon
-from fakegpu.kube.client import KUBECONFIG_HELP
-from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
-from fakegpu.kubelet.daemon import run_kubelet
-from fakegpu.runtime.bounded_run import run_bounded
-from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT, KubeletPaths
+from fakegpu.cli.terse_parser import TerseParser
 from fakegpu.runtime.unix_socket import SocketPathError
-from fakegpu.sharing.bug_modes import BUG_MODES, BugModeError, parse_bug_modes
+from fakegpu.sharing.bug_modes import BugModeError
 from fakegpu.sharing.errors import SpecError
-from fakegpu.sharing.expansion import build_inventory
-from fakegpu.sharing.inputs import load_config, load_node
-from fakegpu.sharing.labels import gfd_labels
-from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options, dcgm_address
-from fakegpu.telemetry.health_endpoint import add_health_address_option, health_address
-from fakegpu.telemetry.http_endpoint import add_metrics_address_option, metrics_address
 from fakegpu.telemetry.log_format import LOG_FORMATS, configure_logging
-from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
 EXIT_USAGE = 2
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_LOG_LEVEL = "info"
+QUIET_COMMANDS = frozenset(("devices", "labels", "catalog", "demo", "slices", "deviceclasses", "ctl", "nvidia-smi"))
+"""Commands whose output is the point: library INFO lines stay out of it unless --log-level is given."""
+USAGE_ERRORS = (SpecError, SocketPathError, BugModeError, ValueError)
+"""Exceptions that mean bad input: one ``fakegpu: error:`` line and exit 2."""
+Subparsers = Any
+"""argparse's subparsers action (``argparse._SubParsersAction``)."""
 
 
-def add_cdi_root_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--cdi-root``: where a daemon writes its CDI specs; a container runtime reads /var/run/cdi."""
-    parser.add_argument(
-        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help=f"where {what} go (default %(default)s)"
+def _load(reference: str) -> Any:
+    """``module:attribute``, imported now."""
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the line is built only when asked for (it reads the package metadata and the defaults)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        sys.stdout.write(_load("fakegpu.cli.version:version_line")() + "\n")
+        parser.exit()
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--log-level`` and ``--log-format``. After a command they are ``argparse.SUPPRESS``ed unless given, so
+    ``fakegpu --log-level debug demo`` and ``fakegpu demo --log-level debug`` mean the same."""
+    group = parser.add_argument_group("global options (before or after the command)")
+    default = None if top else argparse.SUPPRESS
+    group.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default,
+        help=f"log lines at this level and above on stderr (default {DEFAULT_LOG_LEVEL}; warning for the "
+        "commands that print a result)",
+    )
+    group.add_argument(
+        "--log-format", choices=LOG_FORMATS, default=default, help="text (default), or JSON with one object per line"
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
-    parser.add_argument(
-        "-V", "--version", action="version", version=version_line(), help="print the version and the emulated driver"
-    )
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument(
-        "--log-format", default="text", choices=LOG_FORMATS, help="text, or JSON with one object per line"
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    demo = sub.add_parser("demo", help="run the kubelet emulator and the device plugins together and show the node")
-    add_inventory_options(demo)
-
-    plugin = sub.add_parser("plugin", help="run the device plugin daemon next to a kubelet")
-    add_inventory_options(plugin)
-    plugin.add_argument(
-        "--kubelet-dir",
-        type=Path,
-        default=DEFAULT_ROOT,
-        help="the kubelet's root dir holding device-plugins/ and plugins_registry/ (default %(default)s)",
-    )
-    plugin.add_argument(
-        "--registration",
-        choices=("kubelet", "plugins-registry"),
-        default="kubelet",
-        help="register by calling kubelet.sock (NVIDIA's way) or through the plugin watcher",
-    )
-    add_kubelet_socket_option(plugin)
-    plugin.add_argument(
-        "--pre-start-required",
-        action="store_true",
-        help="ask the kubelet to call PreStartContainer before each container start",
-    )
-    plugin.add_argument(
-        "--admin-socket",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
-        "conventionally /var/run/fakegpu/plugin.sock)",
-    )
-    add_cdi_root_option(plugin, "the plugin's CDI specs (with a CDI deviceListStrategy)")
-    plugin.add_argument(
-        "--bug-compat",
-        action="append",
-        default=[],
-        metavar="MODE",
-        help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
-    )
-    add_node_options(plugin)
-    add_metrics_address_option(plugin)
-    add_dcgm_options(plugin)
-    add_health_address_option(plugin)
-
-    kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
+def _add_kubelet(kubelet: argparse.ArgumentParser) -> None:
     kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
     kubelet.add_argument(
         "--grace-period",
@@ -132,201 +78,167 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
     )
 
-    dra = sub.add_parser("dra", help="run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin")
-    add_inventory_options(dra)
-    add_slice_options(dra)
-    dra.add_argument(
-        "--kubelet-dir",
-        type=Path,
-        default=DEFAULT_ROOT,
-        help="the kubelet's root dir holding plugins/ and plugins_registry/ (default %(default)s)",
-    )
-    dra.add_argument(
-        "--plugins-registry-dir",
-        type=Path,
-        default=None,
-        help="where the kubelet watches for registration sockets (default KUBELET_DIR/plugins_registry)",
-    )
-    dra.add_argument(
-        "--plugins-dir",
-        type=Path,
-        default=None,
-        help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
-    )
-    dra.add_argument(
-        "--kubeconfig",
-        default=None,
-        help=KUBECONFIG_HELP,
-    )
-    add_cdi_root_option(dra, "the claims' CDI specs")
-    dra.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=None,
-        help=f"Kubernetes version of the cluster, {KNOWN_VERSIONS} (default: the node's kubelet version)",
-    )
-    dra.add_argument(
-        "--admin-socket",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
-        "conventionally /var/run/fakegpu/dra.sock)",
-    )
-    add_feature_gates_option(dra)
-    add_metrics_address_option(dra)
-    add_dcgm_options(dra)
-    add_health_address_option(dra)
 
-    add_inject_options(plugin, "plugin")
-    add_inject_options(dra, "dra")
-    add_nvidia_smi_parser(sub)
-    add_virtual_nodes_parser(sub)
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its line in ``fakegpu --help``, what builds its parser and what runs it.
 
-    slices = sub.add_parser("slices", help="print the ResourceSlices the DRA driver would publish")
-    add_inventory_options(slices)
-    add_slice_options(slices)
-    slices.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=36,
-        help=f"Kubernetes version whose slice layout to use, 1.{OLDEST_MINOR}-1.{NEWEST_LAYOUT} (default 1.36)",
-    )
-    slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
+    ``options`` adds the options to a parser made here; ``parser`` instead makes the parser itself on the
+    subparsers action (modules that give theirs a description or an epilog) and must use the same ``help``,
+    which a test checks. ``run`` takes the parsed arguments and returns the exit status."""
 
-    classes = sub.add_parser("deviceclasses", help="print the DeviceClasses for the DRA driver")
-    classes.add_argument("--driver-name", default="gpu.nvidia.com")
-    classes.add_argument("--resource-api-version", choices=API_VERSIONS, default="resource.k8s.io/v1")
-    classes.add_argument(
-        "--extended-resource-name",
-        default=EXTENDED_RESOURCE_NAME,
-        help="the extended resource the gpu class serves (resource.k8s.io/v1 only, as NVIDIA's chart does; "
-        "'' for none; default %(default)s)",
-    )
+    help: str
+    run: str
+    options: str | Callable[[argparse.ArgumentParser], None] | None = None
+    parser: str | None = None
 
-    devices = sub.add_parser("devices", help="print the resources and devices a node would advertise")
-    add_inventory_options(devices)
-    devices.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
 
-    labels = sub.add_parser("labels", help="print the GPU Feature Discovery labels a node would carry")
-    add_inventory_options(labels)
-    labels.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
-    labels.add_argument(
-        "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
-    )
+_DAEMON_OPTIONS = "fakegpu.cli.daemon_options"
+_OFFLINE_OPTIONS = "fakegpu.cli.offline_options"
+_DAEMONS = "fakegpu.cli.daemon_runs"
+_OFFLINE = "fakegpu.cli.offline_runs"
+COMMANDS: dict[str, Command] = {
+    "demo": Command(
+        "run the kubelet emulator and the device plugins together and show the node",
+        f"{_DAEMONS}:run_demo_command",
+        f"{_DAEMON_OPTIONS}:add_demo",
+    ),
+    "plugin": Command(
+        "run the device plugin daemon next to a kubelet", f"{_DAEMONS}:run_plugin", f"{_DAEMON_OPTIONS}:add_plugin"
+    ),
+    "kubelet": Command("run the kubelet emulator on its own", f"{_DAEMONS}:run_kubelet_command", _add_kubelet),
+    "dra": Command(
+        "run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin",
+        f"{_DAEMONS}:run_dra",
+        f"{_DAEMON_OPTIONS}:add_dra",
+    ),
+    "nvidia-smi": Command(
+        "print what the fake nvidia-smi shows for a node (table, -L, --query-gpu, -q, topo -m, mig -lgi...)",
+        "fakegpu.cli.nvidia_smi_command:run_nvidia_smi_command",
+        parser="fakegpu.cli.nvidia_smi_command:add_nvidia_smi_parser",
+    ),
+    "virtual-nodes": Command(
+        "create KWOK nodes with fake GPUs (capacity, labels, ResourceSlices) for scheduler rehearsals",
+        "fakegpu.cli.virtual_nodes_command:run_virtual_nodes_command",
+        parser="fakegpu.cli.virtual_nodes_command:add_virtual_nodes_parser",
+    ),
+    "slices": Command(
+        "print the ResourceSlices the DRA driver would publish",
+        f"{_OFFLINE}:run_slices",
+        f"{_OFFLINE_OPTIONS}:add_slices",
+    ),
+    "deviceclasses": Command(
+        "print the DeviceClasses for the DRA driver",
+        f"{_OFFLINE}:run_deviceclasses",
+        f"{_OFFLINE_OPTIONS}:add_deviceclasses",
+    ),
+    "devices": Command(
+        "print the resources and devices a node would advertise",
+        f"{_OFFLINE}:run_devices",
+        f"{_OFFLINE_OPTIONS}:add_devices",
+    ),
+    "labels": Command(
+        "print the GPU Feature Discovery labels a node would carry",
+        f"{_OFFLINE}:run_labels",
+        f"{_OFFLINE_OPTIONS}:add_labels",
+    ),
+    "ctl": Command(
+        "talk to a running daemon's admin socket: health, faults, status",
+        "fakegpu.cli.ctl_command:run_ctl",
+        parser="fakegpu.cli.ctl_command:add_ctl_parser",
+    ),
+    "catalog": Command(
+        "list the GPU models fakegpu emulates", f"{_OFFLINE}:run_catalog", f"{_OFFLINE_OPTIONS}:add_catalog"
+    ),
+    "scenario": Command(
+        "run scripted scenarios against the kubelet emulator and the plugins",
+        "fakegpu.cli.scenario_command:run_scenario_command",
+        parser="fakegpu.cli.scenario_command:add_scenario_parser",
+    ),
+    "cleanup": Command(
+        "remove the labels, annotation, node-status resources and host files fakegpu left on a node",
+        "fakegpu.cli.cleanup_command:run_cleanup_command",
+        parser="fakegpu.cli.cleanup_command:add_cleanup_parser",
+    ),
+}
 
-    add_ctl_parser(sub)
 
-    catalog = sub.add_parser("catalog", help="list the GPU models fakegpu emulates")
-    catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
-    add_scenario_parser(sub)
-    add_cleanup_parser(sub)
+def command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (None for ``fakegpu --help``, or a word that is no command)."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--log-level", "--log-format"):
+            skip = True
+        elif token == "--" or not token.startswith("-"):
+            return token if token in COMMANDS else None
+    return None
+
+
+def _add_command(sub: Subparsers, name: str, *, built: bool) -> None:
+    command = COMMANDS[name]
+    if not built:
+        sub.add_parser(name, help=command.help)
+    elif command.parser is not None:
+        _load(command.parser)(sub)
+    else:
+        options = _load(command.options) if isinstance(command.options, str) else command.options
+        assert options is not None, name
+        options(sub.add_parser(name, help=command.help))
+
+
+def _add_globals_everywhere(parser: argparse.ArgumentParser) -> None:
+    """The global options on every subcommand, however deep (``scenario run``, ``ctl status``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_global_options(child, top=False)
+                _add_globals_everywhere(child)
+
+
+def build_parser(built: Callable[[str], bool]) -> TerseParser:
+    """The ``fakegpu`` parser; the commands ``built`` selects get their options, the others only their name."""
+    parser = TerseParser(prog="fakegpu", description="Fake NVIDIA GPUs for Kubernetes.")
+    parser.add_argument("-V", "--version", action=_VersionAction, help="print the version and the emulated driver")
+    add_global_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        _add_command(sub, name, built=built(name))
+    _add_globals_everywhere(parser)
     return parser
 
 
-def _warn(warnings: Sequence[str]) -> None:
-    for w in warnings:
-        print(f"fakegpu: warning: {w}", file=sys.stderr)
+def full_parser() -> TerseParser:
+    """Every command with all its options (imports what every command's options need)."""
+    return build_parser(lambda _name: True)
 
 
-def _telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
-    """The five telemetry flags ``plugin`` and ``dra`` share (``add_metrics_address_option``, ``add_dcgm_options``,
-    ``add_health_address_option``)."""
-    return TelemetrySettings(
-        metrics_address(args),
-        dcgm_address(args),
-        args.dcgm_kubernetes_virtual_gpus,
-        args.dcgm_seed,
-        health_address=health_address(args),
-    )
+_parser = full_parser
+"""The name the tests and tests/deploy/manifests.py know the full parser by."""
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.command == "catalog":
-        sys.stdout.write(render_catalog(args.verbose))
-        return 0
-    if args.command == "ctl":
-        return run_ctl(args)
-    if args.command == "kubelet":
-        return asyncio.run(run_kubelet(args.dir, args.grace_period))
-    if args.command == "scenario":
-        return run_scenario_command(args)
-    if args.command == "virtual-nodes":
-        return run_virtual_nodes_command(args)
-    if args.command == "cleanup":
-        return run_cleanup_command(args)
-    if args.command == "nvidia-smi":
-        return run_nvidia_smi_command(args)
-    if args.command == "deviceclasses":
-        sys.stdout.write(
-            render_device_classes(args.driver_name, args.resource_api_version, args.extended_resource_name or None)
-        )
-        return 0
-    inputs = apply_inject_flags(args, inventory_inputs(args))
-    if args.command == "demo":
-        return asyncio.run(run_demo(inputs, sys.stdout))
-    if args.command == "plugin":
-        paths, registration = kubelet_target(args.kubelet_socket, args.kubelet_dir, args.registration, os.environ)
-        return run_bounded(
-            run_plugin_daemon(
-                inputs,
-                paths,
-                registration=registration,
-                pre_start_required=args.pre_start_required,
-                bug_modes=parse_bug_modes(args.bug_compat),
-                admin_socket=args.admin_socket,
-                telemetry=_telemetry_settings(args),
-                node=node_settings(args),
-                cdi_root=args.cdi_root,
-            )
-        )
-    if args.command == "dra":
-        gates, mig_mode = dra_feature_gates(args, os.environ)
-        settings = DraSettings(
-            driver=args.driver_name,
-            mig_mode=mig_mode,
-            feature_gates=gates,
-            cdi_root=args.cdi_root,
-            kubeconfig=args.kubeconfig,
-            server_minor=args.server_version,
-            api_version=args.resource_api_version,
-        )
-        paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
-        return run_bounded(
-            run_dra_daemon(
-                inputs,
-                paths,
-                settings,
-                admin_socket=args.admin_socket,
-                telemetry=_telemetry_settings(args),
-            )
-        )
-    node = load_node(inputs)
-    if args.command == "slices":
-        sys.stdout.write(render_slices(node, slice_options(args, args.server_version), {}, args.node_uid))
-        return 0
-    config = load_config(inputs)
-    if args.command == "labels":
-        _warn(config.warnings)
-        sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
-        return 0
-    inventory = build_inventory(node, config)
-    _warn(inventory.warnings)
-    sys.stdout.write(render_inventory(inventory, gfd_labels(node, config), args.output))
-    return 0
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed, building only the command it names; an unknown option is one line from that command."""
+    chosen = command_in(argv)
+    parser = build_parser(lambda name: name == chosen)
+    args, extras = parser.parse_known_args(list(argv))
+    if extras:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = sub.choices.get(args.command, parser)
+        assert isinstance(command, TerseParser)
+        command.unrecognized(extras)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
-    if args.command in ("devices", "labels", "catalog", "demo", "slices", "deviceclasses", "ctl", "nvidia-smi"):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    configure_logging(args.log_level or DEFAULT_LOG_LEVEL, args.log_format or "text")
+    if args.command in QUIET_COMMANDS and args.log_level is None:
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        return _run(args)
-    except SpecError as exc:
-        print(f"fakegpu: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (SocketPathError, BugModeError, ValueError) as exc:
+        status: int = _load(COMMANDS[args.command].run)(args)
+    except USAGE_ERRORS as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (NotADirectoryError, PermissionError, FileExistsError) as exc:
@@ -341,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    return status
 
 
 if __name__ == "__main__":

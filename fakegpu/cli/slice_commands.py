@@ -1,26 +1,51 @@
-"""``fakegpu slices`` and ``fakegpu deviceclasses``: print what the DRA driver would publish, offline."""
+"""``fakegpu slices`` and ``fakegpu deviceclasses``: print what the DRA driver would publish, offline.
+
+Also the ``--server-version`` flag of ``slices``, ``dra`` and ``virtual-nodes``: one parser, one documented
+range (``SERVER_VERSION_HELP``), written the way ``kubectl version`` prints it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
-from fakegpu.dra.device_classes import device_classes
+from fakegpu.cli.yaml_output import dump_yaml_documents
+from fakegpu.dra.device_classes import GPU_CLASS, MIG_CLASS, device_classes
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
-from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR
+from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR, SUPPORTED_API_VERSIONS
 from fakegpu.sharing.node import Node
 
 API_VERSIONS = tuple(API_PREFERENCE)
 KNOWN_VERSIONS = f"1.{OLDEST_MINOR}-1.{NEWEST_LAYOUT}"
-"""The Kubernetes versions ``--server-version`` accepts, for help texts."""
+"""The Kubernetes versions whose slice layouts fakegpu knows."""
+SERVER_VERSION_HELP = (
+    f"Kubernetes version of the cluster, {KNOWN_VERSIONS} (newer ones get the 1.{NEWEST_LAYOUT} layout), as "
+    f"kubectl version prints it (v1.{NEWEST_LAYOUT - 1}.2) or 1.{NEWEST_LAYOUT - 1} or {NEWEST_LAYOUT - 1}"
+)
+"""The one description of ``--server-version`` every command's help starts with."""
+SLICE_OUTPUT_FORMATS = ("yaml", "json")
+"""``-o`` of ``slices`` and ``deviceclasses``: API objects, so no table (``kubectl apply -f -`` reads both)."""
+_VERSION = re.compile(r"^v?(?:(\d+)\.)?(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 
-def add_slice_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("DRA")
+def add_slice_options(
+    parser: argparse.ArgumentParser, *, api_version_default: str, server_version_default: int | None, version_from: str
+) -> None:
+    """The DRA driver's name, MIG mode, resource.k8s.io version and Kubernetes version (``slices``, ``dra``,
+    ``virtual-nodes``); ``version_from`` says where the version comes from when not given (None default)."""
+    group = parser.add_argument_group("DRA ResourceSlices")
+    shown = f"1.{server_version_default}" if server_version_default is not None else version_from
+    group.add_argument(
+        "--server-version",
+        type=server_minor,
+        default=server_version_default,
+        metavar="VERSION",
+        help=f"{SERVER_VERSION_HELP} (default: {shown})",
+    )
     group.add_argument("--driver-name", default="gpu.nvidia.com", help="DRA driver name (default %(default)s)")
     group.add_argument(
         "--mig-mode",
@@ -33,7 +58,7 @@ def add_slice_options(parser: argparse.ArgumentParser) -> None:
         "--resource-api-version",
         choices=API_VERSIONS,
         default=None,
-        help="resource.k8s.io version to publish (fakegpu dra: discovered; here: v1)",
+        help=f"resource.k8s.io version to publish (default: {api_version_default})",
     )
 
 
@@ -75,36 +100,74 @@ def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple
 
 
 def slice_options(args: argparse.Namespace, server_minor: int) -> SliceOptions:
+    api_version = args.resource_api_version or "resource.k8s.io/v1"
+    check_api_version_served(api_version, server_minor, given=args.resource_api_version is not None)
     return SliceOptions(
         driver=args.driver_name,
         mig_mode=args.mig_mode,
         server_minor=server_minor,
-        api_version=args.resource_api_version or "resource.k8s.io/v1",
+        api_version=api_version,
     )
 
 
+def served_api_versions(minor: int) -> list[str]:
+    """The resource.k8s.io versions Kubernetes 1.<minor> serves, newest first."""
+    return [v for v, (first, last) in SUPPORTED_API_VERSIONS.items() if first <= minor <= last]
+
+
+def check_api_version_served(api_version: str, minor: int, *, given: bool) -> None:
+    """ValueError naming the flag to use when 1.<minor> does not serve ``api_version``."""
+    if api_version in served_api_versions(minor):
+        return
+    served = served_api_versions(minor)
+    hint = f"pass --resource-api-version {served[0]}" if served else "no resource.k8s.io version fakegpu publishes"
+    where = "--resource-api-version" if given else f"--server-version 1.{minor}"
+    raise ValueError(f"{where}: Kubernetes 1.{minor} does not serve {api_version}; {hint}")
+
+
 def server_minor(value: str) -> int:
-    """``1.35`` -> 35; only the versions whose slice layout differs are accepted."""
-    try:
-        major, minor = value.split(".", 1)
-        number = int(minor)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a Kubernetes version such as 1.36, found {value!r}") from None
-    if major != "1" or not OLDEST_MINOR <= number <= NEWEST_LAYOUT:
+    """The minor of a Kubernetes version as ``kubectl version`` prints it (``v1.36.2``), or ``1.36`` or ``36``;
+    a version newer than the newest known layout stands for that layout."""
+    match = _VERSION.match(value.strip())
+    if match is None or match.group(1) not in (None, "1"):
         raise argparse.ArgumentTypeError(
-            f"expected a Kubernetes version from 1.{OLDEST_MINOR} to 1.{NEWEST_LAYOUT}, found {value!r}"
+            f"expected a Kubernetes version such as v1.{NEWEST_LAYOUT - 1}.2, 1.{NEWEST_LAYOUT - 1} or "
+            f"{NEWEST_LAYOUT - 1}, found {value!r}"
         )
-    return number
+    number = int(match.group(2))
+    if number < OLDEST_MINOR:
+        raise argparse.ArgumentTypeError(
+            f"Kubernetes 1.{number} has no ResourceSlices fakegpu publishes; expected {KNOWN_VERSIONS} or newer, "
+            f"found {value!r}"
+        )
+    return min(number, NEWEST_LAYOUT)
 
 
-def render_slices(node: Node, options: SliceOptions, unhealthy: dict[str, int | None], node_uid: str | None) -> str:
+def render_slices(
+    node: Node, options: SliceOptions, unhealthy: dict[str, int | None], node_uid: str | None, fmt: str = "yaml"
+) -> str:
     objects = slice_objects(node, options, build_slice_specs(node, options, unhealthy), node_uid=node_uid)
-    return _yaml_documents(objects)
+    return render_objects(objects, fmt)
 
 
-def render_device_classes(driver: str, api_version: str, extended_resource_name: str | None) -> str:
-    return _yaml_documents(device_classes(driver, api_version, extended_resource_name))
+def class_names(driver: str) -> tuple[str, str]:
+    """The whole-GPU and MIG DeviceClass names for ``driver``: NVIDIA's for ``gpu.nvidia.com``, and for
+    another driver the same pattern in its domain (``gpu.example.com``: ``gpu.example.com``, ``mig.example.com``),
+    so classes of two drivers never share a name."""
+    domain = driver.removeprefix("gpu.")
+    return f"gpu.{domain}", f"mig.{domain}"
 
 
-def _yaml_documents(objects: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True)
+def render_device_classes(driver: str, api_version: str, extended_resource_name: str | None, fmt: str = "yaml") -> str:
+    classes = device_classes(driver, api_version, extended_resource_name)
+    renamed = dict(zip((GPU_CLASS, MIG_CLASS), class_names(driver), strict=True))
+    for c in classes:
+        c["metadata"]["name"] = renamed[c["metadata"]["name"]]
+    return render_objects(classes, fmt)
+
+
+def render_objects(objects: list[dict[str, Any]], fmt: str) -> str:
+    """YAML documents, or one JSON ``List`` as ``kubectl get -o json`` prints several objects."""
+    if fmt == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n"
+    return dump_yaml_documents(objects)

@@ -27,7 +27,7 @@ from lightkube.core.exceptions import ConfigError
 
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.progress import progress
-from fakegpu.cli.slice_commands import KNOWN_VERSIONS, add_slice_options, server_minor
+from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.kube.discovery import DiscoveryError
@@ -125,8 +125,13 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help="create KWOK nodes with fake GPUs (capacity, labels, ResourceSlices) for scheduler rehearsals",
         description=DESCRIPTION,
     )
-    add_inventory_options(parser)
-    add_slice_options(parser)
+    add_inventory_options(parser, config_applies="only --gpu-mode device-plugin nodes advertise what it says")
+    add_slice_options(
+        parser,
+        api_version_default="the newest the API server serves",
+        server_version_default=None,
+        version_from="the API server's /version",
+    )
     group = parser.add_argument_group("virtual nodes")
     group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")
     group.add_argument(
@@ -168,12 +173,6 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--kubeconfig",
         default=None,
         help=KUBECONFIG_HELP,
-    )
-    group.add_argument(
-        "--server-version",
-        type=server_minor,
-        default=None,
-        help=f"Kubernetes version whose slice layout to use, {KNOWN_VERSIONS} (default: the API server's /version)",
     )
     group.add_argument(
         "--concurrency", type=int, default=16, metavar="N", help="nodes in flight at once (default %(default)s)"
@@ -239,6 +238,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         check_driver_name(args.driver_name)
     except ValueError as exc:
         raise SpecError("--driver-name", str(exc)) from None
+    if args.server_version is not None and args.resource_api_version is not None:
+        check_api_version_served(args.resource_api_version, args.server_version, given=True)
     return Settings(
         shape=NodeShape(cpu=args.node_cpu, memory=args.node_memory, pods=args.node_pods),
         driver=args.driver_name,

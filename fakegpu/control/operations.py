@@ -291,7 +291,12 @@ OPERATIONS: tuple[Operation, ...] = (
         (
             Arg("gpus", "the node's GPUs from now on, e.g. 4xh100-80gb", flag="--gpus"),
             Arg("mig_layout", "re-partition MIG: all-1g.10gb, all-balanced, ...", flag="--mig-layout"),
-            Arg("mig_strategy", flag="--mig-strategy", choices=("none", "single", "mixed")),
+            Arg(
+                "mig_strategy",
+                "how MIG devices are advertised from now on: none, single or mixed (NVIDIA's --mig-strategy)",
+                flag="--mig-strategy",
+                choices=("none", "single", "mixed"),
+            ),
             Arg("new_ids", "restart the plugins with fresh device IDs", flag="--new-ids", switch=True),
         ),
     ),

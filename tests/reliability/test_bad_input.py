@@ -263,8 +263,11 @@ def test_cli_rejects_unreadable_files(kind: str, tmp_path: Path, run_cli):
 # --- the real command, as subprocesses ---------------------------------------------------------------------
 
 _AS_NOBODY = (
-    "import contextlib, io, json, os, sys\n"
-    "from fakegpu.cli.main import main\n"
+    "import contextlib, importlib, io, json, os, sys\n"
+    "from fakegpu.cli.main import COMMANDS, full_parser, main\n"
+    "full_parser()\n"
+    "for command in COMMANDS.values():\n"
+    "    importlib.import_module(command.run.partition(':')[0])\n"
     "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
     "answers = []\n"
     "for argv in json.loads(sys.argv[1]):\n"
@@ -275,7 +278,8 @@ _AS_NOBODY = (
     "print(json.dumps(answers))\n"
 )
 """Root reads any file: run ``main`` for each argv after dropping to nobody (after the imports: the
-interpreter may live under /root); prints ``[[status, stderr], ...]``."""
+interpreter may live under /root; the CLI imports a command's modules only when it runs, so every
+command's parser and run module is imported first); prints ``[[status, stderr], ...]``."""
 
 _OPAQUE = (
     "import json, sys\n"

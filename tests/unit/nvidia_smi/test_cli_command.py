@@ -166,7 +166,7 @@ def test_directories_on_path_or_linked_to_one_are_refused(tmp_path):
 
 
 def test_the_cli_builds_daemon_inputs_with_apply_inject_flags():
-    """cli._run has no inline flag handling left to miss: the flags go through apply_inject_flags."""
-    source = Path(__file__).parents[3].joinpath("fakegpu", "cli", "main.py").read_text()
-    assert "apply_inject_flags(args, inventory_inputs(args))" in source
+    """The daemons' runs have no inline flag handling left to miss: both go through apply_inject_flags."""
+    source = Path(__file__).parents[3].joinpath("fakegpu", "cli", "daemon_runs.py").read_text()
+    assert source.count("apply_inject_flags(args, inventory_inputs(args))") == 2
     assert "nvidia_smi_dir=" not in source

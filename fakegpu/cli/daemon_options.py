@@ -1,0 +1,122 @@
+"""The options of the daemons ``fakegpu demo``, ``plugin`` and ``dra`` (one ``add_*`` each).
+
+Loaded only when one of them is on the command line (``fakegpu.cli.main``): the telemetry options load grpc
+and prometheus_client. ``dra`` takes the node's GPUs but not the NVIDIA device plugin config, which it does
+not read (``fakegpu.cli.inventory_options``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
+from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
+from fakegpu.cli.node_options import add_node_options
+from fakegpu.cli.nvidia_smi_command import add_inject_options
+from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
+from fakegpu.kube.client import KUBECONFIG_HELP
+from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
+from fakegpu.sharing.bug_modes import BUG_MODES
+from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options
+from fakegpu.telemetry.health_endpoint import add_health_address_option
+from fakegpu.telemetry.http_endpoint import add_metrics_address_option
+
+
+def add_cdi_root_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--cdi-root``: where a daemon writes its CDI specs; a container runtime reads /var/run/cdi."""
+    parser.add_argument(
+        "--cdi-root", type=Path, default=Path("/var/run/cdi"), help=f"where {what} go (default %(default)s)"
+    )
+
+
+def add_admin_socket_option(parser: argparse.ArgumentParser, conventional: str) -> None:
+    parser.add_argument(
+        "--admin-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="serve an owner-only admin socket here for 'fakegpu ctl' (off unless given; "
+        f"conventionally {conventional})",
+    )
+
+
+def add_telemetry_options(parser: argparse.ArgumentParser) -> None:
+    add_metrics_address_option(parser)
+    add_dcgm_options(parser)
+    add_health_address_option(parser)
+
+
+# --- one builder per command: it adds the command's options to its (already created) parser ------------
+
+
+def add_demo(demo: argparse.ArgumentParser) -> None:
+    add_inventory_options(demo)
+
+
+def add_plugin(plugin: argparse.ArgumentParser) -> None:
+    add_inventory_options(plugin)
+    plugin.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding device-plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    plugin.add_argument(
+        "--registration",
+        choices=("kubelet", "plugins-registry"),
+        default="kubelet",
+        help="register by calling kubelet.sock (NVIDIA's way) or through the plugin watcher",
+    )
+    add_kubelet_socket_option(plugin)
+    plugin.add_argument(
+        "--pre-start-required",
+        action="store_true",
+        help="ask the kubelet to call PreStartContainer before each container start",
+    )
+    add_admin_socket_option(plugin, "/var/run/fakegpu/plugin.sock")
+    add_cdi_root_option(plugin, "the plugin's CDI specs (with a CDI deviceListStrategy)")
+    plugin.add_argument(
+        "--bug-compat",
+        action="append",
+        default=[],
+        metavar="MODE",
+        help="reproduce a known bug on purpose (repeatable): " + ", ".join(BUG_MODES),
+    )
+    add_node_options(plugin)
+    add_telemetry_options(plugin)
+    add_inject_options(plugin, "plugin")
+
+
+def add_dra(dra: argparse.ArgumentParser) -> None:
+    add_node_inventory_options(dra)
+    add_slice_options(
+        dra,
+        api_version_default="discovered from the API server",
+        server_version_default=None,
+        version_from="the node's kubelet version",
+    )
+    dra.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="the kubelet's root dir holding plugins/ and plugins_registry/ (default %(default)s)",
+    )
+    dra.add_argument(
+        "--plugins-registry-dir",
+        type=Path,
+        default=None,
+        help="where the kubelet watches for registration sockets (default KUBELET_DIR/plugins_registry)",
+    )
+    dra.add_argument(
+        "--plugins-dir",
+        type=Path,
+        default=None,
+        help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
+    )
+    dra.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    add_cdi_root_option(dra, "the claims' CDI specs")
+    add_admin_socket_option(dra, "/var/run/fakegpu/dra.sock")
+    add_feature_gates_option(dra)
+    add_telemetry_options(dra)
+    add_inject_options(dra, "dra")

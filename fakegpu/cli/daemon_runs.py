@@ -1,0 +1,85 @@
+"""What the long-running ``fakegpu`` commands do once parsed: ``demo``, ``plugin``, ``dra``, ``kubelet``.
+
+Loaded only when one of them runs (``fakegpu.cli.main``), so nothing else pays for grpc and lightkube.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from fakegpu.cli.demo_command import run_demo
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.kubelet_socket_option import kubelet_target
+from fakegpu.cli.node_options import node_settings
+from fakegpu.cli.nvidia_smi_command import apply_inject_flags
+from fakegpu.cli.slice_commands import check_api_version_served, dra_feature_gates
+from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.kubelet.daemon import run_kubelet
+from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.bug_modes import parse_bug_modes
+from fakegpu.telemetry.dcgm.endpoint import dcgm_address
+from fakegpu.telemetry.health_endpoint import health_address
+from fakegpu.telemetry.http_endpoint import metrics_address
+from fakegpu.telemetry.telemetry_settings import TelemetrySettings
+
+
+def telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
+    """The five telemetry flags ``plugin`` and ``dra`` share (``add_telemetry_options``)."""
+    return TelemetrySettings(
+        metrics_address(args),
+        dcgm_address(args),
+        args.dcgm_kubernetes_virtual_gpus,
+        args.dcgm_seed,
+        health_address=health_address(args),
+    )
+
+
+def run_kubelet_command(args: argparse.Namespace) -> int:
+    return asyncio.run(run_kubelet(args.dir, args.grace_period))
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    return asyncio.run(run_demo(inventory_inputs(args), sys.stdout))
+
+
+def run_plugin(args: argparse.Namespace) -> int:
+    inputs = apply_inject_flags(args, inventory_inputs(args))
+    paths, registration = kubelet_target(args.kubelet_socket, args.kubelet_dir, args.registration, os.environ)
+    return run_bounded(
+        run_plugin_daemon(
+            inputs,
+            paths,
+            registration=registration,
+            pre_start_required=args.pre_start_required,
+            bug_modes=parse_bug_modes(args.bug_compat),
+            admin_socket=args.admin_socket,
+            telemetry=telemetry_settings(args),
+            node=node_settings(args),
+            cdi_root=args.cdi_root,
+        )
+    )
+
+
+def run_dra(args: argparse.Namespace) -> int:
+    inputs = apply_inject_flags(args, inventory_inputs(args))
+    gates, mig_mode = dra_feature_gates(args, os.environ)
+    if args.server_version is not None and args.resource_api_version is not None:
+        check_api_version_served(args.resource_api_version, args.server_version, given=True)
+    settings = DraSettings(
+        driver=args.driver_name,
+        mig_mode=mig_mode,
+        feature_gates=gates,
+        cdi_root=args.cdi_root,
+        kubeconfig=args.kubeconfig,
+        server_minor=args.server_version,
+        api_version=args.resource_api_version,
+    )
+    paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
+    return run_bounded(
+        run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket, telemetry=telemetry_settings(args))
+    )

@@ -1,0 +1,59 @@
+"""What the ``fakegpu`` commands that print a node's objects do once parsed: ``catalog``, ``devices``,
+``labels``, ``slices``, ``deviceclasses``. No daemon, no API server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fakegpu.cli.catalog_command import render_catalog
+from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.inventory_output import render_inventory, render_labels
+from fakegpu.cli.slice_commands import render_device_classes, render_slices, slice_options
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import load_config, load_node
+from fakegpu.sharing.labels import gfd_labels
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    for w in warnings:
+        print(f"fakegpu: warning: {w}", file=sys.stderr)
+
+
+def run_catalog(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_catalog(args.verbose))
+    return 0
+
+
+def run_slices(args: argparse.Namespace) -> int:
+    node = load_node(inventory_inputs(args))
+    options = slice_options(args, args.server_version)
+    sys.stdout.write(render_slices(node, options, {}, args.node_uid, args.output))
+    return 0
+
+
+def run_deviceclasses(args: argparse.Namespace) -> int:
+    sys.stdout.write(
+        render_device_classes(
+            args.driver_name, args.resource_api_version, args.extended_resource_name or None, args.output
+        )
+    )
+    return 0
+
+
+def run_labels(args: argparse.Namespace) -> int:
+    inputs = inventory_inputs(args)
+    node, config = load_node(inputs), load_config(inputs)
+    _warn(config.warnings)
+    sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
+    return 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    inputs = inventory_inputs(args)
+    node, config = load_node(inputs), load_config(inputs)
+    inventory = build_inventory(node, config)
+    _warn(inventory.warnings)
+    sys.stdout.write(render_inventory(inventory, gfd_labels(node, config), args.output))
+    return 0
