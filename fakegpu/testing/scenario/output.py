@@ -12,6 +12,7 @@ from fakegpu.testing.scenario.model import (
     DeleteCheckpointStep,
     DeletePodStep,
     EndStreamsStep,
+    ExpectNowStep,
     ExpectStep,
     FaultStep,
     HealthStep,
@@ -52,6 +53,8 @@ def describe_step(step: Step) -> str:
     """What a step does, for its output line."""
     match step:
         case ExpectStep(expect=e):
+            return describe(e)
+        case ExpectNowStep(expect_now=e):
             return describe(e)
         case XidStep(xid=x):
             return f"XID {x.xid} on {_target_name(x.gpu, x.device)}"

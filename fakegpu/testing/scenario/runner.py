@@ -1,5 +1,10 @@
 """Runs a scenario: a FakeNode (kubelet emulator + fakegpu's real plugins over Unix sockets) and its steps.
 
+No step can pass on stale state: an inject step (``xid``, ``health``, ``end_streams``, ``restart: plugins``,
+``reconfigure``) returns only once the kubelet emulator has seen its effect (the FakeNode's actions wait for
+the device update to reach it), and ``expect`` is an eventually check that fails with what it waited for and
+the last values seen; ``expect_now`` checks at once.
+
 Each step prints one line: its number, kind, what it did, the milliseconds it took and PASS or FAIL.
 The first failing step stops the scenario and prints what was expected and what the node showed.
 Exit status: 0 every step passed, 1 an expectation failed, 2 a bad file (or a step naming a GPU, device,
@@ -24,16 +29,18 @@ from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
 from fakegpu.testing.fake_node import FakeNode
-from fakegpu.testing.scenario.expectations import check
+from fakegpu.testing.scenario.expectations import check, describe
 from fakegpu.testing.scenario.live import run_live_scenario
 from fakegpu.testing.scenario.model import (
     AdvanceClockStep,
     AllocateArgs,
     AllocateStep,
+    Checks,
     DeleteCheckpointStep,
     DeletePodStep,
     EndStreamsStep,
     ExpectArgs,
+    ExpectNowStep,
     ExpectStep,
     FaultStep,
     HealthStep,
@@ -158,9 +165,9 @@ class ScenarioRun:
                 self._line(str(index), kind, text, self._since(started), "FAIL")
                 self._details(exc.details)
                 return EXIT_FAIL
-            except TimeoutError:
+            except TimeoutError as exc:
                 self._line(str(index), kind, text, self._since(started), "FAIL")
-                self._details([f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
+                self._details([str(exc) or f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
                 return EXIT_FAIL
             except BadReference as exc:
                 self._line(str(index), kind, text, self._since(started), "ERROR")
@@ -226,20 +233,22 @@ class ScenarioRun:
         match step:
             case ExpectStep(expect=e):
                 return await self._expect(node, e)
+            case ExpectNowStep(expect_now=e):
+                return self._expect_now(node, e)
             case XidStep(xid=x):
                 try:
-                    changed = node.live.inject_xid(x.target, x.xid)
+                    changed = await node.inject_xid(x.target, x.xid)
                 except UnknownDeviceError as exc:
                     raise BadReference(str(exc)) from None
                 return f"{len(changed)} device(s) unhealthy" if changed else "ignored by the XID policy"
             case HealthStep(health=h):
                 try:
-                    changed = node.live.set_health(h.target, h.healthy)
+                    changed = await node.set_health(h.target, h.healthy)
                 except UnknownDeviceError as exc:
                     raise BadReference(str(exc)) from None
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                node.live.faults.inject(f.rpc, f)
+                node.fault(f.rpc, f)
                 return ""
             case AllocateStep(allocate=a):
                 return await self._allocate(node, a)
@@ -254,14 +263,13 @@ class ScenarioRun:
                 await node.kubelet.start()
                 return "restarted"
             case RestartStep():
-                await node.plugins.stop()
-                await node.plugins.start()
+                await node.stop_plugins()
+                await node.start_plugins()
                 return f"serving {', '.join(node.plugins.servers)}"
             case EndStreamsStep(end_streams=name):
-                server = node.plugins.servers.get(name)
-                if server is None:
+                if name not in node.plugins.servers:
                     raise BadReference(f"no plugin serves {name!r}; serving: {', '.join(node.plugins.servers)}")
-                return f"{server.service.end_streams()} stream(s) ended"
+                return f"{await node.end_streams(name)} stream(s) ended"
             case AdvanceClockStep(advance_clock=seconds):
                 node.kubelet.clock.advance(seconds)
                 return ""
@@ -278,14 +286,23 @@ class ScenarioRun:
         raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
 
     async def _expect(self, node: FakeNode, expect: ExpectArgs) -> str:
-        deadline = time.monotonic() + expect.within
+        """Poll until every check holds; on timeout fail with what was awaited and the last values seen."""
+        started = time.monotonic()
+        deadline = started + expect.within
         while True:
             problems = check(node, expect, self.pod_devices)
             if not problems:
-                return ""
+                waited = time.monotonic() - started
+                return "held at once" if waited < POLL_INTERVAL else f"held after {waited * 1000:.0f} ms"
             if time.monotonic() >= deadline:
-                raise StepFailed([f"still not true after {expect.within:g} s:", *problems])
+                raise StepFailed([f"waited {expect.within:g} s for: {describe(expect)}", "last seen:", *problems])
             await asyncio.sleep(POLL_INTERVAL)
+
+    def _expect_now(self, node: FakeNode, checks: Checks) -> str:
+        problems = check(node, checks, self.pod_devices)
+        if problems:
+            raise StepFailed([f"expected now: {describe(checks)}", *problems])
+        return ""
 
     async def _allocate(self, node: FakeNode, a: AllocateArgs) -> str:
         pod = a.pod
