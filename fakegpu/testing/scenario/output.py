@@ -26,6 +26,7 @@ from fakegpu.testing.scenario.model import (
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_BAD_FILE = 2
+# EXIT_NO_DAEMON (3, from fakegpu.control.client): --socket names a socket nobody listens on
 STEP_TIMEOUT = 30.0
 POLL_INTERVAL = 0.01
 _TEXT_WIDTH = 72

@@ -25,12 +25,14 @@ from typing import Any, TextIO
 
 import yaml
 
+from fakegpu.control.client import EXIT_NO_DAEMON
+from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
 from fakegpu.testing.fake_node import FakeNode
 from fakegpu.testing.scenario.expectations import check, describe
-from fakegpu.testing.scenario.live import run_live_scenario
+from fakegpu.testing.scenario.live import DaemonNotFound, run_live_scenario
 from fakegpu.testing.scenario.model import (
     AdvanceClockStep,
     AllocateArgs,
@@ -65,6 +67,7 @@ from fakegpu.testing.scenario.output import (
     detail_lines,
     step_line,
 )
+from fakegpu.testing.scenario.run_count import RunCount
 
 
 class StepFailed(Exception):
@@ -110,9 +113,10 @@ def node_inputs(root: Path, spec: NodeModel) -> InventoryInputs:
 
 
 class ScenarioRun:
-    def __init__(self, scenario: Scenario, out: TextIO) -> None:
+    def __init__(self, scenario: Scenario, out: TextIO, count: RunCount | None = None) -> None:
         self.scenario = scenario
         self.out = out
+        self.count = count or RunCount()
         self.node: FakeNode | None = None
         self.root = Path(tempfile.mkdtemp(prefix="fgs-", dir="/tmp"))
         self.pod_devices: dict[str, set[str]] = {}
@@ -144,7 +148,9 @@ class ScenarioRun:
                 await self.node.stop()
             shutil.rmtree(self.root, ignore_errors=True)
         took = time.monotonic() - began
-        if status == EXIT_PASS:
+        if status == EXIT_PASS and s.expect_start_error is not None:
+            self.out.write(f"PASS {s.name}: failed to start as expected in {took:.2f} s\n")
+        elif status == EXIT_PASS:
             self.out.write(f"PASS {s.name}: start and {len(s.steps)} step(s) in {took:.2f} s\n")
         elif status == EXIT_FAIL:
             self.out.write(f"FAIL {s.name} after {took:.2f} s\n")
@@ -173,6 +179,7 @@ class ScenarioRun:
                 self._line(str(index), kind, text, self._since(started), "ERROR")
                 raise SpecError(self.scenario.path, str(exc), f"steps[{index}].{kind}") from None
             self._line(str(index), kind, f"{text}: {note}" if note else text, self._since(started), "PASS")
+            self.count.steps_done += 1
         return EXIT_PASS
 
     @staticmethod
@@ -354,32 +361,75 @@ class ScenarioRun:
         return f"rejected as expected, still serving {', '.join(node.plugins.wanted())}"
 
 
-async def run_scenario(scenario: Scenario, out: TextIO) -> int:
+async def run_scenario(scenario: Scenario, out: TextIO, count: RunCount | None = None) -> int:
     """Run one parsed scenario; raises SpecError (exit 2) for a step naming what the node lacks."""
-    return await ScenarioRun(scenario, out).run()
+    return await ScenarioRun(scenario, out, count).run()
 
 
-async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO, socket: str | Path | None = None) -> int:
-    """Run every file; bad files print one ``fakegpu: error:`` line on ``err``. Returns the worst exit status.
+def scenario_files(paths: Sequence[str | Path]) -> list[Path | SpecError]:
+    """Each path, a directory replaced by its ``*.yaml`` files in name order (a directory without any is a
+    SpecError in its place, reported like a bad file)."""
+    out: list[Path | SpecError] = []
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            out.append(path)
+            continue
+        found = sorted(p for p in path.glob("*.yaml") if p.is_file())
+        out.extend(found or [SpecError(str(path), "no scenario files (*.yaml) in this directory")])
+    return out
+
+
+async def run_files(
+    paths: Sequence[str | Path],
+    out: TextIO,
+    err: TextIO,
+    socket: str | Path | None = None,
+    count: RunCount | None = None,
+) -> int:
+    """Run every file (a directory: its ``*.yaml`` files, sorted); bad files print one ``fakegpu: error:``
+    line on ``err``. Returns the worst exit status; several files end with a summary line.
 
     With ``socket`` (a live daemon's admin socket) no node is started: the inject steps are sent to the
-    daemon (``fakegpu.testing.scenario.live``), and a file with a step that needs the kubelet emulator is bad.
+    daemon (``fakegpu.testing.scenario.live``), and a file with a step that needs the kubelet emulator is bad;
+    no daemon on ``socket`` is ``EXIT_NO_DAEMON``. ``count`` is kept up to date for a progress line.
     """
-    statuses: list[int] = []
-    for path in paths:
+    count = count if count is not None else RunCount()
+    face = DEVICE_PLUGIN_FAULTS if socket is None else None
+    loaded: list[Scenario | SpecError] = []
+    for entry in scenario_files(paths):
         try:
+            loaded.append(entry if isinstance(entry, SpecError) else load_scenario(entry, face=face))
+        except SpecError as exc:
+            loaded.append(exc)
+    count.files_total = len(loaded)
+    count.steps_total = sum(len(s.steps) for s in loaded if isinstance(s, Scenario))
+    statuses: list[int] = []
+    for item in loaded:
+        try:
+            if isinstance(item, SpecError):
+                raise item
             if socket is None:
-                status = await run_scenario(load_scenario(path), out)
+                status = await run_scenario(item, out, count)
             else:
-                status = await run_live_scenario(load_scenario(path, face=None), Path(socket), out)
+                status = await run_live_scenario(item, Path(socket), out, count)
         except SpecError as exc:
             out.flush()
             err.write(f"fakegpu: error: {exc}\n")
             status = EXIT_BAD_FILE
+        except DaemonNotFound as exc:
+            out.flush()
+            err.write(f"fakegpu: error: {exc}\n")
+            status = EXIT_NO_DAEMON
         statuses.append(status)
+        count.files_done += 1
+        if isinstance(item, Scenario):
+            count.steps_done = sum(len(s.steps) for s in loaded[: count.files_done] if isinstance(s, Scenario))
     if len(statuses) > 1:
         passed = statuses.count(EXIT_PASS)
         failed = statuses.count(EXIT_FAIL)
         bad = statuses.count(EXIT_BAD_FILE)
-        out.write(f"{len(statuses)} scenario files: {passed} passed, {failed} failed, {bad} bad\n")
+        missing = statuses.count(EXIT_NO_DAEMON)
+        summary = f"{len(statuses)} scenario files: {passed} passed, {failed} failed, {bad} bad"
+        out.write(summary + (f", {missing} without a daemon" if missing else "") + "\n")
     return max(statuses, default=EXIT_PASS)
