@@ -139,7 +139,7 @@ async def device_plugin(root: Path, allocates: int, streams: int) -> None:
             opened = await burst("ListAndWatch first list", streams, first)
             print(row(opened.figures, len(opened.failures), f"{len(ids)} devices per list"))
             changed_at = time.perf_counter()
-            node.set_health("0", healthy=False)
+            node.live.set_health("0", healthy=False)
             delays: list[float] = []
 
             async def pushed(i: int) -> object:

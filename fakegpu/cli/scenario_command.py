@@ -1,16 +1,27 @@
-"""``fakegpu scenario``: run scripted scenario files (``run``) or list a catalog of them (``list``)."""
+"""``fakegpu scenario``: run scripted scenario files (``run``) or list a catalog of them (``list``).
+
+``run`` takes files, directories (their ``*.yaml`` files, sorted) and names of shipped scenarios; several
+files end with a summary line. On a terminal a progress line (steps done, rate) sits under the step lines
+while the run goes on (``fakegpu.cli.progress``); elsewhere a plain progress line every 10 s of a long run.
+Exit status: 0 all passed, 1 an expectation failed, 2 a bad file, 3 no daemon on ``--socket``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import sys
 from importlib.resources import files
 from pathlib import Path
+from typing import TextIO, cast
 
+from fakegpu.cli.progress import progress
 from fakegpu.sharing.errors import SpecError
-from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_PASS, load_scenario, run_files
+from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_PASS, Scenario, load_scenario, run_files
+from fakegpu.testing.scenario.run_count import RunCount
+from fakegpu.testing.scenario.runner import scenario_files
 
 CATALOG = Path(str(files("fakegpu") / "scenarios"))
 """The scenarios shipped with fakegpu (``scenarios/`` of the repository, package data once installed), so
@@ -21,13 +32,17 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     """Add ``scenario run FILE...`` and ``scenario list [PATH...]`` to the top-level subparsers."""
     scenario = sub.add_parser("scenario", help="run scripted scenarios against the kubelet emulator and the plugins")
     actions = scenario.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
-    run = actions.add_parser("run", help="run scenario files; exit 0 all passed, 1 an expectation failed, 2 bad file")
+    run = actions.add_parser(
+        "run",
+        help="run scenario files; exit 0 all passed, 1 an expectation failed, 2 bad file, 3 no daemon on --socket",
+    )
     run.add_argument(
         "files",
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="scenario files, or names of the scenarios shipped with fakegpu (see: fakegpu scenario list)",
+        help="scenario files, directories (every *.yaml in them, sorted), or names of the scenarios shipped "
+        "with fakegpu (see: fakegpu scenario list)",
     )
     run.add_argument(
         "-v", "--verbose", action="store_true", help="show the kubelet emulator's and the plugins' logs on stderr"
@@ -49,11 +64,12 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
 
 
-def _files(paths: list[Path]) -> list[Path]:
-    out: list[Path] = []
-    for p in paths or [CATALOG]:
-        out.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
-    return out
+def _steps(scenario: Scenario) -> str:
+    """The step column of ``list``: a node expected to fail at start has no steps, its start is the check."""
+    if scenario.expect_start_error is not None:
+        return "start error"
+    n = len(scenario.steps)
+    return f"{n} step" + ("" if n == 1 else "s")
 
 
 def catalog_file(path: Path) -> Path:
@@ -71,25 +87,54 @@ def catalog_file(path: Path) -> Path:
 
 def _list(paths: list[Path]) -> int:
     status = EXIT_PASS
-    files = _files(paths)
-    if not files:
-        print(f"fakegpu: error: no scenario files in {', '.join(str(p) for p in paths or [CATALOG])}", file=sys.stderr)
-        return EXIT_BAD_FILE
-    rows: list[tuple[str, str, int, str]] = []
-    for path in files:
+    rows: list[tuple[str, str, str, str]] = []
+    for path in scenario_files(paths or [CATALOG]):
         try:
+            if isinstance(path, SpecError):
+                raise path
             s = load_scenario(path)
         except SpecError as exc:
             print(f"fakegpu: error: {exc}", file=sys.stderr)
             status = EXIT_BAD_FILE
             continue
         shown = path.stem if not paths else str(path)  # a shipped scenario is run by its name
-        rows.append((shown, s.issue, len(s.steps), s.name))
-    file_width = max((len(r[0]) for r in rows), default=0)
-    issue_width = max((len(r[1]) for r in rows), default=0)
+        rows.append((shown, s.issue, _steps(s), s.name))
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
     for file, issue, steps, name in rows:
-        print(f"{file:<{file_width}}  {issue:<{issue_width}}  {steps:>3} steps  {name}")
+        print(f"{file:<{widths[0]}}  {issue:<{widths[1]}}  {steps:>{widths[2]}}  {name}")
     return status
+
+
+class _LineClearing(io.TextIOBase):
+    """The run's output on a terminal that also shows the progress line: each new line first erases the
+    progress line, which is drawn again under it on the next tick."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._at_line_start = True
+
+    def write(self, text: str) -> int:
+        if text and self._at_line_start:
+            self._stream.write("\r\x1b[K")
+        if text:
+            self._at_line_start = text.endswith("\n")
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    count = RunCount()
+    # The progress line is drawn on stderr; lines written to the same terminal erase it first.
+    shared = sys.stderr.isatty() and sys.stdout.isatty()
+    out = cast(TextIO, _LineClearing(sys.stdout)) if shared else sys.stdout
+    err = cast(TextIO, _LineClearing(sys.stderr)) if sys.stderr.isatty() else sys.stderr
+    async with progress(sys.stderr, "scenario steps", count.read):
+        return await run_files([catalog_file(f) for f in args.files], out, err, socket=args.socket, count=count)
 
 
 def run_scenario_command(args: argparse.Namespace) -> int:
@@ -102,6 +147,6 @@ def run_scenario_command(args: argparse.Namespace) -> int:
         # the runner's own messages unless asked.
         root.setLevel(logging.CRITICAL)
     try:
-        return asyncio.run(run_files([catalog_file(f) for f in args.files], sys.stdout, sys.stderr, socket=args.socket))
+        return asyncio.run(_run(args))
     finally:
         root.setLevel(level)

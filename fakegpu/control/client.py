@@ -10,6 +10,14 @@ from typing import Any
 
 from fakegpu.control.protocol import MAX_RESPONSE, AdminError, encode, read_answer
 
+EXIT_NO_DAEMON = 3
+"""The exit status of every command that finds no daemon on the admin socket (``ctl``, ``scenario run
+--socket``): a script can tell "nothing to talk to" (start one) from a refused request (1) or bad usage (2)."""
+
+
+class NoDaemonError(AdminError):
+    """Nothing listens on the admin socket (no such file, or connection refused)."""
+
 
 async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: float = 60.0) -> Any:
     """Send one request; the result, or AdminError with the daemon's text or why nobody answered."""
@@ -17,7 +25,7 @@ async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: f
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_RESPONSE), timeout)
     except (FileNotFoundError, ConnectionRefusedError):
-        raise AdminError(f"no fakegpu daemon is listening on {path}") from None
+        raise NoDaemonError(f"no fakegpu daemon is listening on {path}") from None
     except PermissionError:
         raise AdminError(
             f"permission denied on {path}: the admin socket is owner-only; run as the daemon's user or root"

@@ -2,6 +2,10 @@
 
 The demo, the pytest plugin and the integration tests all use it, so they exercise the real servers
 over real Unix sockets exactly as a kubelet would.
+
+Its actions return only once the kubelet has seen their effect (``set_health``, ``inject_xid``,
+``reload``, ``restart_plugins``, ``end_streams``): the plugins push device updates in their own tasks, so a
+check made right after a plain inventory change would read the kubelet's old state and could pass on it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.sharing.bug_modes import parse_bug_modes
+from fakegpu.sharing.faults import FaultSpec, PlannedFault
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.inventory import Inventory
@@ -115,6 +120,33 @@ class FakeNode:
         """Wait until the kubelet's capacity and allocatable match the inventory; returns seconds."""
         return await self.kubelet.wait_for(self.synced, timeout, "the kubelet to see every fake device")
 
+    def kubelet_current(self) -> bool:
+        """True when the kubelet has seen the plugins' current devices: every resource it holds a live
+        ListAndWatch stream for shows the health the plugins advertise now, and it holds no live stream of
+        a resource the plugins no longer serve. Resources without a live stream (ended streams, a failed
+        registration, the grace period) have nothing on the way, so they do not count."""
+        for name, state in self.kubelet.manager.resources.items():
+            if state.endpoint is None:
+                continue
+            server = self.plugins.servers.get(name)
+            resource = self.live.resource(name)
+            if server is None or not server.running or resource is None:
+                return False  # the stream's end has not reached the kubelet yet
+            want = {d.id: d.health for d in resource.devices}
+            got = {i: d.health for i, d in state.devices.items()}
+            if got != want:
+                return False
+        return True
+
+    async def wait_kubelet_current(self, timeout: float = 5.0, what: str = "the change") -> float:
+        """Wait until :meth:`kubelet_current`; returns seconds; TimeoutError naming ``what`` and the last view."""
+        try:
+            return await self.kubelet.wait_for(self.kubelet_current, timeout, f"the kubelet to see {what}")
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"{exc}; kubelet allocatable {self.allocatable()}, plugins {self.expected()[1]}"
+            ) from None
+
     def capacity(self) -> dict[str, int]:
         return self.kubelet.capacity()
 
@@ -138,9 +170,40 @@ class FakeNode:
     def delete_pod(self, uid: str) -> None:
         self.kubelet.delete_pod(uid)
 
-    def set_health(self, target: str, healthy: bool) -> list[str]:
-        """Mark a device, a GPU (UUID or index) and everything on it healthy or unhealthy."""
-        return self.live.set_health(target, healthy)
+    async def set_health(self, target: str, healthy: bool, timeout: float = 5.0) -> list[str]:
+        """Mark a device, a GPU (UUID or index) and everything on it healthy or unhealthy; returns the
+        advertised IDs changed, once the kubelet shows the new health (``node.live.set_health`` does not wait)."""
+        changed = self.live.set_health(target, healthy)
+        await self.wait_kubelet_current(timeout, f"{target} {'healthy' if healthy else 'unhealthy'}")
+        return changed
+
+    async def inject_xid(self, target: str, xid: int, timeout: float = 5.0) -> list[str]:
+        """An XID event (unhealthy unless the XID policy ignores it); returns the IDs changed, once the
+        kubelet shows it."""
+        changed = self.live.inject_xid(target, xid)
+        await self.wait_kubelet_current(timeout, f"XID {xid} on {target}")
+        return changed
+
+    def fault(self, rpc: str, spec: FaultSpec) -> PlannedFault:
+        """The next ``spec.times`` calls of ``rpc`` fail or stall. In effect on return: the plugins consult
+        the plan on every call, so the next RPC the kubelet makes sees it."""
+        return self.live.faults.inject(rpc, spec)
+
+    async def end_streams(self, resource: str, timeout: float = 5.0) -> int:
+        """End the ListAndWatch streams of ``resource`` while it keeps serving; returns how many ended,
+        once the kubelet has seen them end (its devices unhealthy, allocatable 0). KeyError for a resource
+        not served."""
+        server = self.plugins.servers[resource]
+        held = self.kubelet.manager.resources.get(resource)
+        endpoint = held.endpoint if held is not None else None
+        ended = server.service.end_streams()
+        if endpoint is not None:
+            await self.kubelet.wait_for(
+                lambda: held is None or held.endpoint is not endpoint,
+                timeout,
+                f"the kubelet to see the ListAndWatch streams of {resource} end",
+            )
+        return ended
 
     async def restart_kubelet(self, timeout: float = 5.0) -> float:
         """Restart the kubelet emulator; returns seconds from its new start until every resource is
@@ -157,18 +220,43 @@ class FakeNode:
         )
         return time.monotonic() - started
 
-    async def restart_plugins(self, timeout: float = 5.0) -> float:
+    async def stop_plugins(self, timeout: float = 5.0) -> None:
+        """Stop every plugin server; returns once the kubelet has seen their streams end."""
+        held = [(s, s.endpoint) for s in self.kubelet.manager.resources.values() if s.endpoint is not None]
         await self.plugins.stop()
+        if self.kubelet.running:
+            await self.kubelet.wait_for(
+                lambda: all(state.endpoint is not endpoint for state, endpoint in held),
+                timeout,
+                "the kubelet to see the plugins' streams end",
+            )
+
+    async def start_plugins(self, timeout: float = 5.0) -> None:
+        """Start the plugin servers (they register as their mode says); returns once the kubelet holds the
+        devices of every plugin it accepted (a registration refused or faulted leaves nothing to wait for)."""
         if "random-device-ids" in self.bug_modes:
             self.inputs = dataclasses.replace(self.inputs, id_salt=uuid.uuid4().hex)
             self.live.replace(load_inventory(self.inputs))
-        started = time.monotonic()
         await self.plugins.start()
+        if self.kubelet.running:
+            await self.wait_kubelet_current(timeout, "the plugins' devices")
+
+    async def restart_plugins(self, timeout: float = 5.0) -> float:
+        """Stop and start the plugins; returns seconds from the start until the kubelet has every device."""
+        await self.stop_plugins(timeout)
+        started = time.monotonic()
+        await self.start_plugins(timeout)
         await self.wait_synced(timeout)
         return time.monotonic() - started
 
-    async def reload(self) -> bool:
-        return await self.plugins.reload()
+    async def reload(self, timeout: float = 5.0) -> bool:
+        """Reload the inventory from ``inputs`` (the config manager's SIGHUP); True when accepted, then only
+        once the kubelet has seen the new devices and the end of the resources that went away."""
+        if not await self.plugins.reload():
+            return False
+        if self.kubelet.running:
+            await self.wait_kubelet_current(timeout, "the reloaded inventory")
+        return True
 
     async def settle(self, seconds: float = 0.05) -> None:
         await asyncio.sleep(seconds)

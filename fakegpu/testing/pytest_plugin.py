@@ -6,7 +6,8 @@ Fixtures:
 - ``fakegpu_node``: an async factory (:class:`~fakegpu.testing.FakeNodeFactory`);
   ``node = await fakegpu_node(gpus="8xh100-80gb", config={...})`` starts a kubelet emulator and
   fakegpu's device plugins and waits until the kubelet sees every device. The node offers
-  ``capacity()``, ``allocatable()``, ``run_pod()``, ``set_health()``, ``restart_kubelet()`` and more; it is
+  ``capacity()``, ``allocatable()``, ``run_pod()``, ``await set_health()``, ``restart_kubelet()`` and more
+  (each action returns once the kubelet has seen its effect, so a test can assert right after it); it is
   stopped when the test ends.
 
 Needs pytest-asyncio (``pip install 'fakegpu[pytest]'``). pytest loads this module in every run of every

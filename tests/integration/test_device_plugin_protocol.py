@@ -108,17 +108,17 @@ async def test_health_change_is_pushed(fakegpu_node, timing):
     assert node.plugins.servers[GPU].service.sends == sends, "ListAndWatch must not resend without a change"
     gpu = node.inventory.node.gpus[2].uuid
     with timing.at_most(0.5, "the health change to reach the kubelet"):
-        node.set_health("2", False)
+        await node.set_health("2", False)
         await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 3}, 5.0)
     assert node.capacity() == {GPU: 4}
     assert node.kubelet.devices(GPU)[gpu] == "Unhealthy"
-    node.set_health(gpu, True)
+    await node.set_health(gpu, True)
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 1.0)
 
 
 async def test_unhealthy_gpu_takes_all_its_replicas(fakegpu_node):
     node = await fakegpu_node("2xa100-40gb", config=ts(4))
-    node.set_health("0", False)
+    await node.set_health("0", False)
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 1.0)
 
 
@@ -130,7 +130,7 @@ async def test_concurrent_list_and_watch_streams(fakegpu_node):
         streams = [stub.ListAndWatch(api_pb2.Empty()) for _ in range(5)]
         firsts = [await s.read() for s in streams]
         assert all(isinstance(f, api_pb2.ListAndWatchResponse) and len(f.devices) == 2 for f in firsts)
-        node.set_health("1", False)
+        await node.set_health("1", False)
         seconds = [await asyncio.wait_for(s.read(), 2.0) for s in streams]
         assert all(
             isinstance(m, api_pb2.ListAndWatchResponse) and [d.health for d in m.devices] == ["Healthy", "Unhealthy"]
@@ -427,9 +427,9 @@ async def test_health_changes_are_logged_with_nvidias_lines(fakegpu_node, caplog
     caplog.set_level("INFO", logger="fakegpu.fakeplugin.device_plugin_service")
     node = await fakegpu_node("2xl4")
     g1 = node.inventory.node.gpus[1].uuid
-    node.set_health("1", False)
+    await node.set_health("1", False)
     await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 1, 5.0, "GPU 1 unhealthy")
-    node.set_health("1", True)
+    await node.set_health("1", True)
     await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 2, 5.0, "GPU 1 healthy again")
     lines = [r.getMessage() for r in caplog.records if r.name == "fakegpu.fakeplugin.device_plugin_service"]
     assert lines.count(f"'nvidia.com/gpu' device marked unhealthy: {g1}") == 1

@@ -260,7 +260,7 @@ async def test_every_fake_node_has_its_own_registry(fakegpu_node):
     a = await fakegpu_node("2xa100-40gb", node_name="a")
     b = await fakegpu_node("1xt4", node_name="b")
     assert a.plugins.metrics.registry is not b.plugins.metrics.registry
-    a.set_health("0", healthy=False)
+    await a.set_health("0", healthy=False)
     assert (
         a.plugins.metrics.registry.get_sample_value(
             "fakegpu_device_plugin_devices", {"resource": GPU, "health": "Unhealthy"}

@@ -96,7 +96,7 @@ async def test_get_allocatable_resources_lists_healthy_devices(fakegpu_node):
     got = sorted((d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes)) for d in answer.devices)
     assert got == sorted((GPU, (g.uuid,), (g.numa,)) for g in gpus)
     assert list(answer.cpu_ids) == [] and list(answer.memory) == []
-    node.set_health(gpus[3].uuid, False)
+    await node.set_health(gpus[3].uuid, False)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 3, what="GPU 3 unhealthy")
     answer = await call(node, "GetAllocatableResources", pr.AllocatableResourcesRequest())
     assert gpus[3].uuid not in {i for d in answer.devices for i in d.device_ids}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.main import main
+from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.testing.fake_node import FakeNode
@@ -158,12 +159,14 @@ async def test_expect_start_error_is_refused_in_socket_mode(root):
     ]
 
 
-async def test_an_unreachable_socket_exits_2_with_one_line(root):
+async def test_an_unreachable_socket_exits_no_daemon_with_one_line(root):
+    """Exit 3 (EXIT_NO_DAEMON), the status ``fakegpu ctl`` gives when nothing listens, and how to start one."""
     socket = root / "nobody.sock"
     status, out, err = await run(scenario(root, "  - xid: {gpu: 0, xid: 94}\n"), socket)
-    assert status == EXIT_BAD_FILE
+    assert status == EXIT_NO_DAEMON == 3
     assert len(err.splitlines()) == 1
     assert err.startswith("fakegpu: error: ") and f"no fakegpu daemon is listening on {socket}" in err
+    assert f"fakegpu plugin --admin-socket {socket}" in err
     assert "Traceback" not in out + err and " PASS" not in out
 
 
@@ -173,6 +176,6 @@ def test_the_cli_takes_socket(root, capsys):
     assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
     assert "step 0 (allocate) needs the embedded kubelet emulator" in capsys.readouterr().err
     path = scenario(root, "  - wait: 0\n")
-    assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_BAD_FILE
+    assert main(["scenario", "run", str(path), "--socket", str(socket)]) == EXIT_NO_DAEMON
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"no fakegpu daemon is listening on {socket}" in err

@@ -98,7 +98,7 @@ async def test_expected_start_error_that_does_not_happen_exits_1(tmp_path):
     [
         (
             "steps:\n  - wait: 0\n  - explode: {now: true}\n",
-            "s.yaml: steps[1]: unknown step kind 'explode'; expected one of: expect, xid,",
+            "s.yaml: steps[1]: unknown step kind 'explode'; expected one of: expect, expect_now, xid,",
         ),
         (
             "steps:\n  - wait: 0\n  - wait: 0\n  - wait: 0\n"

@@ -155,7 +155,7 @@ async def test_concurrent_list_and_watch_streams_all_see_a_health_change(
         await node.kubelet.wait_for(lambda: server.service.streams == open_before + count, 5.0, "every stream open")
 
         changed_at = time.perf_counter()
-        node.set_health("0", healthy=False)
+        node.live.set_health("0", healthy=False)
 
         async def change(i: int) -> tuple[dp.ListAndWatchResponse, float]:
             message = await asyncio.wait_for(streams[i].read(), CALL_TIMEOUT)

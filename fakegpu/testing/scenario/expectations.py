@@ -1,4 +1,5 @@
-"""The checks of an ``expect`` step: each returns the mismatches as ``what: expected X, got Y`` lines."""
+"""The checks of an ``expect`` or ``expect_now`` step: each returns the mismatches as
+``what: expected X, got Y`` lines."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from fakegpu.kubelet.checkpoint import CheckpointError
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import load_labels
 from fakegpu.testing.fake_node import FakeNode
-from fakegpu.testing.scenario.model import EnvExpect, ExpectArgs
+from fakegpu.testing.scenario.model import Checks, EnvExpect
 
 ABSENT = "absent"
 
@@ -94,7 +95,7 @@ def _serving(node: FakeNode, names: list[str]) -> list[str]:
     return [f"serving: expected plugin servers for {missing}, got {running}"] if missing else []
 
 
-def check(node: FakeNode, expect: ExpectArgs, pod_devices: Mapping[str, Set[str]]) -> list[str]:
+def check(node: FakeNode, expect: Checks, pod_devices: Mapping[str, Set[str]]) -> list[str]:
     """Every mismatch between ``expect`` and the node now; empty when all hold."""
     problems: list[str] = []
     capacity, allocatable = node.capacity(), node.allocatable()
@@ -117,7 +118,7 @@ def check(node: FakeNode, expect: ExpectArgs, pod_devices: Mapping[str, Set[str]
     return problems
 
 
-def describe(expect: ExpectArgs) -> str:
+def describe(expect: Checks) -> str:
     """A short one-line summary of what is checked."""
     parts = []
     if expect.capacity is not None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from fakegpu.control.client import admin_call
+from fakegpu.control.client import NoDaemonError, admin_call
 from fakegpu.control.protocol import AdminError
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario.model import (
@@ -39,8 +39,13 @@ from fakegpu.testing.scenario.output import (
     detail_lines,
     step_line,
 )
+from fakegpu.testing.scenario.run_count import RunCount
 
 _EMULATOR_ONLY = "needs the embedded kubelet emulator; run without --socket"
+
+
+class DaemonNotFound(Exception):
+    """Nothing listens on the admin socket: the run exits ``EXIT_NO_DAEMON``, as ``fakegpu ctl`` does."""
 
 
 def _live_capable(step: Step) -> bool:
@@ -65,10 +70,11 @@ def check_live(scenario: Scenario) -> None:
 
 
 class LiveScenarioRun:
-    def __init__(self, scenario: Scenario, socket: Path, out: TextIO) -> None:
+    def __init__(self, scenario: Scenario, socket: Path, out: TextIO, count: RunCount | None = None) -> None:
         self.scenario = scenario
         self.socket = socket
         self.out = out
+        self.count = count or RunCount()
 
     async def _call(self, op: str, **args: Any) -> Any:
         return await admin_call(self.socket, op, **args)
@@ -80,6 +86,11 @@ class LiveScenarioRun:
         began = time.monotonic()
         try:
             status = await asyncio.wait_for(self._call("status"), STEP_TIMEOUT)
+        except NoDaemonError as exc:
+            raise DaemonNotFound(
+                f"{s.path}: {exc}; start one with an admin socket: fakegpu plugin --admin-socket {self.socket} "
+                f"(or fakegpu dra --admin-socket {self.socket})"
+            ) from None
         except (AdminError, TimeoutError) as exc:
             reason = str(exc) or f"no answer within {STEP_TIMEOUT:.0f} s"
             raise SpecError(s.path, f"cannot use the admin socket {self.socket}: {reason}") from None
@@ -114,6 +125,7 @@ class LiveScenarioRun:
                 return EXIT_FAIL
             shown = f"{text}: {note}" if note else text
             step_line(self.out, str(index), kind, shown, time.monotonic() - started, "PASS")
+            self.count.steps_done += 1
         return EXIT_PASS
 
     async def _execute(self, step: Step) -> str:
@@ -140,7 +152,7 @@ class LiveScenarioRun:
         raise AssertionError(f"step {step!r} cannot run against a live daemon")  # pragma: no cover
 
 
-async def run_live_scenario(scenario: Scenario, socket: Path, out: TextIO) -> int:
+async def run_live_scenario(scenario: Scenario, socket: Path, out: TextIO, count: RunCount | None = None) -> int:
     """Run one parsed scenario against the daemon on ``socket``; SpecError (exit 2) for a step it cannot
-    run or a daemon that does not answer."""
-    return await LiveScenarioRun(scenario, socket, out).run()
+    run or a daemon that does not answer, DaemonNotFound when nothing listens on ``socket``."""
+    return await LiveScenarioRun(scenario, socket, out, count).run()

@@ -154,7 +154,13 @@ class EnvExpect(_Model):
         return self
 
 
-class ExpectArgs(_Model):
+EXPECT_TIMEOUT = 5.0
+"""Seconds an ``expect`` step waits for its checks to hold unless its ``within`` says otherwise."""
+
+
+class Checks(_Model):
+    """What an ``expect`` or ``expect_now`` step checks (at least one)."""
+
     capacity: dict[str, int] | None = None
     allocatable: dict[str, int] | None = None
     resources_absent: list[str] | None = None
@@ -163,10 +169,9 @@ class ExpectArgs(_Model):
     checkpoint_pods: list[str] | None = None
     same_devices: list[str] | None = Field(None, min_length=2)
     serving: list[str] | None = None
-    within: float = Field(2.0, ge=0, le=60)
 
     @model_validator(mode="after")
-    def _checks_something(self) -> ExpectArgs:
+    def _checks_something(self) -> Checks:
         checks = (
             self.capacity,
             self.allocatable,
@@ -185,9 +190,21 @@ class ExpectArgs(_Model):
         return self
 
 
+class ExpectArgs(Checks):
+    """An ``expect`` step: an eventually check, polled until every check holds or ``within`` seconds pass."""
+
+    within: float = Field(EXPECT_TIMEOUT, ge=0, le=60)
+
+
 # -- one wrapper model per step kind: the YAML step is a mapping with exactly that one key --------
 class ExpectStep(_Model):
     expect: ExpectArgs
+
+
+class ExpectNowStep(_Model):
+    """``expect_now``: the checks must hold at once (no waiting): for a state that must already be there."""
+
+    expect_now: Checks
 
 
 class XidStep(_Model):
@@ -236,6 +253,7 @@ class WaitStep(_Model):
 
 Step = (
     ExpectStep
+    | ExpectNowStep
     | XidStep
     | HealthStep
     | FaultStep
@@ -251,6 +269,7 @@ Step = (
 
 STEP_KINDS: dict[str, type[Step]] = {
     "expect": ExpectStep,
+    "expect_now": ExpectNowStep,
     "xid": XidStep,
     "health": HealthStep,
     "fault": FaultStep,

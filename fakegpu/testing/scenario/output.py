@@ -12,6 +12,7 @@ from fakegpu.testing.scenario.model import (
     DeleteCheckpointStep,
     DeletePodStep,
     EndStreamsStep,
+    ExpectNowStep,
     ExpectStep,
     FaultStep,
     HealthStep,
@@ -25,6 +26,7 @@ from fakegpu.testing.scenario.model import (
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_BAD_FILE = 2
+# EXIT_NO_DAEMON (3, from fakegpu.control.client): --socket names a socket nobody listens on
 STEP_TIMEOUT = 30.0
 POLL_INTERVAL = 0.01
 _TEXT_WIDTH = 72
@@ -52,6 +54,8 @@ def describe_step(step: Step) -> str:
     """What a step does, for its output line."""
     match step:
         case ExpectStep(expect=e):
+            return describe(e)
+        case ExpectNowStep(expect_now=e):
             return describe(e)
         case XidStep(xid=x):
             return f"XID {x.xid} on {_target_name(x.gpu, x.device)}"

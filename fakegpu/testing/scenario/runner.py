@@ -1,5 +1,10 @@
 """Runs a scenario: a FakeNode (kubelet emulator + fakegpu's real plugins over Unix sockets) and its steps.
 
+No step can pass on stale state: an inject step (``xid``, ``health``, ``end_streams``, ``restart: plugins``,
+``reconfigure``) returns only once the kubelet emulator has seen its effect (the FakeNode's actions wait for
+the device update to reach it), and ``expect`` is an eventually check that fails with what it waited for and
+the last values seen; ``expect_now`` checks at once.
+
 Each step prints one line: its number, kind, what it did, the milliseconds it took and PASS or FAIL.
 The first failing step stops the scenario and prints what was expected and what the node showed.
 Exit status: 0 every step passed, 1 an expectation failed, 2 a bad file (or a step naming a GPU, device,
@@ -20,20 +25,24 @@ from typing import Any, TextIO
 
 import yaml
 
+from fakegpu.control.client import EXIT_NO_DAEMON
+from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
 from fakegpu.testing.fake_node import FakeNode
-from fakegpu.testing.scenario.expectations import check
-from fakegpu.testing.scenario.live import run_live_scenario
+from fakegpu.testing.scenario.expectations import check, describe
+from fakegpu.testing.scenario.live import DaemonNotFound, run_live_scenario
 from fakegpu.testing.scenario.model import (
     AdvanceClockStep,
     AllocateArgs,
     AllocateStep,
+    Checks,
     DeleteCheckpointStep,
     DeletePodStep,
     EndStreamsStep,
     ExpectArgs,
+    ExpectNowStep,
     ExpectStep,
     FaultStep,
     HealthStep,
@@ -58,6 +67,7 @@ from fakegpu.testing.scenario.output import (
     detail_lines,
     step_line,
 )
+from fakegpu.testing.scenario.run_count import RunCount
 
 
 class StepFailed(Exception):
@@ -103,9 +113,10 @@ def node_inputs(root: Path, spec: NodeModel) -> InventoryInputs:
 
 
 class ScenarioRun:
-    def __init__(self, scenario: Scenario, out: TextIO) -> None:
+    def __init__(self, scenario: Scenario, out: TextIO, count: RunCount | None = None) -> None:
         self.scenario = scenario
         self.out = out
+        self.count = count or RunCount()
         self.node: FakeNode | None = None
         self.root = Path(tempfile.mkdtemp(prefix="fgs-", dir="/tmp"))
         self.pod_devices: dict[str, set[str]] = {}
@@ -137,7 +148,9 @@ class ScenarioRun:
                 await self.node.stop()
             shutil.rmtree(self.root, ignore_errors=True)
         took = time.monotonic() - began
-        if status == EXIT_PASS:
+        if status == EXIT_PASS and s.expect_start_error is not None:
+            self.out.write(f"PASS {s.name}: failed to start as expected in {took:.2f} s\n")
+        elif status == EXIT_PASS:
             self.out.write(f"PASS {s.name}: start and {len(s.steps)} step(s) in {took:.2f} s\n")
         elif status == EXIT_FAIL:
             self.out.write(f"FAIL {s.name} after {took:.2f} s\n")
@@ -158,14 +171,15 @@ class ScenarioRun:
                 self._line(str(index), kind, text, self._since(started), "FAIL")
                 self._details(exc.details)
                 return EXIT_FAIL
-            except TimeoutError:
+            except TimeoutError as exc:
                 self._line(str(index), kind, text, self._since(started), "FAIL")
-                self._details([f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
+                self._details([str(exc) or f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
                 return EXIT_FAIL
             except BadReference as exc:
                 self._line(str(index), kind, text, self._since(started), "ERROR")
                 raise SpecError(self.scenario.path, str(exc), f"steps[{index}].{kind}") from None
             self._line(str(index), kind, f"{text}: {note}" if note else text, self._since(started), "PASS")
+            self.count.steps_done += 1
         return EXIT_PASS
 
     @staticmethod
@@ -226,20 +240,22 @@ class ScenarioRun:
         match step:
             case ExpectStep(expect=e):
                 return await self._expect(node, e)
+            case ExpectNowStep(expect_now=e):
+                return self._expect_now(node, e)
             case XidStep(xid=x):
                 try:
-                    changed = node.live.inject_xid(x.target, x.xid)
+                    changed = await node.inject_xid(x.target, x.xid)
                 except UnknownDeviceError as exc:
                     raise BadReference(str(exc)) from None
                 return f"{len(changed)} device(s) unhealthy" if changed else "ignored by the XID policy"
             case HealthStep(health=h):
                 try:
-                    changed = node.live.set_health(h.target, h.healthy)
+                    changed = await node.set_health(h.target, h.healthy)
                 except UnknownDeviceError as exc:
                     raise BadReference(str(exc)) from None
                 return f"{len(changed)} device(s)"
             case FaultStep(fault=f):
-                node.live.faults.inject(f.rpc, f)
+                node.fault(f.rpc, f)
                 return ""
             case AllocateStep(allocate=a):
                 return await self._allocate(node, a)
@@ -254,14 +270,13 @@ class ScenarioRun:
                 await node.kubelet.start()
                 return "restarted"
             case RestartStep():
-                await node.plugins.stop()
-                await node.plugins.start()
+                await node.stop_plugins()
+                await node.start_plugins()
                 return f"serving {', '.join(node.plugins.servers)}"
             case EndStreamsStep(end_streams=name):
-                server = node.plugins.servers.get(name)
-                if server is None:
+                if name not in node.plugins.servers:
                     raise BadReference(f"no plugin serves {name!r}; serving: {', '.join(node.plugins.servers)}")
-                return f"{server.service.end_streams()} stream(s) ended"
+                return f"{await node.end_streams(name)} stream(s) ended"
             case AdvanceClockStep(advance_clock=seconds):
                 node.kubelet.clock.advance(seconds)
                 return ""
@@ -278,14 +293,23 @@ class ScenarioRun:
         raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
 
     async def _expect(self, node: FakeNode, expect: ExpectArgs) -> str:
-        deadline = time.monotonic() + expect.within
+        """Poll until every check holds; on timeout fail with what was awaited and the last values seen."""
+        started = time.monotonic()
+        deadline = started + expect.within
         while True:
             problems = check(node, expect, self.pod_devices)
             if not problems:
-                return ""
+                waited = time.monotonic() - started
+                return "held at once" if waited < POLL_INTERVAL else f"held after {waited * 1000:.0f} ms"
             if time.monotonic() >= deadline:
-                raise StepFailed([f"still not true after {expect.within:g} s:", *problems])
+                raise StepFailed([f"waited {expect.within:g} s for: {describe(expect)}", "last seen:", *problems])
             await asyncio.sleep(POLL_INTERVAL)
+
+    def _expect_now(self, node: FakeNode, checks: Checks) -> str:
+        problems = check(node, checks, self.pod_devices)
+        if problems:
+            raise StepFailed([f"expected now: {describe(checks)}", *problems])
+        return ""
 
     async def _allocate(self, node: FakeNode, a: AllocateArgs) -> str:
         pod = a.pod
@@ -337,32 +361,75 @@ class ScenarioRun:
         return f"rejected as expected, still serving {', '.join(node.plugins.wanted())}"
 
 
-async def run_scenario(scenario: Scenario, out: TextIO) -> int:
+async def run_scenario(scenario: Scenario, out: TextIO, count: RunCount | None = None) -> int:
     """Run one parsed scenario; raises SpecError (exit 2) for a step naming what the node lacks."""
-    return await ScenarioRun(scenario, out).run()
+    return await ScenarioRun(scenario, out, count).run()
 
 
-async def run_files(paths: Sequence[str | Path], out: TextIO, err: TextIO, socket: str | Path | None = None) -> int:
-    """Run every file; bad files print one ``fakegpu: error:`` line on ``err``. Returns the worst exit status.
+def scenario_files(paths: Sequence[str | Path]) -> list[Path | SpecError]:
+    """Each path, a directory replaced by its ``*.yaml`` files in name order (a directory without any is a
+    SpecError in its place, reported like a bad file)."""
+    out: list[Path | SpecError] = []
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            out.append(path)
+            continue
+        found = sorted(p for p in path.glob("*.yaml") if p.is_file())
+        out.extend(found or [SpecError(str(path), "no scenario files (*.yaml) in this directory")])
+    return out
+
+
+async def run_files(
+    paths: Sequence[str | Path],
+    out: TextIO,
+    err: TextIO,
+    socket: str | Path | None = None,
+    count: RunCount | None = None,
+) -> int:
+    """Run every file (a directory: its ``*.yaml`` files, sorted); bad files print one ``fakegpu: error:``
+    line on ``err``. Returns the worst exit status; several files end with a summary line.
 
     With ``socket`` (a live daemon's admin socket) no node is started: the inject steps are sent to the
-    daemon (``fakegpu.testing.scenario.live``), and a file with a step that needs the kubelet emulator is bad.
+    daemon (``fakegpu.testing.scenario.live``), and a file with a step that needs the kubelet emulator is bad;
+    no daemon on ``socket`` is ``EXIT_NO_DAEMON``. ``count`` is kept up to date for a progress line.
     """
-    statuses: list[int] = []
-    for path in paths:
+    count = count if count is not None else RunCount()
+    face = DEVICE_PLUGIN_FAULTS if socket is None else None
+    loaded: list[Scenario | SpecError] = []
+    for entry in scenario_files(paths):
         try:
+            loaded.append(entry if isinstance(entry, SpecError) else load_scenario(entry, face=face))
+        except SpecError as exc:
+            loaded.append(exc)
+    count.files_total = len(loaded)
+    count.steps_total = sum(len(s.steps) for s in loaded if isinstance(s, Scenario))
+    statuses: list[int] = []
+    for item in loaded:
+        try:
+            if isinstance(item, SpecError):
+                raise item
             if socket is None:
-                status = await run_scenario(load_scenario(path), out)
+                status = await run_scenario(item, out, count)
             else:
-                status = await run_live_scenario(load_scenario(path, face=None), Path(socket), out)
+                status = await run_live_scenario(item, Path(socket), out, count)
         except SpecError as exc:
             out.flush()
             err.write(f"fakegpu: error: {exc}\n")
             status = EXIT_BAD_FILE
+        except DaemonNotFound as exc:
+            out.flush()
+            err.write(f"fakegpu: error: {exc}\n")
+            status = EXIT_NO_DAEMON
         statuses.append(status)
+        count.files_done += 1
+        if isinstance(item, Scenario):
+            count.steps_done = sum(len(s.steps) for s in loaded[: count.files_done] if isinstance(s, Scenario))
     if len(statuses) > 1:
         passed = statuses.count(EXIT_PASS)
         failed = statuses.count(EXIT_FAIL)
         bad = statuses.count(EXIT_BAD_FILE)
-        out.write(f"{len(statuses)} scenario files: {passed} passed, {failed} failed, {bad} bad\n")
+        missing = statuses.count(EXIT_NO_DAEMON)
+        summary = f"{len(statuses)} scenario files: {passed} passed, {failed} failed, {bad} bad"
+        out.write(summary + (f", {missing} without a daemon" if missing else "") + "\n")
     return max(statuses, default=EXIT_PASS)
