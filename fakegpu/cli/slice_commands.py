@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fakegpu.cli.yaml_output import dump_yaml_documents
-from fakegpu.dra.device_classes import GPU_CLASS, MIG_CLASS, device_classes
+from fakegpu.dra.device_classes import device_classes
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
 from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR, SUPPORTED_API_VERSIONS
@@ -150,20 +150,8 @@ def render_slices(
     return render_objects(objects, fmt)
 
 
-def class_names(driver: str) -> tuple[str, str]:
-    """The whole-GPU and MIG DeviceClass names for ``driver``: NVIDIA's for ``gpu.nvidia.com``, and for
-    another driver the same pattern in its domain (``gpu.example.com``: ``gpu.example.com``, ``mig.example.com``),
-    so classes of two drivers never share a name."""
-    domain = driver.removeprefix("gpu.")
-    return f"gpu.{domain}", f"mig.{domain}"
-
-
 def render_device_classes(driver: str, api_version: str, extended_resource_name: str | None, fmt: str = "yaml") -> str:
-    classes = device_classes(driver, api_version, extended_resource_name)
-    renamed = dict(zip((GPU_CLASS, MIG_CLASS), class_names(driver), strict=True))
-    for c in classes:
-        c["metadata"]["name"] = renamed[c["metadata"]["name"]]
-    return render_objects(classes, fmt)
+    return render_objects(device_classes(driver, api_version, extended_resource_name), fmt)
 
 
 def render_objects(objects: list[dict[str, Any]], fmt: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from fakegpu.sharing.node_spec import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
+from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 
 
 def package_version() -> str:

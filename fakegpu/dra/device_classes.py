@@ -23,12 +23,21 @@ def selector_expression(driver: str, device_type: str) -> str:
     return f"device.driver == '{driver}' && device.attributes['{driver}'].type == '{device_type}'"
 
 
+def class_names(driver: str) -> tuple[str, str]:
+    """The whole-GPU and MIG DeviceClass names for ``driver``: NVIDIA's for ``gpu.nvidia.com``, and for
+    another driver the same pattern in its domain (``gpu.example.com``: ``gpu.example.com``,
+    ``mig.example.com``), so classes of two drivers never share a name."""
+    domain = driver.removeprefix("gpu.")
+    return f"gpu.{domain}", f"mig.{domain}"
+
+
 def device_classes(
     driver: str = "gpu.nvidia.com",
     api_version: str = "resource.k8s.io/v1",
     extended_resource_name: str | None = EXTENDED_RESOURCE_NAME,
 ) -> list[dict[str, Any]]:
-    """The ``gpu.nvidia.com`` and ``mig.nvidia.com`` DeviceClasses for ``driver``.
+    """The whole-GPU and MIG DeviceClasses for ``driver`` (``gpu.nvidia.com`` and ``mig.nvidia.com`` for
+    NVIDIA's driver name; ``class_names`` for another).
 
     ``extended_resource_name`` goes on the whole-GPU class only, and only for ``resource.k8s.io/v1``: as
     in NVIDIA's chart (its gpu.nvidia.com DeviceClass, since v25.12.0), pods asking for ``nvidia.com/gpu`` are
@@ -45,7 +54,7 @@ def device_classes(
     ):
         raise ValueError(f"extended resource name {extended_resource_name!r} must look like <domain>/<name>")
     classes = []
-    for name, device_type in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig")):
+    for name, device_type in zip(class_names(driver), ("gpu", "mig"), strict=True):
         spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector_expression(driver, device_type)}}]}
         if device_type == "gpu" and extended_resource_name and api_version == "resource.k8s.io/v1":
             spec["extendedResourceName"] = extended_resource_name

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fakegpu.sharing.catalog import CATALOG, lookup_model
+from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.errors import SpecError, from_validation_error
 from fakegpu.sharing.yaml_source import load_mapping
 
@@ -82,12 +83,6 @@ class GpuSpec(BaseModel):
                 if count < 0 or count > 8:
                     raise ValueError(f"count for profile {name} must be between 0 and 8, found {count}")
         return value
-
-
-DEFAULT_DRIVER_VERSION = "570.172.08"
-"""The NVIDIA driver a node spec emulates unless it says otherwise (``fakegpu --version`` prints it)."""
-DEFAULT_CUDA_DRIVER_VERSION = "12.8"
-"""The CUDA version that driver supports, as ``nvidia-smi`` and GFD's cuda labels report it."""
 
 
 class NodeSpec(BaseModel):

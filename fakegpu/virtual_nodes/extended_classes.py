@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME, GPU_CLASS, device_classes
+from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME, device_classes
 from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE
 from fakegpu.virtual_nodes.pools import GpuMode
 
@@ -103,7 +103,7 @@ def plan_classes(wanted: Sequence[Mapping[str, Any]], existing: Iterable[Mapping
                 plan.replace.append(_with_version(want, have))
         else:
             planned, theirs = _extended_name(want), _extended_name(have)
-            if name == GPU_CLASS and planned is not None and theirs != planned:
+            if planned is not None and theirs != planned:
                 plan.warnings.append(
                     f"DeviceClass {name} is not fakegpu's and was left alone, but its extendedResourceName is "
                     f"{theirs if theirs is not None else 'not set'}: {planned} requests will not be served "

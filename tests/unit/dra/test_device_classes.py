@@ -40,9 +40,10 @@ def test_nvidia_selectors():
     )
 
 
-def test_driver_name_is_substituted_in_the_selector_only():
+def test_another_driver_name_names_the_classes_in_its_domain_and_selects_its_devices():
+    """Classes of two drivers never share a name (issue 15: ``--driver-name`` must rename them)."""
     gpu, mig = device_classes(driver="gpu.fake.example.com")
-    assert [gpu["metadata"]["name"], mig["metadata"]["name"]] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert [gpu["metadata"]["name"], mig["metadata"]["name"]] == ["gpu.fake.example.com", "mig.fake.example.com"]
     expression = mig["spec"]["selectors"][0]["cel"]["expression"]
     assert expression == (
         "device.driver == 'gpu.fake.example.com' && device.attributes['gpu.fake.example.com'].type == 'mig'"
