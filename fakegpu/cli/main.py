@@ -16,6 +16,7 @@ from fakegpu.cli.ctl_command import add_ctl_parser, run_ctl
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
+from fakegpu.cli.kubelet_command import add_kubelet_parser, run_kubelet_command
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option, kubelet_target
 from fakegpu.cli.node_options import add_node_options, node_settings
 from fakegpu.cli.nvidia_smi_command import (
@@ -43,7 +44,6 @@ from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
-from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT, KubeletPaths
 from fakegpu.runtime.unix_socket import SocketPathError
@@ -123,14 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     add_dcgm_options(plugin)
     add_health_address_option(plugin)
 
-    kubelet = sub.add_parser("kubelet", help="run the kubelet emulator on its own")
-    kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
-    kubelet.add_argument(
-        "--grace-period",
-        type=float,
-        default=300.0,
-        help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
-    )
+    add_kubelet_parser(sub)
 
     dra = sub.add_parser("dra", help="run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin")
     add_inventory_options(dra)
@@ -248,7 +241,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "ctl":
         return run_ctl(args)
     if args.command == "kubelet":
-        return asyncio.run(run_kubelet(args.dir, args.grace_period))
+        return run_kubelet_command(args)
     if args.command == "scenario":
         return run_scenario_command(args)
     if args.command == "virtual-nodes":

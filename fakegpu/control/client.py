@@ -10,6 +10,18 @@ from typing import Any
 
 from fakegpu.control.protocol import MAX_RESPONSE, AdminError, encode, read_answer
 
+EXIT_NO_DAEMON = 3
+"""Exit status of a command that found no daemon on the admin socket (``fakegpu ctl``, ``scenario run
+--socket``): distinct from a refusal (1) and bad usage (2), so a script can start the daemon and retry."""
+
+
+class NoDaemonError(AdminError):
+    """Nobody listens on the admin socket (no file, or a stale one): the daemon is not running."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no fakegpu daemon is listening on {path}")
+        self.path = path
+
 
 async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: float = 60.0) -> Any:
     """Send one request; the result, or AdminError with the daemon's text or why nobody answered."""
@@ -17,7 +29,7 @@ async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: f
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_RESPONSE), timeout)
     except (FileNotFoundError, ConnectionRefusedError):
-        raise AdminError(f"no fakegpu daemon is listening on {path}") from None
+        raise NoDaemonError(path) from None
     except PermissionError:
         raise AdminError(
             f"permission denied on {path}: the admin socket is owner-only; run as the daemon's user or root"
