@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
+from fakegpu.kubelet.device_manager import UNHEALTHY
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
@@ -61,7 +62,7 @@ def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
     responses = kubelet.manager.container_responses(pod.uid)
 
     def health(resource: str, device: str) -> str:
-        return kubelet.devices(resource).get(device, "gone")
+        return kubelet.devices(resource).get(device, "")  # "" before its plugin has sent its devices
 
     containers = []
     specs = pod.specs or tuple(ContainerSpec(name) for name in pod.containers)
@@ -80,7 +81,7 @@ def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
                 "kind": spec.kind,
                 "requests": dict(spec.requests),
                 "devices": devices,
-                "unhealthy": sorted(i for r, ids in devices.items() for i in ids if health(r, i) != "Healthy"),
+                "unhealthy": sorted(i for r, ids in devices.items() for i in ids if health(r, i) == UNHEALTHY),
                 **merged,
             }
         )
