@@ -38,11 +38,17 @@ async def run_kubelet(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    started = False  # a kubelet that never started must not remove another one's kubelet.sock
     try:
+        if admin is not None:
+            # First: a live admin socket means another emulator serves this dir, and starting would
+            # remove its sockets; the server refuses to take the socket over (SocketPathError).
+            root.mkdir(parents=True, exist_ok=True)
+            await admin.start()
+        started = True
         await kubelet.start()
         print(f"kubelet emulator listening on {kubelet.paths.kubelet_socket}", flush=True)
         if admin is not None:
-            await admin.start()
             ctl = f"--kubelet-dir {root}" if admin.path == default_admin_socket(root) else f"--socket {admin.path}"
             print(f"admin socket {admin.path} (fakegpu ctl {ctl} ...)", flush=True)
         last = ""
@@ -58,6 +64,7 @@ async def run_kubelet(
             loop.remove_signal_handler(sig)
         if admin is not None:
             await admin.stop()
-        await kubelet.stop()
+        if started:
+            await kubelet.stop()
         sys.stdout.flush()
     return 0

@@ -23,9 +23,11 @@ from fakegpu.control.protocol import AdminError
 from fakegpu.control.server import AdminServer
 from fakegpu.control.status_text import render_status
 from fakegpu.kubelet.admin_ops import kubelet_ops, pod_uid
+from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_records import record_path
 from fakegpu.kubelet.pod_spec import ContainerSpec, effective_requests, parse_requests
+from fakegpu.runtime.unix_socket import SocketPathError
 from fakegpu.testing.fake_node import FakeNode
 from tests.eventually import eventually
 
@@ -221,3 +223,18 @@ def test_kubelet_help_names_the_flags_and_the_default_socket():
         [sys.executable, "-m", "fakegpu", "kubelet", "--help"], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
     assert "--kubelet-dir DIR" in out and "KUBELET_DIR/fakegpu-kubelet.sock" in out and "--dir" not in out
+
+
+async def test_a_second_kubelet_on_a_served_dir_is_refused_before_it_touches_a_socket(root):
+    stop = asyncio.Event()
+    first = asyncio.create_task(run_kubelet(root, 300.0, stop=stop, admin_socket=root / "fakegpu-kubelet.sock"))
+    try:
+        await eventually((root / "device-plugins" / "kubelet.sock").exists, "the first kubelet to serve")
+        served = (root / "device-plugins" / "kubelet.sock").stat().st_ino
+        with pytest.raises(SocketPathError, match="is in use by another running process"):
+            await run_kubelet(root, 300.0, stop=asyncio.Event(), admin_socket=root / "fakegpu-kubelet.sock")
+        assert (root / "device-plugins" / "kubelet.sock").stat().st_ino == served, "the first one's socket stays"
+        assert await admin_call(root / "fakegpu-kubelet.sock", "pods") == []
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(first, 10) == 0
