@@ -47,6 +47,8 @@ class Arg:
     """An option without a value: the field is ``true`` when it is given."""
     repeat: bool = False
     """An option that may be given more than once: the field is the list of its values."""
+    metavar: str | None = None
+    """How ``--help`` names the value (argparse's upper-cased field name by default)."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -61,6 +63,8 @@ class Arg:
         kwargs: dict[str, Any] = {"default": self.default, "help": text}
         if self.repeat:
             kwargs["action"] = "append"
+        if self.metavar is not None:
+            kwargs["metavar"] = self.metavar
         if self.type is not None:
             kwargs["type"] = self.type
         if self.choices is not None:
@@ -264,7 +268,7 @@ def _advance_clock(_request: Request, result: Any) -> str:
     return f"kubelet clock advanced {result['advanced']:g}s; " + (resources or "no extended resources")
 
 
-_REQUEST_HELP = "RESOURCE=COUNT, e.g. nvidia.com/gpu=2 (repeatable)"
+_REQUEST_HELP = "(repeatable), e.g. nvidia.com/gpu=2"
 
 # --- the table -----------------------------------------------------------------------------------------
 
@@ -350,9 +354,27 @@ KUBELET_OPERATIONS: tuple[Operation, ...] = (
         _run_pod,
         (
             Arg("name", "the pod's name"),
-            Arg("requests", f"the app container's request {_REQUEST_HELP}", flag="--request", repeat=True),
-            Arg("init_requests", f"an init container's request {_REQUEST_HELP}", flag="--init-request", repeat=True),
-            Arg("sidecar_requests", f"a sidecar's request {_REQUEST_HELP}", flag="--sidecar-request", repeat=True),
+            Arg(
+                "requests",
+                f"a request of the app container {_REQUEST_HELP}",
+                flag="--request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
+            Arg(
+                "init_requests",
+                f"a request of an init container {_REQUEST_HELP}",
+                flag="--init-request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
+            Arg(
+                "sidecar_requests",
+                f"a request of a sidecar {_REQUEST_HELP}",
+                flag="--sidecar-request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
             Arg("namespace", "the pod's namespace (default default)", flag="--namespace"),
             Arg("uid", "the pod's UID (default: derived from namespace and name)", flag="--uid"),
         ),

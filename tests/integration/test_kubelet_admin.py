@@ -7,7 +7,9 @@ goes through the admin socket and its effect is checked where the kubelet or the
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -15,7 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
+from fakegpu.cli.ctl_command import add_ctl_parser, socket_path
 from fakegpu.cli.main import main
 from fakegpu.control.client import admin_call
 from fakegpu.control.operations import BY_NAME
@@ -238,3 +242,32 @@ async def test_a_second_kubelet_on_a_served_dir_is_refused_before_it_touches_a_s
     finally:
         stop.set()
         assert await asyncio.wait_for(first, 10) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "socket"),
+    [
+        (["--socket", "/s", "run-pod", "p"], {"FAKEGPU_ADMIN_SOCKET": "/e"}, "/s"),
+        (["run-pod", "p"], {"FAKEGPU_ADMIN_SOCKET": "/e"}, "/var/lib/kubelet/fakegpu-kubelet.sock"),
+        (["--kubelet-dir", "/k", "status"], {"FAKEGPU_ADMIN_SOCKET": "/e"}, "/k/fakegpu-kubelet.sock"),
+        (["--kubelet", "status"], {}, "/var/lib/kubelet/fakegpu-kubelet.sock"),
+        (["status"], {"FAKEGPU_ADMIN_SOCKET": "/e"}, "/e"),
+        (["status"], {}, "/var/run/fakegpu/plugin.sock"),
+        (["--dra", "status"], {}, "/var/run/fakegpu/dra.sock"),
+    ],
+)
+def test_ctl_finds_each_daemons_socket(argv, env, socket):
+    parser = argparse.ArgumentParser()
+    add_ctl_parser(parser.add_subparsers())
+    assert socket_path(parser.parse_args(["ctl", *argv]), env) == Path(socket)
+
+
+async def test_ctl_lists_pods_as_yaml_and_json(kubelet_admin, capsys):
+    node, _sock = await kubelet_admin("2xt4")
+    await admin_call(_sock, "run-pod", name="train", requests=[f"{GPU}=1"])
+    argv = ["ctl", "--kubelet-dir", str(node.root), "pods"]
+    assert await asyncio.to_thread(main, [*argv, "-o", "yaml"]) == 0
+    [pod] = yaml.safe_load(capsys.readouterr().out)
+    assert await asyncio.to_thread(main, [*argv, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [pod]
+    assert pod["name"] == "train" and len(pod["containers"][0]["devices"][GPU]) == 1
