@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"sharing", "runtime", "kubeletapi"},
     "fakeplugin": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
     "dra": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
-    "kubelet": {"runtime", "kubeletapi", "sharing"},  # sharing: Kubernetes' name syntax (label_syntax), pure
+    "kubelet": {"runtime", "kubeletapi", "sharing", "control"},  # sharing: label_syntax (pure); control: admin ops
     "virtual_nodes": {"sharing", "runtime", "kube", "dra"},
     "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra"},
     "cli": {

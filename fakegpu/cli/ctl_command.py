@@ -1,9 +1,13 @@
-"""``fakegpu ctl``: talk to a running daemon's admin socket (health, XIDs, faults, plugin servers, status).
+"""``fakegpu ctl``: talk to a running daemon's admin socket (health, XIDs, faults, plugin servers, status,
+and the kubelet emulator's pods, restarts and clock).
 
-The socket is ``--socket PATH``, else ``$FAKEGPU_ADMIN_SOCKET``, else the conventional path for the
-daemon (``/var/run/fakegpu/plugin.sock``, or ``/var/run/fakegpu/dra.sock`` with ``--dra``); a daemon
-serves it only when started with ``--admin-socket PATH``. The subcommands are the admin ops of
-``fakegpu.control.operations``. Exit status: 0 done, 1 the daemon refused (or no daemon listens), 2 bad usage.
+Which socket: ``--socket PATH``; else for the kubelet emulator (``--kubelet``, ``--kubelet-dir DIR``, or an
+op only it serves: ``run-pod``, ``pods``, ...) ``DIR/fakegpu-kubelet.sock``, which ``fakegpu kubelet
+--kubelet-dir DIR`` serves by default; else ``$FAKEGPU_ADMIN_SOCKET``, else the device plugin's
+``/var/run/fakegpu/plugin.sock`` (``/var/run/fakegpu/dra.sock`` with ``--dra``), which ``fakegpu plugin``
+and ``fakegpu dra`` serve only when started with ``--admin-socket PATH``. The subcommands are the admin ops
+of ``fakegpu.control.operations``. Exit status: 0 done, 1 the daemon refused, 2 bad usage, 3 no daemon
+listens (``EXIT_NO_DAEMON``).
 """
 
 from __future__ import annotations
@@ -13,21 +17,26 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fakegpu.control.client import admin_request
-from fakegpu.control.operations import BY_NAME, OPERATIONS
+import yaml
+
+from fakegpu.control.client import EXIT_NO_DAEMON, NoDaemonError, admin_request
+from fakegpu.control.operations import BY_NAME, OPERATIONS, Operation
 from fakegpu.control.protocol import AdminError
 from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
+from fakegpu.kubelet.admin_socket import KUBELET_ADMIN_SOCKET, default_admin_socket
+from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 
 DEFAULT_PLUGIN_SOCKET = Path("/var/run/fakegpu/plugin.sock")
 DEFAULT_DRA_SOCKET = Path("/var/run/fakegpu/dra.sock")
 SOCKET_ENV = "FAKEGPU_ADMIN_SOCKET"
 EXIT_REFUSED = 1
 
-_EPILOG = """examples:
+_EPILOG = f"""examples:
   fakegpu ctl status
   fakegpu ctl health 3 --unhealthy --xid 79     (device ID, GPU/MIG UUID or GPU index)
   fakegpu ctl health GPU-... --healthy
@@ -40,7 +49,18 @@ _EPILOG = """examples:
   fakegpu ctl reload
   fakegpu ctl reconfigure --gpus 4xh100-80gb --mig-layout all-1g.10gb --mig-strategy mixed
   fakegpu ctl reconfigure --new-ids
-  fakegpu ctl --dra status"""
+  fakegpu ctl --dra status
+
+the kubelet emulator (fakegpu kubelet --kubelet-dir DIR serves DIR/{KUBELET_ADMIN_SOCKET}):
+  fakegpu ctl --kubelet-dir DIR run-pod train --request nvidia.com/gpu=2
+  fakegpu ctl --kubelet-dir DIR run-pod job --init-request nvidia.com/gpu=1 --request nvidia.com/gpu=1
+  fakegpu ctl --kubelet-dir DIR pods -o yaml
+  fakegpu ctl --kubelet-dir DIR status
+  fakegpu ctl --kubelet-dir DIR restart-kubelet
+  fakegpu ctl --kubelet-dir DIR advance-clock 300
+  fakegpu ctl --kubelet-dir DIR delete-pod train
+
+exit status: 0 done, 1 the daemon refused, 2 bad usage, {EXIT_NO_DAEMON} no daemon listens"""
 
 
 def _faultable_rpcs() -> str:
@@ -52,9 +72,9 @@ def add_ctl_parser(sub: Any) -> None:
     """Add ``ctl`` to the ``fakegpu`` subcommands (``sub`` is the subparsers action)."""
     ctl = sub.add_parser(
         "ctl",
-        help="talk to a running daemon's admin socket: health, faults, status",
-        description="Talk to a running fakegpu daemon through its admin socket (daemons serve one when "
-        "started with --admin-socket PATH).",
+        help="talk to a running daemon's admin socket: health, faults, status, the kubelet emulator's pods",
+        description="Talk to a running fakegpu daemon through its admin socket (fakegpu plugin and fakegpu dra "
+        f"serve one when started with --admin-socket PATH; fakegpu kubelet serves KUBELET_DIR/{KUBELET_ADMIN_SOCKET}).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -62,10 +82,25 @@ def add_ctl_parser(sub: Any) -> None:
         "--socket",
         metavar="PATH",
         default=None,
-        help=f"the daemon's admin socket (default: ${SOCKET_ENV}, then {DEFAULT_PLUGIN_SOCKET}, "
-        f"or {DEFAULT_DRA_SOCKET} with --dra)",
+        help=f"the daemon's admin socket (default: the kubelet's with --kubelet/--kubelet-dir or a kubelet op, "
+        f"else ${SOCKET_ENV}, then {DEFAULT_PLUGIN_SOCKET}, or {DEFAULT_DRA_SOCKET} with --dra)",
     )
-    ctl.add_argument("--dra", action="store_true", help=f"talk to the DRA daemon's default socket {DEFAULT_DRA_SOCKET}")
+    target = ctl.add_mutually_exclusive_group()
+    target.add_argument(
+        "--dra", action="store_true", help=f"talk to the DRA daemon's default socket {DEFAULT_DRA_SOCKET}"
+    )
+    target.add_argument(
+        "--kubelet",
+        action="store_true",
+        help=f"talk to the kubelet emulator's default socket {default_admin_socket(DEFAULT_ROOT)}",
+    )
+    target.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"talk to the kubelet emulator serving DIR: its socket DIR/{KUBELET_ADMIN_SOCKET}",
+    )
     ctl.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon (default %(default)s)")
     ops = ctl.add_subparsers(dest="op", required=True, metavar="OP")
     help_values = {"faultable_rpcs": _faultable_rpcs()}
@@ -73,25 +108,50 @@ def add_ctl_parser(sub: Any) -> None:
         operation.add_to(ops, help_values)
 
 
-def socket_path(args: argparse.Namespace, env: dict[str, str] | None = None) -> Path:
+def _wants_kubelet(args: argparse.Namespace) -> bool:
+    return bool(args.kubelet or args.kubelet_dir is not None or BY_NAME[args.op].kubelet)
+
+
+def socket_path(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if env is None else env
     if args.socket:
         return Path(args.socket)
+    if _wants_kubelet(args):
+        return default_admin_socket(args.kubelet_dir or DEFAULT_ROOT)
     if environ.get(SOCKET_ENV):
         return Path(environ[SOCKET_ENV])
     return DEFAULT_DRA_SOCKET if args.dra else DEFAULT_PLUGIN_SOCKET
 
 
+def how_to_start(args: argparse.Namespace, path: Path) -> str:
+    """The command that serves an admin socket at ``path`` for the daemon ``args`` aim at."""
+    if _wants_kubelet(args):
+        if path.name == KUBELET_ADMIN_SOCKET:
+            return f"fakegpu kubelet --kubelet-dir {path.parent}"
+        return f"fakegpu kubelet --kubelet-dir DIR --admin-socket {path}"
+    return f"fakegpu {'dra' if args.dra else 'plugin'} --admin-socket {path}"
+
+
+def _print(operation: Operation, request: dict[str, Any], result: Any, output: str) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(result, sort_keys=False))
+    else:
+        sys.stdout.write(operation.summary(request, result) + "\n")
+
+
 def run_ctl(args: argparse.Namespace) -> int:
     operation = BY_NAME[args.op]
     request = operation.request(args)
+    path = socket_path(args)
     try:
-        result = asyncio.run(admin_request(socket_path(args), request, timeout=args.timeout))
+        result = asyncio.run(admin_request(path, request, timeout=args.timeout))
+    except NoDaemonError as exc:
+        print(f"fakegpu: error: {exc}; start one with an admin socket: {how_to_start(args, path)}", file=sys.stderr)
+        return EXIT_NO_DAEMON
     except AdminError as exc:
         print(f"fakegpu: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    if args.output == "json":
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        sys.stdout.write(operation.summary(request, result) + "\n")
+    _print(operation, request, result, args.output)
     return 0

@@ -18,7 +18,6 @@ from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.cli.slice_commands import check_api_version_served, dra_feature_gates
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
-from fakegpu.kubelet.daemon import run_kubelet
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.bug_modes import parse_bug_modes
@@ -37,10 +36,6 @@ def telemetry_settings(args: argparse.Namespace) -> TelemetrySettings:
         args.dcgm_seed,
         health_address=health_address(args),
     )
-
-
-def run_kubelet_command(args: argparse.Namespace) -> int:
-    return asyncio.run(run_kubelet(args.dir, args.grace_period))
 
 
 def run_demo_command(args: argparse.Namespace) -> int:

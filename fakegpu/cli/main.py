@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fakegpu.cli.terse_parser import TerseParser
@@ -69,16 +68,6 @@ def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-def _add_kubelet(kubelet: argparse.ArgumentParser) -> None:
-    kubelet.add_argument("--dir", type=Path, required=True, help="kubelet root dir to serve kubelet.sock in")
-    kubelet.add_argument(
-        "--grace-period",
-        type=float,
-        default=300.0,
-        help="seconds before a vanished plugin's resource is dropped (default %(default)s)",
-    )
-
-
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its line in ``fakegpu --help``, what builds its parser and what runs it.
@@ -106,7 +95,11 @@ COMMANDS: dict[str, Command] = {
     "plugin": Command(
         "run the device plugin daemon next to a kubelet", f"{_DAEMONS}:run_plugin", f"{_DAEMON_OPTIONS}:add_plugin"
     ),
-    "kubelet": Command("run the kubelet emulator on its own", f"{_DAEMONS}:run_kubelet_command", _add_kubelet),
+    "kubelet": Command(
+        "run the kubelet emulator on its own (with an admin socket for 'fakegpu ctl')",
+        "fakegpu.cli.kubelet_command:run_kubelet_command",
+        parser="fakegpu.cli.kubelet_command:add_kubelet_parser",
+    ),
     "dra": Command(
         "run the DRA driver: publish ResourceSlices and serve the kubelet DRA plugin",
         f"{_DAEMONS}:run_dra",
@@ -143,7 +136,7 @@ COMMANDS: dict[str, Command] = {
         f"{_OFFLINE_OPTIONS}:add_labels",
     ),
     "ctl": Command(
-        "talk to a running daemon's admin socket: health, faults, status",
+        "talk to a running daemon's admin socket: health, faults, status, the kubelet emulator's pods",
         "fakegpu.cli.ctl_command:run_ctl",
         parser="fakegpu.cli.ctl_command:add_ctl_parser",
     ),

@@ -11,12 +11,16 @@ from typing import Any
 from fakegpu.control.protocol import MAX_RESPONSE, AdminError, encode, read_answer
 
 EXIT_NO_DAEMON = 3
-"""The exit status of every command that finds no daemon on the admin socket (``ctl``, ``scenario run
---socket``): a script can tell "nothing to talk to" (start one) from a refused request (1) or bad usage (2)."""
+"""Exit status of a command that found no daemon on the admin socket (``fakegpu ctl``, ``scenario run
+--socket``): distinct from a refusal (1) and bad usage (2), so a script can start the daemon and retry."""
 
 
 class NoDaemonError(AdminError):
-    """Nothing listens on the admin socket (no such file, or connection refused)."""
+    """Nobody listens on the admin socket (no file, or a stale one): the daemon is not running."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no fakegpu daemon is listening on {path}")
+        self.path = path
 
 
 async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: float = 60.0) -> Any:
@@ -25,7 +29,7 @@ async def admin_request(path: Path | str, request: Mapping[str, Any], timeout: f
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_RESPONSE), timeout)
     except (FileNotFoundError, ConnectionRefusedError):
-        raise NoDaemonError(f"no fakegpu daemon is listening on {path}") from None
+        raise NoDaemonError(path) from None
     except PermissionError:
         raise AdminError(
             f"permission denied on {path}: the admin socket is owner-only; run as the daemon's user or root"

@@ -19,12 +19,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fakegpu.control.pods_text import render_pod, render_pods
 from fakegpu.control.status_text import render_status
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
 from fakegpu.sharing.faults import FaultSpec, FromText
 
 Request = Mapping[str, Any]
 """An op's fields, without ``op``."""
+OUTPUTS = ("table", "json", "yaml")
+"""``-o`` of every op: the text below (``table``), or the answer as JSON or YAML."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ class Arg:
     """A positional argument that may be left out."""
     switch: bool = False
     """An option without a value: the field is ``true`` when it is given."""
+    repeat: bool = False
+    """An option that may be given more than once: the field is the list of its values."""
+    metavar: str | None = None
+    """How ``--help`` names the value (argparse's upper-cased field name by default)."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -54,6 +61,10 @@ class Arg:
             parser.add_argument(self.flag, dest=self.field, action="store_true", help=text)
             return
         kwargs: dict[str, Any] = {"default": self.default, "help": text}
+        if self.repeat:
+            kwargs["action"] = "append"
+        if self.metavar is not None:
+            kwargs["metavar"] = self.metavar
         if self.type is not None:
             kwargs["type"] = self.type
         if self.choices is not None:
@@ -129,6 +140,8 @@ class Operation:
     summary: Callable[[Request, Any], str]
     """The text printed for an answer (``-o table``): one line, or the status tables."""
     args: tuple[Param, ...] = ()
+    kubelet: bool = False
+    """Served by the kubelet emulator only (``fakegpu kubelet``), so ``ctl`` asks the kubelet's socket."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -138,7 +151,7 @@ class Operation:
         """Add this op's subcommand to ``ops`` (a subparsers action); ``{name}`` in a help text is filled
         from ``help_values``."""
         parser: argparse.ArgumentParser = ops.add_parser(self.name, help=self.help, description=self.help)
-        parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+        parser.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format")
         for arg in self.args:
             arg.add_to(parser, help_values)
         return parser
@@ -225,12 +238,48 @@ def _reconfigure(_request: Request, result: Any) -> str:
     return f"reconfigured: {result['gpus']} GPU(s); serving {_serving(result)}"
 
 
+def _pods(_request: Request, result: Any) -> str:
+    return render_pods(result)
+
+
+def _run_pod(_request: Request, result: Any) -> str:
+    return render_pod(result)
+
+
+def _delete_pod(_request: Request, result: Any) -> str:
+    released = "; ".join(f"{r}: {_list(ids)}" for r, ids in sorted(result["released"].items()))
+    return f"pod {result['namespace']}/{result['name']} deleted" + (f"; released {released}" if released else "")
+
+
+def _restart_kubelet(request: Request, result: Any) -> str:
+    line = f"kubelet restarted (start {result['starts']}); {result['pods']} pod(s) kept"
+    if result["registered"]:
+        line += f"; registered again: {', '.join(result['registered'])}"
+    if result["missing"]:
+        line += f"; not registered again after {request.get('wait', 10.0):g}s: {', '.join(result['missing'])}"
+    return line
+
+
+def _advance_clock(_request: Request, result: Any) -> str:
+    resources = "; ".join(
+        f"{name} capacity={count} allocatable={result['allocatable'].get(name, 0)}"
+        for name, count in result["capacity"].items()
+    )
+    return f"kubelet clock advanced {result['advanced']:g}s; " + (resources or "no extended resources")
+
+
+_REQUEST_HELP = "(repeatable), e.g. nvidia.com/gpu=2"
+
 # --- the table -----------------------------------------------------------------------------------------
 
 _TARGET = "device ID, GPU or MIG UUID, GPU index (or DRA device name)"
 
-OPERATIONS: tuple[Operation, ...] = (
-    Operation("status", "resources, devices, health, faults and allocations of the daemon", _status),
+DAEMON_OPERATIONS: tuple[Operation, ...] = (  # the device plugin's and the DRA driver's
+    Operation(
+        "status",
+        "what the daemon serves: resources, devices, health, faults; the kubelet's: node status and pods",
+        _status,
+    ),
     Operation(
         "health",
         "set a device's health directly, and recover it again",
@@ -301,5 +350,65 @@ OPERATIONS: tuple[Operation, ...] = (
         ),
     ),
 )
+
+KUBELET_OPERATIONS: tuple[Operation, ...] = (
+    Operation("pods", "the kubelet's pods with their devices, envs, mounts and CDI devices", _pods, kubelet=True),
+    Operation(
+        "run-pod",
+        "admit a pod on the kubelet emulator: an app container 'main', optionally an init container and a sidecar",
+        _run_pod,
+        (
+            Arg("name", "the pod's name"),
+            Arg(
+                "requests",
+                f"a request of the app container {_REQUEST_HELP}",
+                flag="--request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
+            Arg(
+                "init_requests",
+                f"a request of an init container {_REQUEST_HELP}",
+                flag="--init-request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
+            Arg(
+                "sidecar_requests",
+                f"a request of a sidecar {_REQUEST_HELP}",
+                flag="--sidecar-request",
+                repeat=True,
+                metavar="RESOURCE=COUNT",
+            ),
+            Arg("namespace", "the pod's namespace (default default)", flag="--namespace"),
+            Arg("uid", "the pod's UID (default: derived from namespace and name)", flag="--uid"),
+        ),
+        kubelet=True,
+    ),
+    Operation(
+        "delete-pod",
+        "delete a pod from the kubelet emulator: its devices are free again",
+        _delete_pod,
+        (Arg("name", "the pod's name"), Arg("namespace", "the pod's namespace (default default)", flag="--namespace")),
+        kubelet=True,
+    ),
+    Operation(
+        "restart-kubelet",
+        "restart the kubelet emulator as a kubelet restarts: sockets removed, checkpoint read, plugins register again",
+        _restart_kubelet,
+        (Arg("wait", "seconds to wait for the plugins to register again (default 10)", flag="--wait", type=float),),
+        kubelet=True,
+    ),
+    Operation(
+        "advance-clock",
+        "move the kubelet's clock forward (grace periods are measured on it)",
+        _advance_clock,
+        (Arg("seconds", "how far, e.g. 300", type=float),),
+        kubelet=True,
+    ),
+)
+
+OPERATIONS: tuple[Operation, ...] = DAEMON_OPERATIONS + KUBELET_OPERATIONS
+"""Every op ``fakegpu ctl`` knows; ``status`` is served by all three daemons."""
 
 BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}

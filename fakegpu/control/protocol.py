@@ -3,7 +3,7 @@
 A request is one JSON object on one line, ``{"op": "health", "target": "3", "healthy": false}``; the
 answer is one line, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "<text>"}``. Each op is
 an async function whose keyword parameters are its fields: their annotations (``str``, ``int``,
-``float``, ``bool``, ``None``, unions and ``Literal``) are checked before the op runs, so a missing,
+``float``, ``bool``, ``None``, ``list[str]``, unions and ``Literal``) are checked before the op runs, so a missing,
 unexpected or wrongly typed field is answered with a text naming the op and the field. An op may take
 a pydantic model's fields in place of one parameter (:func:`takes_model`), so the model stays their one
 definition. An op raises :class:`AdminError` for a refusal.
@@ -66,6 +66,8 @@ def _describe(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return "one of " + ", ".join(json.dumps(v) for v in typing.get_args(annotation))
+    if origin is list and typing.get_args(annotation) == (str,):
+        return "a list of strings"
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(annotation))
     raise TypeError(f"admin op fields cannot be of type {annotation!r}")
@@ -87,6 +89,8 @@ def _convert(value: Any, annotation: Any) -> tuple[bool, Any]:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return any(type(value) is type(v) and value == v for v in typing.get_args(annotation)), value
+    if origin is list and typing.get_args(annotation) == (str,):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value), value
     if origin in (typing.Union, types.UnionType):
         for option in typing.get_args(annotation):
             ok, converted = _convert(value, option)

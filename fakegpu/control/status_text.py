@@ -1,9 +1,10 @@
-"""``fakegpu ctl status`` as text: the status answer of a device plugin or DRA daemon, as tables."""
+"""``fakegpu ctl status`` as text: the status answer of a device plugin, DRA or kubelet emulator daemon, as tables."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from fakegpu.control.pods_text import render_pods
 from fakegpu.sharing.faults import FaultSpec
 
 
@@ -42,7 +43,34 @@ def render_status(status: dict[str, Any]) -> str:
     """The ``status`` answer of either daemon as the tables ``fakegpu ctl status`` prints (no final newline)."""
     if status.get("kind") == "dra":
         return _render_dra(status)
+    if status.get("kind") == "kubelet":
+        return _render_kubelet(status)
     return _render_plugin(status)
+
+
+def _plugin_state(r: dict[str, Any], grace_period: float) -> str:
+    if r["registered"]:
+        return "registered"
+    if r["gone_for"] is None:
+        return "not registered"
+    return f"gone {r['gone_for']:.0f}s (dropped after {grace_period:g}s)"
+
+
+def _render_kubelet(status: dict[str, Any]) -> str:
+    state = "running" if status["running"] else "stopped"
+    lines = [f"Kubelet emulator in {status['root']}: {state}, started {status['starts']} time(s)", ""]
+    if not status["resources"]:
+        lines.append("No extended resources: no device plugin has registered")
+    else:
+        lines.append(f"{'RESOURCE':<34} {'CAPACITY':>8} {'ALLOCATABLE':>11} {'IN USE':>6}  PLUGIN")
+        for r in status["resources"]:
+            lines.append(
+                f"{r['name']:<34} {r['capacity']:>8} {r['allocatable']:>11} {r['in_use']:>6}  "
+                f"{_plugin_state(r, status['grace_period'])}"
+            )
+    lines.append("")
+    lines.append(render_pods(status["pods"]))
+    return "\n".join(lines)
 
 
 def _render_plugin(status: dict[str, Any]) -> str:
@@ -64,7 +92,7 @@ def _render_plugin(status: dict[str, Any]) -> str:
     lines.extend(_faults(status["faults"]))
     allocations = status.get("allocations", [])
     if allocations:
-        lines.append(f"Allocations seen (last {len(allocations)}):")
+        lines.append(f"Allocate calls received (last {len(allocations)}):")
         for a in allocations:
             lines.append(f"  {a['resource']}: {', '.join(a['ids'])}")
     stats = status["stats"]

@@ -9,7 +9,7 @@ forgotten after the grace period; allocation asks GetPreferredAllocation for a h
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,22 +183,23 @@ class DeviceManager:
         return None
 
     async def allocate(
-        self, pod_uid: str, container: str, resource: str, count: int
+        self, pod_uid: str, container: str, resource: str, count: int, reusable: Collection[str] = ()
     ) -> api_pb2.ContainerAllocateResponse:
         """devicesToAllocate + Allocate, with the kubelet's error texts (wrapped as
-        ``Allocate failed due to ..., which is unexpected``)."""
+        ``Allocate failed due to ..., which is unexpected``). ``reusable`` are the pod's devices a
+        finished init container holds: the kubelet hands those out first (``devicesToReuse``)."""
         existing = self._existing(pod_uid, container, resource)
         if existing is not None:
             return existing.response
         try:
-            return await self._allocate(pod_uid, container, resource, count)
+            return await self._allocate(pod_uid, container, resource, count, reusable)
         except _AllocateFailure as exc:
             raise AdmissionError(
                 "UnexpectedAdmissionError", f"Allocate failed due to {exc}, which is unexpected"
             ) from None
 
     async def _allocate(
-        self, pod_uid: str, container: str, resource: str, count: int
+        self, pod_uid: str, container: str, resource: str, count: int, reusable: Collection[str] = ()
     ) -> api_pb2.ContainerAllocateResponse:
         state = self.resources.get(resource)
         if state is None:
@@ -206,25 +207,25 @@ class DeviceManager:
         healthy = state.healthy()
         if not healthy:
             raise _AllocateFailure(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
+        chosen = [i for i in healthy if i in reusable][:count]
         used = self.in_use(resource)
         available = [i for i in healthy if i not in used]
-        if len(available) < count:
+        if len(available) < count - len(chosen):
             raise _AllocateFailure(
                 f"requested number of devices unavailable for {resource}. "
-                f"Requested: {count}, Available: {len(available)}"
+                f"Requested: {count - len(chosen)}, Available: {len(available)}"
             )
         endpoint = state.endpoint
         if endpoint is None:
             raise _AllocateFailure(f"endpoint {resource} has been stopped")
-        chosen: list[str] = []
-        if state.options.get_preferred_allocation_available:
+        if state.options.get_preferred_allocation_available and len(chosen) < count:
             try:
-                preferred = await endpoint.get_preferred_allocation(available, [], count)
+                preferred = await endpoint.get_preferred_allocation(available + chosen, chosen, count)
             except grpc.aio.AioRpcError as exc:
                 raise _AllocateFailure(
                     f"device plugin GetPreferredAllocation rpc failed with err: {go_rpc_error(exc)}"
                 ) from None
-            chosen = [i for i in dict.fromkeys(preferred) if i in available][:count]
+            chosen += [i for i in dict.fromkeys(preferred) if i in available][: count - len(chosen)]
         try:
             for i in available:
                 if len(chosen) >= count:
@@ -259,6 +260,20 @@ class DeviceManager:
                 raise AdmissionError(
                     "RunContainerError", f"device plugin PreStartContainer rpc failed with err: {go_rpc_error(exc)}"
                 ) from None
+
+    def container_devices(self, pod_uid: str, container: str) -> dict[str, list[str]]:
+        """resource -> device IDs the container holds."""
+        return {
+            a.resource: list(a.device_ids) for a in self.allocations if (a.pod_uid, a.container) == (pod_uid, container)
+        }
+
+    def container_responses(self, pod_uid: str) -> dict[str, dict[str, api_pb2.ContainerAllocateResponse]]:
+        """container -> resource -> the Allocate response, as the checkpoint keeps it for a restart."""
+        out: dict[str, dict[str, api_pb2.ContainerAllocateResponse]] = {}
+        for a in self.allocations:
+            if a.pod_uid == pod_uid:
+                out.setdefault(a.container, {})[a.resource] = a.response
+        return out
 
     def release_pod(self, pod_uid: str) -> None:
         before = len(self.allocations)

@@ -5,6 +5,10 @@ removed (the checkpoint file is kept), allocations are restored from the checkpo
 resources come back with capacity 0 until their plugin registers again, and ``kubelet.sock`` is
 created anew. Pods are admitted the way the kubelet admits them, with its status texts.
 
+Pods outlive a restart of the emulator, in the process or of the process: their devices come back from
+the checkpoint, their specs from the emulator's pod records (``pod_records``), as a real kubelet's come
+back from the checkpoint and the API server.
+
 Like a kubelet it also serves the pod resources API on ``pod-resources/kubelet.sock``, answered from the
 allocations it made, so a monitoring agent (dcgm-exporter, fakegpu's own exporter) can tell which pod
 holds which device. Pods have a name, a namespace and annotations for that; tests that only pass a UID
@@ -18,7 +22,7 @@ import contextlib
 import logging
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +33,14 @@ from fakegpu.kubelet.clock import EmulatorClock
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, AdmissionError, DeviceManager
 from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
 from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
+from fakegpu.kubelet.pod_records import PODS_DIR, PodRecord, check_uid, read_records, remove_record, write_record
 from fakegpu.kubelet.pod_resources_service import (
     POD_RESOURCES_DIR,
     POD_RESOURCES_SOCKET,
     ActivePod,
     PodResourcesService,
 )
+from fakegpu.kubelet.pod_spec import ContainerSpec, check_containers, effective_requests
 from fakegpu.kubelet.registration_service import KubeletRegistrationService, validate_registration
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
@@ -58,7 +64,12 @@ class PodResult:
     namespace: str = "default"
     annotations: dict[str, str] = field(default_factory=dict)
     containers: tuple[str, ...] = ()
-    """Every container of the pod spec, in order, also those that request no devices."""
+    """Every container of the pod spec, in order (init containers and sidecars first), also those that
+    request no devices."""
+    specs: tuple[ContainerSpec, ...] = ()
+    """The containers with their kind and requests."""
+    restored: bool = False
+    """Known from the pod records and the checkpoint after a restart, not admitted by this process."""
 
     @property
     def admitted(self) -> bool:
@@ -90,6 +101,7 @@ class KubeletEmulator:
         self._server: grpc.aio.Server | None = None
         self.starts = 0
         self.pods: dict[str, PodResult] = {}
+        self._admissions = 0
         self.pod_resources = PodResourcesService(self.active_pods, self.manager)
         self._pod_resources_server = SocketServer(
             self.pod_resources_socket,
@@ -112,6 +124,7 @@ class KubeletEmulator:
         check_socket_path(self.paths.kubelet_socket)
         self._cleanup_plugin_directory()
         self.manager.restore()
+        self._restore_pods()
         server = grpc.aio.server()
         api_pb2_grpc.add_RegistrationServicer_to_server(self.registration, server)
         server.add_insecure_port(f"unix://{self.paths.kubelet_socket}")
@@ -131,6 +144,31 @@ class KubeletEmulator:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(entry.lstat().st_mode):
                     entry.unlink()
+
+    def _restore_pods(self) -> None:
+        """Pods this emulator ran before a restart of its process, from their records; their devices are
+        the checkpoint's (the manager has just read it). Pods still in memory stay as they are."""
+        restored = 0
+        for record in read_records(self.paths.root):
+            self._admissions = max(self._admissions, record.order)
+            if record.uid in self.pods:
+                continue
+            restored += 1
+            self.pods[record.uid] = PodResult(
+                record.uid,
+                record.phase,
+                record.reason,
+                record.message,
+                self.manager.container_responses(record.uid),
+                name=record.name,
+                namespace=record.namespace,
+                annotations=dict(record.annotations),
+                containers=tuple(c.name for c in record.containers),
+                specs=record.containers,
+                restored=True,
+            )
+        if restored:
+            log.info("kubelet emulator restored %d pod(s) from %s", restored, self.paths.root / PODS_DIR)
 
     async def stop(self) -> None:
         """SIGTERM: plugins see their ListAndWatch streams end; kubelet.sock goes away."""
@@ -207,26 +245,33 @@ class KubeletEmulator:
         name: str | None = None,
         namespace: str = "default",
         annotations: Mapping[str, str] | None = None,
+        init_containers: Sequence[ContainerSpec] = (),
     ) -> PodResult:
         """Admit a pod: the node's allocatable check, then per container and resource the device
-        manager's allocation, then PreStartContainer as each container starts. ``name`` defaults to the
-        UID; name, namespace and annotations are what the pod resources API and the DCGM exporter see."""
+        manager's allocation, then PreStartContainer as each container starts. ``containers`` are the
+        app containers; ``init_containers`` (kind ``init`` or ``sidecar``) start before them, in order,
+        and a finished init container's devices are reused by the containers after it, as the kubelet
+        does. ``name`` defaults to the UID; name, namespace and annotations are what the pod resources
+        API and the DCGM exporter see."""
+        check_uid(uid)
         if uid in self.pods and self.pods[uid].admitted:
             return self.pods[uid]
+        specs = (
+            *(ContainerSpec(c.name, dict(c.requests), c.kind) for c in init_containers),
+            *(ContainerSpec(n, dict(r), "app") for n, r in containers.items()),
+        )
+        check_containers(specs)
         result = PodResult(
             uid,
             "Pending",
             name=uid if name is None else name,
             namespace=namespace,
             annotations=dict(annotations or {}),
-            containers=tuple(containers),
+            containers=tuple(c.name for c in specs),
+            specs=specs,
         )
         allocatable = self.allocatable()
-        wanted: dict[str, int] = {}
-        for requests in containers.values():
-            for resource, count in requests.items():
-                wanted[resource] = wanted.get(resource, 0) + count
-        for resource, count in sorted(wanted.items()):
+        for resource, count in effective_requests(specs).items():
             used = len(self.manager.in_use(resource, exclude_pod=uid))
             have = allocatable.get(resource, 0)
             if count + used > have:
@@ -238,11 +283,20 @@ class KubeletEmulator:
                 )
                 self.pods[uid] = result
                 return result
+        reuse: dict[str, set[str]] = {}
         try:
-            for container, requests in containers.items():
-                for resource, count in requests.items():
-                    response = await self.manager.allocate(uid, container, resource, count)
-                    result.responses.setdefault(container, {})[resource] = response
+            for spec in specs:
+                for resource, count in spec.requests.items():
+                    pool = reuse.setdefault(resource, set())
+                    response = await self.manager.allocate(uid, spec.name, resource, count, pool)
+                    result.responses.setdefault(spec.name, {})[resource] = response
+                # devicesToReuse: a finished init container's devices go back to the pod's pool; a
+                # container that keeps running (sidecar, app) takes its devices out of it.
+                for resource, ids in self.manager.container_devices(uid, spec.name).items():
+                    if spec.kind == "init":
+                        reuse.setdefault(resource, set()).update(ids)
+                    else:
+                        reuse.setdefault(resource, set()).difference_update(ids)
         except AdmissionError as exc:
             self.manager.release_pod(uid)
             result.phase, result.reason, result.message = "Failed", exc.reason, f"Pod was rejected: {exc.message}"
@@ -250,19 +304,41 @@ class KubeletEmulator:
             self.pods[uid] = result
             return result
         try:
-            for container in containers:
-                await self.manager.pre_start(uid, container)
+            for spec in specs:
+                await self.manager.pre_start(uid, spec.name)
         except AdmissionError as exc:
             result.reason, result.message = exc.reason, exc.message
-            self.pods[uid] = result
+            self._admitted(result)
             return result
         result.phase = "Running"
-        self.pods[uid] = result
+        self._admitted(result)
         return result
+
+    def _admitted(self, result: PodResult) -> None:
+        """Keep an admitted pod, in memory and in its record, so it survives a restart."""
+        self.pods[result.uid] = result
+        self._admissions += 1
+        write_record(
+            self.paths.root,
+            PodRecord(
+                result.uid,
+                result.name,
+                result.namespace,
+                result.specs,
+                result.phase,
+                result.reason,
+                result.message,
+                dict(result.annotations),
+                self._admissions,
+            ),
+        )
 
     def delete_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.manager.release_pod(uid)
+        with contextlib.suppress(ValueError):  # a UID that names no directory has no record
+            check_uid(uid)
+            remove_record(self.paths.root, uid)
 
     def active_pods(self) -> list[ActivePod]:
         """Pods the kubelet runs (admitted, or admitted with a container that failed to start), in

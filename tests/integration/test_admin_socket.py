@@ -24,13 +24,15 @@ import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from fakegpu.cli.ctl_command import add_ctl_parser
-from fakegpu.control.client import admin_call
+from fakegpu.control.client import EXIT_NO_DAEMON, admin_call
 from fakegpu.control.operations import BY_NAME, OPERATIONS, options_of
 from fakegpu.control.protocol import AdminError, op_fields, takes_model
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.kubelet.admin_ops import kubelet_ops
+from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.unix_socket import SocketPathError
 from fakegpu.sharing.faults import FaultSpec
@@ -491,11 +493,27 @@ def test_ctl_options_come_from_a_models_fields():
 
 
 def test_ops_with_unsupported_field_types_are_refused_at_construction(root):
-    async def takes_a_list(ids: list[str]) -> None:
+    async def takes_a_list_of_numbers(ids: list[int]) -> None:
         return None
 
-    with pytest.raises(TypeError, match="cannot be of type"):
-        AdminServer(root / "a.sock", {"bad": takes_a_list})
+    async def takes_a_dict(ids: dict[str, str]) -> None:
+        return None
+
+    for op in (takes_a_list_of_numbers, takes_a_dict):
+        with pytest.raises(TypeError, match="cannot be of type"):
+            AdminServer(root / "a.sock", {"bad": op})
+
+
+async def test_a_list_of_strings_field_is_checked_item_by_item(serve):
+    async def takes_names(names: list[str]) -> list[str]:
+        return names[::-1]
+
+    sock = await serve({"names": takes_names})
+    assert await admin_call(sock, "names", names=["a", "b"]) == ["b", "a"]
+    with pytest.raises(AdminError, match=r"^op 'names': field 'names' must be a list of strings, found \[1\]$"):
+        await admin_call(sock, "names", names=[1])
+    with pytest.raises(AdminError, match=r'must be a list of strings, found "a"$'):
+        await admin_call(sock, "names", names="a")
 
 
 # --- fakegpu ctl ---------------------------------------------------------------------------------------
@@ -518,13 +536,18 @@ def _table_fits(ops: Mapping[str, Any]) -> dict[str, list[str]]:
     return {k: v for k, v in wrong.items() if v}
 
 
-async def test_the_ctl_table_has_every_op_of_both_daemons_with_their_fields(plugin_admin, dra_admin):
+async def test_the_ctl_table_has_every_op_of_the_three_daemons_with_their_fields(plugin_admin, dra_admin, root):
     node, _ = await plugin_admin("2xt4")
     _apiserver, driver, _ = dra_admin
     plugin_ops = device_plugin_ops(node.live, node.plugins, node.calls)
+    kubelet = kubelet_ops(KubeletEmulator(root / "standalone"))
     assert _table_fits(plugin_ops) == {}
     assert _table_fits(dra_ops(driver)) == {}
-    assert {op.name for op in OPERATIONS} == set(plugin_ops) | set(dra_ops(driver))
+    assert _table_fits(kubelet) == {}
+    assert {op.name for op in OPERATIONS} == set(plugin_ops) | set(dra_ops(driver)) | set(kubelet)
+    # ctl sends an op only the kubelet serves to the kubelet's socket: the flag must match who serves it.
+    only_kubelet = set(kubelet) - set(plugin_ops) - set(dra_ops(driver))
+    assert {op.name for op in OPERATIONS if op.kubelet} == only_kubelet
 
 
 @pytest.mark.parametrize(
@@ -628,7 +651,16 @@ async def test_ctl_unknown_device_is_one_clear_error_line(plugin_admin):
 async def test_ctl_without_a_daemon_and_with_bad_usage(root):
     missing = root / "none.sock"
     code, out, err = await ctl("status", env={"FAKEGPU_ADMIN_SOCKET": str(missing)})
-    assert (code, out, err) == (1, "", f"fakegpu: error: no fakegpu daemon is listening on {missing}\n")
+    assert (code, out) == (EXIT_NO_DAEMON, "")
+    assert err == (
+        f"fakegpu: error: no fakegpu daemon is listening on {missing}; "
+        f"start one with an admin socket: fakegpu plugin --admin-socket {missing}\n"
+    )
+    code, _, err = await ctl("--dra", "--socket", str(missing), "status")
+    assert code == EXIT_NO_DAEMON and err.endswith(f": fakegpu dra --admin-socket {missing}\n")
+    code, _, err = await ctl("--kubelet-dir", str(root), "pods")
+    assert code == EXIT_NO_DAEMON and err.endswith(f": fakegpu kubelet --kubelet-dir {root}\n")
+    assert err.count("\n") == 1
     code, _, err = await ctl("--socket", str(missing), "health", "3")
     assert code == 2
     assert "one of the arguments --healthy --unhealthy is required" in err and "Traceback" not in err

@@ -1,0 +1,37 @@
+"""The kubelet emulator's pods as ``fakegpu ctl pods`` prints them: per pod and container, the devices
+and what the plugins answered in Allocate (envs, mounts, device nodes, CDI devices)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _requests(requests: dict[str, int]) -> str:
+    return ", ".join(f"{r}={n}" for r, n in sorted(requests.items())) or "no devices"
+
+
+def render_pod(pod: dict[str, Any]) -> str:
+    """One pod: a heading line, then each container's devices and what it gets (no final newline)."""
+    state = pod["phase"] + (f" ({pod['reason']}: {pod['message']})" if pod["reason"] else "")
+    restored = ", restored after a restart" if pod["restored"] else ""
+    lines = [f"pod {pod['namespace']}/{pod['name']}  {state}  uid {pod['uid']}{restored}"]
+    for c in pod["containers"]:
+        lines.append(f"  {c['name']} ({c['kind']}): {_requests(c['requests'])}")
+        unhealthy = set(c.get("unhealthy", ()))
+        for resource, ids in sorted(c["devices"].items()):
+            shown = [i + (" (unhealthy)" if i in unhealthy else "") for i in ids]
+            lines.append(f"    devices  {resource}: {', '.join(shown)}")
+        lines.extend(f"    env      {k}={v}" for k, v in c["envs"].items())
+        for m in c["mounts"]:
+            lines.append(f"    mount    {m['host_path']} -> {m['container_path']}{' (ro)' if m['read_only'] else ''}")
+        for d in c["device_nodes"]:
+            lines.append(f"    device   {d['host_path']} -> {d['container_path']} ({d['permissions']})")
+        lines.extend(f"    cdi      {name}" for name in c["cdi_devices"])
+    return "\n".join(lines)
+
+
+def render_pods(pods: list[dict[str, Any]]) -> str:
+    """Every pod, blank lines between them; one line when there is none."""
+    if not pods:
+        return "no pods (fakegpu ctl run-pod NAME --request nvidia.com/gpu=1 runs one)"
+    return "\n\n".join(render_pod(p) for p in pods)

@@ -1,0 +1,239 @@
+"""The kubelet emulator's admin ops (served by ``fakegpu.control.server``, used by ``fakegpu ctl``).
+
+What a person at a standalone node needs and the device plugin API cannot give: run and delete pods,
+see which pod holds which device with what the plugins answered (envs, mounts, device nodes, CDI
+devices), restart the kubelet, move its clock.
+
+- ``status``: the node's extended resources (capacity, allocatable, in use, plugin registered or gone)
+  and the pods with their devices.
+- ``pods``: every pod with, per container, its requests, devices, envs, mounts, device nodes, CDI devices.
+- ``run-pod`` (name, requests, init_requests, sidecar_requests, namespace, uid): admit a pod; refused
+  with the kubelet's status text when the kubelet rejects it.
+- ``delete-pod`` (name, namespace): the pod goes and its devices are free again.
+- ``restart-kubelet`` (wait): the emulator's restart (sockets removed, checkpoint read, ``kubelet.sock``
+  anew); waits up to ``wait`` seconds for the plugins registered before to register again.
+- ``advance-clock`` (seconds): move the clock grace periods are measured on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from fakegpu.control.protocol import AdminError, Op
+from fakegpu.kubelet.device_manager import UNHEALTHY
+from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
+from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
+from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
+
+KIND = "kubelet"
+"""The ``kind`` of this daemon's status answer."""
+MAIN_CONTAINER = "main"
+INIT_CONTAINER = "init"
+SIDECAR_CONTAINER = "sidecar"
+
+
+def pod_uid(namespace: str, name: str) -> str:
+    """A pod's UID when none is given: derived from its namespace and name, so a rerun gives the same."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fakegpu-pod:{namespace}/{name}"))
+
+
+def _response(response: api_pb2.ContainerAllocateResponse) -> dict[str, Any]:
+    return {
+        "envs": dict(sorted(response.envs.items())),
+        "mounts": [
+            {"container_path": m.container_path, "host_path": m.host_path, "read_only": m.read_only}
+            for m in response.mounts
+        ],
+        "device_nodes": [
+            {"container_path": d.container_path, "host_path": d.host_path, "permissions": d.permissions}
+            for d in response.devices
+        ],
+        "cdi_devices": [d.name for d in response.cdi_devices],
+        "annotations": dict(sorted(response.annotations.items())),
+    }
+
+
+def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
+    """One pod as ``pods`` answers it: the devices are the device manager's (the checkpoint's after a
+    restart), the rest what the plugins answered in Allocate, merged per container as CRI merges them."""
+    responses = kubelet.manager.container_responses(pod.uid)
+
+    def health(resource: str, device: str) -> str:
+        return kubelet.devices(resource).get(device, "")  # "" before its plugin has sent its devices
+
+    containers = []
+    specs = pod.specs or tuple(ContainerSpec(name) for name in pod.containers)
+    for spec in specs:
+        devices = kubelet.manager.container_devices(pod.uid, spec.name)
+        merged: dict[str, Any] = {"envs": {}, "mounts": [], "device_nodes": [], "cdi_devices": [], "annotations": {}}
+        for _resource, response in sorted(responses.get(spec.name, {}).items()):
+            part = _response(response)
+            merged["envs"].update(part["envs"])
+            merged["annotations"].update(part["annotations"])
+            for key in ("mounts", "device_nodes", "cdi_devices"):
+                merged[key] += part[key]
+        containers.append(
+            {
+                "name": spec.name,
+                "kind": spec.kind,
+                "requests": dict(spec.requests),
+                "devices": devices,
+                "unhealthy": sorted(i for r, ids in devices.items() for i in ids if health(r, i) == UNHEALTHY),
+                **merged,
+            }
+        )
+    return {
+        "uid": pod.uid,
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "phase": pod.phase,
+        "reason": pod.reason,
+        "message": pod.message,
+        "restored": pod.restored,
+        "containers": containers,
+    }
+
+
+def _find(kubelet: KubeletEmulator, namespace: str, name: str) -> PodResult | None:
+    for pod in kubelet.pods.values():
+        if (pod.namespace, pod.name) == (namespace, name) and pod.phase != "Failed":
+            return pod
+    return None
+
+
+def _pod_names(kubelet: KubeletEmulator) -> str:
+    names = [f"{p.namespace}/{p.name}" for p in kubelet.pods.values() if p.phase != "Failed"]
+    return ", ".join(names) or "none"
+
+
+def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
+    def resources() -> list[dict[str, Any]]:
+        capacity, allocatable = kubelet.capacity(), kubelet.allocatable()
+        out = []
+        for name, state in sorted(kubelet.manager.resources.items()):
+            gone = None if state.stop_time is None else kubelet.clock.now() - state.stop_time
+            out.append(
+                {
+                    "name": name,
+                    "capacity": capacity.get(name, 0),
+                    "allocatable": allocatable.get(name, 0),
+                    "in_use": len(kubelet.manager.in_use(name)),
+                    "registered": state.endpoint is not None,
+                    "gone_for": gone,
+                    "devices": [{"id": i, "health": h} for i, h in kubelet.devices(name).items()],
+                }
+            )
+        return out
+
+    def pods_now() -> list[dict[str, Any]]:
+        return [pod_view(kubelet, p) for p in kubelet.pods.values() if p.phase != "Failed"]
+
+    async def status() -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "root": str(kubelet.paths.root),
+            "running": kubelet.running,
+            "starts": kubelet.starts,
+            "grace_period": kubelet.manager.grace_period,
+            "resources": resources(),
+            "pods": pods_now(),
+        }
+
+    async def pods() -> list[dict[str, Any]]:
+        return pods_now()
+
+    async def run_pod(
+        name: str,
+        requests: list[str] | None = None,
+        init_requests: list[str] | None = None,
+        sidecar_requests: list[str] | None = None,
+        namespace: str = "default",
+        uid: str | None = None,
+    ) -> dict[str, Any]:
+        """Admit a pod with one app container (``main``) and, when they request anything, one init
+        container (``init``) and one sidecar (``sidecar``), started in that order."""
+        try:
+            app = parse_requests(requests or [], "requests")
+            init = parse_requests(init_requests or [], "init_requests")
+            sidecar = parse_requests(sidecar_requests or [], "sidecar_requests")
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+        existing = _find(kubelet, namespace, name)
+        if existing is not None:
+            raise AdminError(f"pod {namespace}/{name} already exists (uid {existing.uid}); delete it first")
+        init_containers = []
+        if init_requests is not None:
+            init_containers.append(ContainerSpec(INIT_CONTAINER, init, "init"))
+        if sidecar_requests is not None:
+            init_containers.append(ContainerSpec(SIDECAR_CONTAINER, sidecar, "sidecar"))
+        uid = uid or pod_uid(namespace, name)
+        try:
+            result = await kubelet.run_pod(
+                uid, {MAIN_CONTAINER: app}, name=name, namespace=namespace, init_containers=init_containers
+            )
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+        if result.phase == "Failed":
+            kubelet.pods.pop(uid, None)  # a rejected pod never ran: the same name may be tried again
+            raise AdminError(f"pod {namespace}/{name} was rejected: {result.reason}: {result.message}")
+        return pod_view(kubelet, result)
+
+    async def delete_pod(name: str, namespace: str = "default") -> dict[str, Any]:
+        pod = _find(kubelet, namespace, name)
+        if pod is None:
+            raise AdminError(f"no pod {namespace}/{name} on this kubelet; its pods: {_pod_names(kubelet)}")
+        released: dict[str, list[str]] = {}
+        for container in pod.containers:
+            for resource, ids in kubelet.manager.container_devices(pod.uid, container).items():
+                released.setdefault(resource, []).extend(i for i in ids if i not in released.get(resource, []))
+        kubelet.delete_pod(pod.uid)
+        return {"uid": pod.uid, "name": name, "namespace": namespace, "released": released}
+
+    async def restart_kubelet(wait: float = 10.0) -> dict[str, Any]:
+        """Restart as a kubelet does; answer once the plugins registered before are registered again
+        (and have sent their devices), or after ``wait`` seconds with the ones still missing."""
+        if wait < 0:
+            raise AdminError(f"wait must be 0 or more seconds, found {wait:g}")
+        before = sorted(n for n, s in kubelet.manager.resources.items() if s.endpoint is not None)
+        updates = kubelet.manager.updates
+        await kubelet.restart()
+
+        def back() -> list[str]:
+            return [
+                n
+                for n in before
+                if (state := kubelet.manager.resources.get(n)) is not None and state.endpoint is not None
+            ]
+
+        deadline = time.monotonic() + wait
+        # Each plugin registered again sends its devices at least once (a ListAndWatch update).
+        while len(back()) < len(before) or kubelet.manager.updates < updates + len(before):
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        registered = back()
+        return {
+            "starts": kubelet.starts,
+            "registered": registered,
+            "missing": [n for n in before if n not in registered],
+            "pods": len(pods_now()),
+        }
+
+    async def advance_clock(seconds: float) -> dict[str, Any]:
+        try:
+            kubelet.clock.advance(seconds)
+        except ValueError as exc:
+            raise AdminError(f"{exc}: seconds must be 0 or more, found {seconds:g}") from None
+        return {"advanced": seconds, "capacity": kubelet.capacity(), "allocatable": kubelet.allocatable()}
+
+    return {
+        "status": status,
+        "pods": pods,
+        "run-pod": run_pod,
+        "delete-pod": delete_pod,
+        "restart-kubelet": restart_kubelet,
+        "advance-clock": advance_clock,
+    }
