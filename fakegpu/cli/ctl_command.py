@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fakegpu.cli.yaml_output import dump_yaml
 from fakegpu.control.client import EXIT_NO_DAEMON, NoDaemonError, admin_request
 from fakegpu.control.operations import BY_NAME, OPERATIONS, Operation
 from fakegpu.control.protocol import AdminError
@@ -136,7 +135,7 @@ def _print(operation: Operation, request: dict[str, Any], result: Any, output: s
     if output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     elif output == "yaml":
-        sys.stdout.write(yaml.safe_dump(result, sort_keys=False))
+        sys.stdout.write(dump_yaml(result))
     else:
         sys.stdout.write(operation.summary(request, result) + "\n")
 

@@ -61,7 +61,9 @@ def kubelet_dir(args: argparse.Namespace) -> Path:
             )
         return Path(args.deprecated_dir)
     if args.kubelet_dir is None:
-        raise ValueError("fakegpu kubelet needs --kubelet-dir DIR (the kubelet root dir to serve in)")
+        raise ValueError(
+            "fakegpu kubelet needs --kubelet-dir DIR (the kubelet root dir to serve in); see 'fakegpu kubelet --help'"
+        )
     return Path(args.kubelet_dir)
 
 

@@ -199,7 +199,10 @@ async def test_kubelet_status_shows_resources_and_pods_not_allocations(kubelet_a
 def test_kubelet_needs_a_kubelet_dir(capsys):
     assert main(["kubelet"]) == 2
     err = capsys.readouterr().err
-    assert err == "fakegpu: error: fakegpu kubelet needs --kubelet-dir DIR (the kubelet root dir to serve in)\n"
+    assert err == (
+        "fakegpu: error: fakegpu kubelet needs --kubelet-dir DIR (the kubelet root dir to serve in); "
+        "see 'fakegpu kubelet --help'\n"
+    )
     assert main(["kubelet", "--dir", "/tmp/a", "--kubelet-dir", "/tmp/b"]) == 2
     assert "--dir /tmp/a and --kubelet-dir /tmp/b disagree" in capsys.readouterr().err
 

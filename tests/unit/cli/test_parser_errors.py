@@ -30,7 +30,6 @@ def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         (["slices", "--server-version", "2.1"], "argument --server-version: expected a Kubernetes version"),
         (["devices", "--nodename", "x"], "unrecognized arguments: --nodename x (did you mean --node-name?)"),
         (["labels", "--timestamp"], "argument --timestamp: expected one argument"),
-        (["kubelet"], "fakegpu kubelet: error: the following arguments are required: --dir"),
         (["scenario", "run", "--verbsoe", "x"], "unrecognized arguments: --verbsoe (did you mean --verbose?)"),
         (["nosuchcommand"], "argument COMMAND: invalid choice: 'nosuchcommand'"),
     ],
