@@ -1,8 +1,9 @@
 """A grpc.aio server bound to one Unix socket file, owner-only, that notices when the file vanishes.
 
 Both the device plugin servers and the plugins_registry registration servers are this: a stale socket
-is removed first, the new one is made 0600, and deletion (a restarting kubelet cleans the directory)
-is detected by comparing the file's identity.
+is removed first (a socket a live process still serves is refused with ``SocketInUse``, never taken over),
+the new one is made 0600, and deletion (a restarting kubelet cleans the directory) is detected by
+comparing the file's identity.
 
 A request whose bytes do not parse as the method's message is answered as a Go gRPC server answers it
 (``INTERNAL``, ``grpc: error unmarshalling request: ...``) instead of grpc-python's default, an
@@ -131,7 +132,7 @@ class SocketServer:
     async def start(self) -> None:
         check_socket_path(self.socket_path)
         ensure_dir(self.socket_path.parent)
-        remove_stale(self.socket_path)
+        remove_stale(self.socket_path, keep_live=True)
         server = grpc.aio.server(interceptors=[DecodeErrors()])
         self._add_services(server)
         # gRPC binds (creates the file) here: under a restrictive umask the socket is owner-only from its
