@@ -49,7 +49,9 @@ _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 def listening_pid(path: Path) -> int | None:
     """The process accepting connections on the socket (it is in use, not stale), or None when nobody does.
 
-    The pid is the listener's as the kernel recorded it (``SO_PEERCRED``), 0 where the system does not say.
+    The pid is the listener's as the kernel recorded it (``SO_PEERCRED``), 0 where the system does not say
+    or the listener is too busy to take the probe (its backlog full: alive, but not accepting yet); only a
+    refused connection (or no file) means nobody listens.
     """
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(0.5)
@@ -60,6 +62,8 @@ def listening_pid(path: Path) -> int | None:
             return 0
         pid, _uid, _gid = _PEERCRED.unpack(probe.getsockopt(socket.SOL_SOCKET, peercred, _PEERCRED.size))
         return int(pid)
+    except (BlockingIOError, TimeoutError):
+        return 0
     except OSError:
         return None
     finally:

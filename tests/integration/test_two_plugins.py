@@ -13,13 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.fakeplugin.socket_contention import PeerWaits
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.unix_socket import SocketInUse, listening_pid
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -56,7 +60,7 @@ async def test_the_second_plugin_waits_for_the_first_instead_of_taking_its_socke
     first: FakeNode, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="fakegpu.fakeplugin")
-    socket = first.plugins.servers[GPU].socket_path
+    path = first.plugins.servers[GPU].socket_path
     assert registrations(first) == 1
     second = second_plugin(first)
     await second.start()
@@ -68,10 +72,10 @@ async def test_the_second_plugin_waits_for_the_first_instead_of_taking_its_socke
         assert first.plugins.servers[GPU].socket_intact()
         assert GPU not in second.servers
         assert second.stats.peer_waits >= 3, "the waiting plugin stopped looking"
-        waiting = f"another plugin serves {socket} (pid {os.getpid()}); waiting for it to stop (attempt 1, "
+        waiting = f"another plugin serves {path} (pid {os.getpid()}); waiting for it to stop (attempt 1, "
         first_line = [r for r in caplog.records if r.getMessage().startswith(waiting)]
         assert [r.levelno for r in first_line] == [logging.WARNING]
-        assert f"not registered with the kubelet: {GPU} (another plugin serves {socket}" in (second.not_ready() or "")
+        assert f"not registered with the kubelet: {GPU} (another plugin serves {path}" in (second.not_ready() or "")
         assert first.synced()
 
         # The first goes away (its pod deleted): the second takes over within its capped pause and registers.
@@ -111,13 +115,13 @@ async def test_a_socket_removed_again_and_again_is_served_again_at_a_falling_rat
     """Whatever keeps removing the socket (an older plugin that takes paths over), no kubelet restart explains
     it: served again at once the first time, then after 0.5, 1, 2 s ... instead of every 50 ms poll."""
     caplog.set_level(logging.INFO, logger="fakegpu.fakeplugin")
-    socket = first.plugins.servers[GPU].socket_path
+    path = first.plugins.servers[GPU].socket_path
     loop = asyncio.get_running_loop()
     end = loop.time() + 2.0
     removals = 0
     while loop.time() < end:
-        if socket.exists():
-            socket.unlink()
+        if path.exists():
+            path.unlink()
             removals += 1
         await asyncio.sleep(0.02)
     # 0 s, +0.5, +1, then the next pause (2 s) runs past the end: at most 4 re-serves in 2 s.
@@ -130,3 +134,39 @@ async def test_a_socket_removed_again_and_again_is_served_again_at_a_falling_rat
 
     await eventually(served_again, "the socket to be served again", 5.0)
     await first.wait_synced()
+
+
+async def test_a_dra_driver_never_takes_its_socket_back_from_a_live_peer(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DRA driver's sockets follow the same rule: a second driver refuses to start on a live socket (one
+    line naming the path and pid), and a running one whose socket a live peer took waits instead of fighting."""
+    caplog.set_level(logging.INFO, logger="fakegpu.dra")
+    paths = KubeletPaths(root)
+    first = DraKubeletPlugin("gpu.nvidia.com", paths, lambda server: None, poll_interval=0.02)
+    await first.start()
+    try:
+        second = DraKubeletPlugin("gpu.nvidia.com", paths, lambda server: None)
+        with pytest.raises(SocketInUse, match=rf"is in use by another running process \(pid {os.getpid()}\)"):
+            await second.start()
+        await second.stop()
+        assert first.restarts == 0
+
+        # A peer takes the DRA socket path over while the first serves: the first waits, saying so once.
+        first.dra_socket.unlink()
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.bind(str(first.dra_socket))
+        peer.listen(1)
+        try:
+            waiting = f"another process serves {first.dra_socket} (pid {os.getpid()}); waiting for it to stop"
+            await eventually(lambda: any(r.getMessage() == waiting for r in caplog.records), "the wait logged")
+            await asyncio.sleep(0.2)  # ten polls
+            assert [r.getMessage() for r in caplog.records].count(waiting) == 1
+            assert first._task is not None and not first._task.done(), "the socket watch died"
+            assert first.restarts == 0
+        finally:
+            peer.close()  # the peer is gone; its socket file stays behind, stale
+        await eventually(lambda: first.restarts == 1, "the first driver to serve its socket again")
+        assert listening_pid(first.dra_socket) == os.getpid()
+    finally:
+        await first.stop()

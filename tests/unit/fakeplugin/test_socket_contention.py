@@ -82,3 +82,29 @@ def test_a_live_listener_is_named_with_its_pid_and_never_removed(root: Path) -> 
     assert remove_stale(path, keep_live=True) is True
     assert not path.exists()
     assert listening_pid(path) is None
+
+
+def test_a_listener_too_busy_to_accept_is_still_alive(root: Path) -> None:
+    """A full backlog (a hung peer) times the probe out: that peer is alive, not a stale file to take over."""
+    path = root / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)
+    waiting = []
+    try:
+        for _ in range(3):  # fill the backlog: nobody accepts
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.setblocking(False)
+            try:
+                client.connect(str(path))
+            except BlockingIOError:
+                client.close()
+                break
+            waiting.append(client)
+        assert listening_pid(path) == 0
+        with pytest.raises(SocketInUse, match=r"busy\.sock is in use by another running process; choose"):
+            remove_stale(path, keep_live=True)
+    finally:
+        for client in waiting:
+            client.close()
+        listener.close()
