@@ -4,8 +4,8 @@ A DaemonSet update with surge, or a demo started beside the DaemonSet, runs two 
 ``device-plugins/`` directory. Before, the second removed the first's socket, the first saw its socket
 removed and took it back, and so on: 531 re-serves and registrations in 30 s, the kubelet flipping between
 them. Now the second finds a live process on the path, waits with a logged, capped backoff, and takes over
-only once the first is gone. Both plugins run in this process (one event loop), each with its own inventory,
-next to the kubelet emulator, whose Register requests are counted.
+only once the first is gone. The plugins run in this process (one event loop, each with its own inventory)
+and as two real ``fakegpu plugin`` processes, next to the kubelet emulator, whose Register requests are counted.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import asyncio
 import logging
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.fakeplugin.socket_contention import PeerWaits
+from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.unix_socket import SocketInUse, listening_pid
 from fakegpu.sharing.health import XidPolicy
@@ -52,8 +55,12 @@ def second_plugin(node: FakeNode) -> PluginManager:
     return PluginManager(live, node.kubelet.paths, peer_waits=PeerWaits(first=0.05, cap=0.2))
 
 
+def registrations_of(kubelet: KubeletEmulator) -> int:
+    return sum(1 for r in kubelet.registration.requests if r.resource_name == GPU)
+
+
 def registrations(node: FakeNode) -> int:
-    return sum(1 for r in node.kubelet.registration.requests if r.resource_name == GPU)
+    return registrations_of(node.kubelet)
 
 
 async def test_the_second_plugin_waits_for_the_first_instead_of_taking_its_socket(
@@ -170,3 +177,51 @@ async def test_a_dra_driver_never_takes_its_socket_back_from_a_live_peer(
         assert listening_pid(first.dra_socket) == os.getpid()
     finally:
         await first.stop()
+
+
+async def test_two_plugin_processes_on_one_directory(root: Path) -> None:
+    """Real ``fakegpu plugin`` processes, as a DaemonSet update with surge runs them: the second logs whom it waits
+    for, the kubelet sees one registration, and the second serves once the first is gone."""
+    kubelet = KubeletEmulator(root)
+    await kubelet.start()
+    procs: list[asyncio.subprocess.Process] = []
+    logs = [root / "first.log", root / "second.log"]
+
+    async def plugin(log: Path) -> asyncio.subprocess.Process:
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "fakegpu",
+                "plugin",
+                "--kubelet-dir",
+                str(root),
+                "--gpus",
+                "2xh100-80gb",
+                "--node-name",
+                "two-processes",
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        procs.append(proc)
+        return proc
+
+    try:
+        first = await plugin(logs[0])
+        await eventually(lambda: kubelet.allocatable() == {GPU: 2}, "the first plugin's devices", 20.0)
+        await plugin(logs[1])
+        waiting = f"another plugin serves {root / 'device-plugins' / 'nvidia-gpu.sock'} (pid {first.pid})"
+        await eventually(lambda: waiting in logs[1].read_text(), "the second plugin to say whom it waits for", 20.0)
+        await asyncio.sleep(SETTLE)
+        assert registrations_of(kubelet) == 1, "the kubelet saw the plugins flip-flop"
+        first.terminate()
+        assert await asyncio.wait_for(first.wait(), 10.0) == 0
+        await eventually(lambda: registrations_of(kubelet) == 2, "the second plugin to register", 20.0)
+        await eventually(lambda: kubelet.allocatable() == {GPU: 2}, "the second plugin's devices", 10.0)
+        assert "is free again after" in logs[1].read_text()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 10.0)
+        await kubelet.stop()
