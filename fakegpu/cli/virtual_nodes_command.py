@@ -29,7 +29,7 @@ from fakegpu.cli.inventory_options import add_inventory_options, inventory_input
 from fakegpu.cli.progress import progress
 from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served
 from fakegpu.dra.resource_slices import check_driver_name
-from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
+from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, client_target
 from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
@@ -369,7 +369,7 @@ async def run_virtual_nodes(
             say(calls_line(api.calls))
         return 0 if report.ok else 1
     except (ApiCallError, DiscoveryError) as exc:
-        say(f"error: {exc}")
+        say(f"error: {api_failure(exc, client_target(client))}")
         return 1
     except KubeconfigError as exc:
         raise SpecError(_kubeconfig_name(args.kubeconfig, client), str(exc)) from None

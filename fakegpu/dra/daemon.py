@@ -31,9 +31,9 @@ from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import SliceOptions
-from fakegpu.dra.slice_publisher import SlicePublisher
+from fakegpu.dra.slice_publisher import SlicePublisher, log_publish_failure
 from fakegpu.kube.backoff import jittered_pause
-from fakegpu.kube.client import client_factory
+from fakegpu.kube.client import client_factory, client_target
 from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
@@ -270,9 +270,8 @@ class DraDriver:
                 return
             except Exception as exc:  # the API server may be unreachable or refuse for a while
                 failures += 1
-                self._publish_error = str(exc)
                 pause = jittered_pause(failures, first=FIRST_PUBLISH_RETRY)
-                log.error("cannot publish ResourceSlices yet: %s; retrying in %.1fs", exc, pause)
+                self._publish_error = log_publish_failure(exc, failures, pause, client_target(self.client))
                 await asyncio.sleep(pause)
 
     async def wait_published(self, timeout: float = 10.0) -> None:

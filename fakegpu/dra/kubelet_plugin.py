@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
@@ -18,6 +19,7 @@ from fakegpu.runtime.directories import ensure_dir
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from fakegpu.runtime.socket_server import SocketServer
+from fakegpu.runtime.unix_socket import SocketInUse, pid_text
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ class DraKubeletPlugin:
         self.poll_interval = poll_interval
         self.restarts = 0
         self._task: asyncio.Task[None] | None = None
+        self._peer: Path | None = None
+        """The socket path another live process serves, while this driver waits for it."""
 
     @property
     def registration_socket(self) -> str:
@@ -69,17 +73,31 @@ class DraKubeletPlugin:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.poll_interval)
-            if not self._dra.socket_intact():
+            try:
+                await self._serve_vanished()
+            except SocketInUse as exc:
+                # Another live driver took the path over: never take it back from it (the two would fight);
+                # look again each poll, saying so once.
+                if self._peer != exc.path:
+                    log.warning("another process serves %s%s; waiting for it to stop", exc.path, pid_text(exc.pid))
+                self._peer = exc.path
+            else:
+                self._peer = None
+
+    async def _serve_vanished(self) -> None:
+        if not self._dra.socket_intact():
+            if self._peer is None:
                 log.info("DRA socket %s vanished; serving it again", self.dra_socket)
-                await self._dra.stop()
-                await self._dra.start()
-                self.restarts += 1
-            if not self._registration.socket_intact():
+            await self._dra.stop()
+            await self._dra.start()
+            self.restarts += 1
+        if not self._registration.socket_intact():
+            if self._peer is None:
                 log.info("registration socket %s vanished; serving it again", self.registration_socket)
-                # The kubelet (restarted, or its watcher lost the socket) registers the new one anew: until
-                # its NotifyRegistrationStatus, the driver is not registered (readiness follows this).
-                self.registration_service.registered = None
-                self.registration_service.error = ""
-                await self._registration.stop()
-                await self._registration.start()
-                self.restarts += 1
+            # The kubelet (restarted, or its watcher lost the socket) registers the new one anew: until
+            # its NotifyRegistrationStatus, the driver is not registered (readiness follows this).
+            self.registration_service.registered = None
+            self.registration_service.error = ""
+            await self._registration.stop()
+            await self._registration.start()
+            self.restarts += 1

@@ -31,6 +31,8 @@ from lightkube.resources.core_v1 import Node
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, holds_plan, plan_digest, slice_key, spec_as_wished
+from fakegpu.kube.backoff import retry_note
+from fakegpu.kube.client import ApiTarget, api_failure, client_target
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
     SUPPORTED_API_VERSIONS,
@@ -94,11 +96,12 @@ def _with_generation(spec: dict[str, Any], generation: int) -> dict[str, Any]:
     return {**spec, "pool": {**spec["pool"], "generation": generation}}
 
 
-def _log_publish_failure(exc: Exception) -> None:
-    if isinstance(exc, PublishError):
-        log.error("%s; retrying", exc)
-    else:  # the API server may be unreachable for a while
-        log.error("publishing ResourceSlices failed: %s; retrying", exc)
+def log_publish_failure(exc: Exception, attempt: int, pause: float, target: ApiTarget | None) -> str:
+    """``publishing ResourceSlices failed (attempt 3, next in 4 s): <error> (API server ..., kubeconfig ...)``:
+    logged; the error's part is returned (the readiness answer's last error)."""
+    error = api_failure(exc, target)
+    log.error("publishing ResourceSlices failed (%s): %s", retry_note(attempt, pause), error)
+    return error
 
 
 class SlicePublisher:
@@ -339,7 +342,13 @@ class SlicePublisher:
         self._dirty.set()
 
     async def _reconcile_loop(self) -> None:
-        await reconcile_forever(self._dirty, self.resync_interval, self.publish, _log_publish_failure)
+        target = client_target(self.client)
+        await reconcile_forever(
+            self._dirty,
+            self.resync_interval,
+            self.publish,
+            lambda exc, attempt, pause: log_publish_failure(exc, attempt, pause, target),
+        )
 
     async def _watch_loop(self) -> None:
         """List, then watch from the list's resourceVersion: a deletion between our publish and the

@@ -31,7 +31,8 @@ from lightkube.types import PatchType
 
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.plugin_manager import PluginManager
-from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
+from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause, retry_note
+from fakegpu.kube.client import api_failure, client_target
 from fakegpu.kube.node_watch import NodeWatch
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.runtime.background_tasks import cancel_and_wait
@@ -103,19 +104,20 @@ async def initial_selection(
                 log.warning("node %s does not exist; it has no %s label", node_name, selection.label)
                 break
             log.warning(
-                "reading node %s for its %s label failed (%s); retrying",
+                "reading node %s for its %s label failed (%s): %s",
                 node_name,
                 selection.label,
-                exc.status.message or exc,
+                retry_note(failures, pause),
+                api_failure(exc.status.message or exc, client_target(client)),
             )
         except Exception as exc:
             log.warning(
-                "reading node %s for its %s label failed (%s: %s); retrying in %.0f s",
+                "reading node %s for its %s label failed (%s): %s: %s",
                 node_name,
                 selection.label,
+                retry_note(failures, pause),
                 type(exc).__name__,
-                exc,
-                pause,
+                api_failure(exc, client_target(client)),
             )
         finally:
             with contextlib.suppress(Exception):
@@ -214,9 +216,12 @@ class PluginNodeSync:
             self._dirty, self.resync_interval, self.sync_once, self._sync_failed, first_pause=self.retry_interval
         )
 
-    def _sync_failed(self, exc: Exception) -> None:
+    def _sync_failed(self, exc: Exception, attempt: int, pause: float) -> None:
         self.stats.label_errors += 1
-        log.warning("updating node %s failed (%s); retrying", self.node_name, exc)
+        target = client_target(self._client) if self._client is not None else None
+        log.warning(
+            "updating node %s failed (%s): %s", self.node_name, retry_note(attempt, pause), api_failure(exc, target)
+        )
 
     async def sync_once(self) -> None:
         if not self._seen_node:

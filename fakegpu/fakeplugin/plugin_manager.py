@@ -5,6 +5,10 @@ plugins then) and a plugin's own socket deleted (the kubelet removes every socke
 tolerates a missing ``kubelet.sock`` and registers when it appears. A reload that fails leaves the
 running inventory serving and records the error.
 
+A socket path another live process serves (a second plugin on the same kubelet directory) is never taken
+over: the resource waits, looking again with a capped backoff, and a socket removed again and again is
+served again at a falling rate (``fakegpu.fakeplugin.socket_contention``), so two plugins do not fight.
+
 Start, stop and registration are logged with NVIDIA's lines (``internal/plugin/server.go``,
 ``cmd/nvidia-device-plugin/main.go``), so log greps written for the real plugin carry over.
 """
@@ -22,10 +26,11 @@ from typing import Literal
 from fakegpu.fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.resource_server import ResourceServer
+from fakegpu.fakeplugin.socket_contention import PeerWaits, ReservePacing, wait_line
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
-from fakegpu.runtime.unix_socket import identity
+from fakegpu.runtime.unix_socket import SocketInUse, identity, listening_pid
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -42,6 +47,10 @@ class ManagerStats:
     registrations: int = 0
     registration_failures: int = 0
     restarts: int = 0
+    reserves: int = 0
+    """Sockets served again after they were removed."""
+    peer_waits: int = 0
+    """Looks at a socket path that found another live process serving it."""
     reloads: int = 0
     reload_errors: list[str] = field(default_factory=list)
     last_registered: dict[str, float] = field(default_factory=dict)
@@ -62,6 +71,8 @@ class PluginManager:
         poll_interval: float = 0.05,
         on_call: Callable[[str, str, Sequence[str]], None] | None = None,
         metrics: DevicePluginMetrics | None = None,
+        peer_waits: PeerWaits | None = None,
+        reserve_pacing: ReservePacing | None = None,
     ) -> None:
         self.live = live
         self.metrics = metrics if metrics is not None else DevicePluginMetrics(live)
@@ -78,10 +89,16 @@ class PluginManager:
         self.registered: dict[str, bool] = {}
         self._next_retry: dict[str, float] = {}
         self.stats = ManagerStats()
+        self.peer_waits = peer_waits if peer_waits is not None else PeerWaits()
+        self.reserve_pacing = reserve_pacing if reserve_pacing is not None else ReservePacing()
         self._kubelet_identity: tuple[int, int] | None = None
         self._file_stamps: dict[Path, float | None] = {}
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._paced: set[str] = set()
+        """Resources whose paced re-serve was logged (once per pause)."""
+        self._removed_under: dict[str, tuple[int, int] | None] = {}
+        """Per resource: the kubelet.sock identity at its socket's last removal (a new one: the kubelet restarted)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -127,7 +144,10 @@ class PluginManager:
         if unregistered:
             detail = ""
             refused = [r.service.error for n in unregistered if (r := self.registry.get(n)) and r.service.error]
-            if kubelet_gone:  # the kubelet stopped (or never started): its registrations went with it
+            peers = [w.describe() for n in unregistered if (w := self.peer_waits.waiting.get(n)) is not None]
+            if peers:
+                detail = f" ({peers[0]})"
+            elif kubelet_gone:  # the kubelet stopped (or never started): its registrations went with it
                 detail = f" (waiting for {self.paths.kubelet_socket})"
             elif any(n in self._next_retry for n in unregistered):
                 detail = f" (last error: {self.stats.last_error}; retrying every {self.retry_interval:.0f}s)"
@@ -173,7 +193,15 @@ class PluginManager:
         server = self.servers.get(name) or self._make_server(name)
         self.servers[name] = server
         log.info("Starting GRPC server for '%s'", name)
-        await server.start()
+        try:
+            await server.start()
+        except SocketInUse as exc:
+            self.servers.pop(name, None)
+            self._wait_for_peer(name, exc.path, exc.pid)
+            return
+        waited = self.peer_waits.done(name)
+        if waited is not None:
+            log.info("%s is free again after %d looks; serving '%s'", waited.path, waited.attempts, name)
         log.info("Starting to serve '%s' on %s", name, server.socket_path)
         self.registered[name] = False
         if self.registration == "none":
@@ -186,12 +214,26 @@ class PluginManager:
             old = self.registry.pop(name, None)
             if old is not None:
                 await old.stop()
-            await reg.start()
+            try:
+                await reg.start()
+            except SocketInUse as exc:  # the peer serves the registration socket, if not the plugin's
+                await self._stop_one(name)
+                self._wait_for_peer(name, exc.path, exc.pid)
+                return
             self.registry[name] = reg
         else:
             await self._register(name)
 
+    def _wait_for_peer(self, name: str, path: Path, pid: int) -> None:
+        """A live process serves ``name``'s socket path: look again later, never take it over."""
+        self.stats.peer_waits += 1
+        wait = self.peer_waits.found_peer(name, path, pid)
+        self.registered.pop(name, None)
+        self._next_retry.pop(name, None)
+        (log.warning if wait.attempts == 1 else log.info)("%s", wait_line(wait))
+
     async def _stop_one(self, name: str) -> None:
+        self.peer_waits.done(name)
         server = self.servers.pop(name, None)
         if server is not None:
             log.info("Stopping to serve '%s' on %s", name, server.socket_path)
@@ -258,8 +300,11 @@ class PluginManager:
         if blocked:
             log.info("Failed to start one or more plugins. Retrying in %.0fs...", self.retry_interval)
         for name in wanted:
-            if name not in self.servers:
+            if name not in self.servers and name not in self.peer_waits.waiting:
                 await self._start_one(name)
+        for name in list(self.peer_waits.waiting):
+            if name not in wanted:
+                self.peer_waits.done(name)
 
     async def restart_all(self) -> None:
         """What NVIDIA does when kubelet.sock is created: stop every plugin, serve and register again."""
@@ -336,15 +381,29 @@ class PluginManager:
                 await self.restart_all()
                 return
         async with self._lock:
+            for name in self.peer_waits.due():
+                if name in self.wanted():
+                    await self._start_one(name)
+                else:
+                    self.peer_waits.done(name)
             for name, server in list(self.servers.items()):
                 if not server.socket_intact():
+                    if not await self._may_reserve(name, server.socket_path):
+                        continue
                     log.info("socket of %s was removed, serving and registering again", name)
+                    self.stats.reserves += 1
+                    self.reserve_pacing.reserved(name)
                     if self.registration == "plugins-registry" and name in self.registry:
                         # The kubelet's watcher still knows the registration socket; serving the
                         # device plugin socket again is enough for it to reconnect. The metrics count
                         # the kubelet's NotifyRegistrationStatus instead (_registry_status_callback).
                         await server.stop()
-                        await server.start()
+                        try:
+                            await server.start()
+                        except SocketInUse as exc:
+                            await self._stop_one(name)
+                            self._wait_for_peer(name, exc.path, exc.pid)
+                            continue
                         self.stats.registrations += 1
                         self.stats.last_registered[name] = time.monotonic()
                     else:
@@ -359,6 +418,31 @@ class PluginManager:
                     and time.monotonic() >= self._next_retry.get(name, 0.0)
                 ):
                     await self._register(name)
+
+    async def _may_reserve(self, name: str, path: Path) -> bool:
+        """After ``name``'s socket was removed: serve it again now? Not while a live peer serves the path (stop
+        ours and wait for the peer instead), nor before the pacing of repeated removals allows (removals that
+        a kubelet restart explains are not paced: each start wipes the directory)."""
+        pid = listening_pid(path)
+        if pid is not None:
+            await self._stop_one(name)
+            self._wait_for_peer(name, path, pid)
+            return False
+        kubelet = identity(self.paths.kubelet_socket)
+        if name not in self._removed_under or kubelet != self._removed_under[name]:
+            # The kubelet restarted since the last removal (it wipes the directory each start): not a fight.
+            self.reserve_pacing.forget(name)
+        self._removed_under[name] = kubelet
+        pause = self.reserve_pacing.wait_before_reserving(name)
+        if pause > 0:
+            if name not in self._paced:
+                self._paced.add(name)
+                log.warning(
+                    "socket of %s was removed again soon after it was served; serving again in %.1f s", name, pause
+                )
+            return False
+        self._paced.discard(name)
+        return True
 
     async def _start_one_registry(self, name: str) -> None:
         server = self.servers[name]

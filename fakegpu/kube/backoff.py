@@ -33,3 +33,9 @@ def jittered_pause(
     """The pause to take: ``retry_pause`` less a random part of up to ``JITTER`` of it."""
     longest = retry_pause(failures, first=first, cap=cap)
     return longest * (1.0 - JITTER * rand())
+
+
+def retry_note(attempt: int, pause: float) -> str:
+    """``attempt 3, next in 4 s``: what a retried failure's log line says, so a reader sees it back off."""
+    shown = f"{pause:.0f}" if pause >= 10 else f"{pause:.1f}".removesuffix(".0")
+    return f"attempt {attempt}, next in {shown} s"

@@ -1,12 +1,20 @@
-"""How every fakegpu process finds its API server."""
+"""How every fakegpu process finds its API server, and how its failures name that server.
+
+Every API-server failure a command or daemon reports (``fakegpu dra``'s ResourceSlices, ``virtual-nodes``,
+the device plugin's node sync) goes through ``api_failure``, so it names the server and the kubeconfig
+that pointed there: an error from the wrong cluster, or from a kubeconfig that was not the one meant,
+shows at once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from lightkube import AsyncClient, ConfigError, KubeConfig
+from lightkube.config.kubeconfig import SingleConfig
 
 from fakegpu.sharing.errors import SpecError
 
@@ -59,6 +67,41 @@ def _check_files(config: KubeConfig, source: str) -> None:
         if not path.is_file():
             problem = "does not exist" if not path.exists() else "is not a file"
             raise SpecError(source, f"{field} {path} {problem}")
+
+
+IN_CLUSTER = "in-cluster service account"
+"""How a config read from the pod's service account (no file) is named."""
+
+
+@dataclass(frozen=True)
+class ApiTarget:
+    """The API server a process talks to and the kubeconfig that named it."""
+
+    server: str
+    kubeconfig: str
+
+    def __str__(self) -> str:
+        return f"API server {self.server}, kubeconfig {self.kubeconfig}"
+
+
+def api_target(config: SingleConfig | None) -> ApiTarget | None:
+    """The target of a config's current context (``KubeConfig.get()``, ``AsyncClient.config``); None without one."""
+    if config is None:
+        return None
+    return ApiTarget(config.cluster.server, str(config.fname) if config.fname else IN_CLUSTER)
+
+
+def api_failure(exc: BaseException | str, target: ApiTarget | None) -> str:
+    """One line for a failed API-server call: the error (on one line; its type when it has no text), then
+    ``(API server https://..., kubeconfig /path)`` when the target is known."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if target is None else f"{text} ({target})"
+
+
+def client_target(client: AsyncClient) -> ApiTarget | None:
+    """The target of a client (None for a stand-in without a config, as some tests pass)."""
+    config = getattr(client, "config", None)
+    return api_target(config) if isinstance(config, SingleConfig) else None
 
 
 def client_factory(kubeconfig: str | None) -> Callable[[], AsyncClient]:

@@ -18,15 +18,16 @@ async def reconcile_forever(
     dirty: asyncio.Event,
     resync_interval: float,
     reconcile: Callable[[], Awaitable[object]],
-    on_failure: Callable[[Exception], None],
+    on_failure: Callable[[Exception, int, float], object],
     *,
     first_pause: float = RETRY_PAUSE,
 ) -> None:
     """Run ``reconcile`` (its result is not used) whenever ``dirty`` is set, or ``resync_interval`` seconds
     after the last run.
 
-    A failure is reported to ``on_failure`` (which logs and counts it), then retried after the backoff
-    pause; the failure count resets on success. Runs until cancelled.
+    A failure is reported to ``on_failure(exc, attempt, pause)`` (which logs and counts it: ``attempt`` is
+    the count of failures in a row, ``pause`` the seconds before the next try, see ``retry_note``), then
+    retried after that pause; the failure count resets on success. Runs until cancelled.
     """
     failures = 0
     while True:
@@ -36,10 +37,11 @@ async def reconcile_forever(
         try:
             await reconcile()
         except Exception as exc:
-            on_failure(exc)
+            failures += 1
+            pause = jittered_pause(failures, first=first_pause)
+            on_failure(exc, failures, pause)
         else:
             failures = 0
             continue
-        failures += 1
-        await asyncio.sleep(jittered_pause(failures, first=first_pause))
+        await asyncio.sleep(pause)
         dirty.set()

@@ -72,6 +72,8 @@ class PluginWatcher:
     async def scan(self) -> None:
         present: dict[Path, tuple[int, int]] = {}
         for path in sorted(self.registry_dir.iterdir()) if self.registry_dir.is_dir() else []:
+            if path.name.startswith("."):
+                continue  # as the kubelet's plugin watcher: dot files are ignored (a socket not yet in place)
             ident = identity(path)
             if ident is not None:
                 present[path] = ident

@@ -1,8 +1,9 @@
 """A grpc.aio server bound to one Unix socket file, owner-only, that notices when the file vanishes.
 
 Both the device plugin servers and the plugins_registry registration servers are this: a stale socket
-is removed first, the new one is made 0600, and deletion (a restarting kubelet cleans the directory)
-is detected by comparing the file's identity.
+is removed first (a socket a live process still serves is refused with ``SocketInUse``, never taken over),
+the new one is made 0600, and deletion (a restarting kubelet cleans the directory) is detected by
+comparing the file's identity.
 
 A request whose bytes do not parse as the method's message is answered as a Go gRPC server answers it
 (``INTERNAL``, ``grpc: error unmarshalling request: ...``) instead of grpc-python's default, an
@@ -12,6 +13,7 @@ A request whose bytes do not parse as the method's message is answered as a Go g
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,11 +22,15 @@ from typing import Any
 import grpc
 
 from fakegpu.runtime.directories import ensure_dir
-from fakegpu.runtime.unix_socket import check_socket_path, identity, remove_stale
+from fakegpu.runtime.unix_socket import MAX_SOCKET_PATH, check_socket_path, identity, remove_stale
 
 UNMARSHAL_ERROR = "grpc: error unmarshalling request: "
 """grpc-go's text for a request that does not parse (sent with code INTERNAL), which the kubelet's
 plugins built on grpc-go answer with."""
+
+
+_private_names = itertools.count()
+"""Numbers the private names servers bind before they are renamed into place."""
 
 
 class _Undecodable:
@@ -131,23 +137,33 @@ class SocketServer:
     async def start(self) -> None:
         check_socket_path(self.socket_path)
         ensure_dir(self.socket_path.parent)
-        remove_stale(self.socket_path)
+        remove_stale(self.socket_path, keep_live=True)
+        # gRPC binds a private name, renamed into place once it serves: gRPC unlinks the path it bound when
+        # the server stops, whatever file is there by then, and a path another plugin took over in between
+        # must keep that plugin's socket (deleting it made two plugins on one directory fight).
+        private = self.socket_path.with_name(f".{self.socket_path.name}.{os.getpid()}.{next(_private_names)}")
+        if len(os.fsencode(private)) > MAX_SOCKET_PATH:
+            private = self.socket_path.with_name(f".fg{os.getpid()}.{next(_private_names)}")
+        check_socket_path(private)
+        private.unlink(missing_ok=True)
         server = grpc.aio.server(interceptors=[DecodeErrors()])
         self._add_services(server)
         # gRPC binds (creates the file) here: under a restrictive umask the socket is owner-only from its
         # first moment, not only from the chmod below (under umask 0 anyone could connect in between).
         old_umask = os.umask(0o177)
         try:
-            server.add_insecure_port(f"unix://{self.socket_path}")
+            server.add_insecure_port(f"unix://{private}")
         finally:
             os.umask(old_umask)
         await server.start()
         try:
-            os.chmod(self.socket_path, 0o600)
+            os.chmod(private, 0o600)
+            os.rename(private, self.socket_path)
         except OSError:
-            # The socket vanished between bind and chmod (a kubelet restart wiping the directory): stop the
+            # The socket vanished between bind and rename (a kubelet restart wiping the directory): stop the
             # server we just started rather than leave it running unowned; the caller serves again.
             await server.stop(None)
+            private.unlink(missing_ok=True)
             raise
         self._server = server
         self._identity = identity(self.socket_path)

@@ -26,9 +26,12 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 CORE_FIELDS = ("time", "level", "logger", "message")
-CHATTY_LIBRARIES = ("grpc", "httpcore", "hpack", "asyncio")
+CHATTY_LIBRARIES = ("grpc", "httpcore", "httpcore2", "hpack", "asyncio")
 """Libraries whose debug output is their own internals (grpc logs every event loop lookup): kept at info
 when fakegpu's debug level is asked for, so debug shows fakegpu's lines, one per RPC."""
+HTTP_CLIENT_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2")
+"""The API-server client's libraries log one INFO line per request (``httpx2: HTTP Request: DELETE ...``,
+thousands for a fleet's cleanup): kept at warning unless ``--log-level debug`` asks for them."""
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _RECORD_ATTRIBUTES = frozenset(
     logging.LogRecord("", logging.INFO, "", 0, "", (), None).__dict__.keys() | {"message", "asctime", "taskName"}
@@ -142,8 +145,13 @@ def configure_logging(level: str | int, fmt: LogFormat = "text", stream: TextIO 
     if len(ours) != len(root.handlers):
         return
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    for name in CHATTY_LIBRARIES:
-        logging.getLogger(name).setLevel(logging.INFO if root.level <= logging.DEBUG else logging.NOTSET)
+    debug = root.level <= logging.DEBUG
+    for name in (*CHATTY_LIBRARIES, *HTTP_CLIENT_LIBRARIES):
+        if debug:
+            level = logging.INFO if name in CHATTY_LIBRARIES else logging.NOTSET
+        else:
+            level = logging.WARNING if name in HTTP_CLIENT_LIBRARIES else logging.NOTSET
+        logging.getLogger(name).setLevel(level)
     for handler in ours:
         root.removeHandler(handler)
     new = logging.StreamHandler(stream if stream is not None else sys.stderr)

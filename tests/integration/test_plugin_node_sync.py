@@ -7,6 +7,7 @@ sockets) and the in-process API server (the Node object), as it would on a kind 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import subprocess
 import sys
@@ -430,3 +431,22 @@ def test_cli_rejects_config_dir_with_config_file_and_orphan_selection_flags(root
     (root / "bad-kubeconfig").write_text("clusters: [\n")
     out = run("--label-node", "--kubeconfig", str(root / "bad-kubeconfig"))
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_a_failed_label_update_names_the_server_and_counts_its_attempts(
+    root: Path, apiserver: FakeApiServer, daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 15 §3: the node sync's API errors name the server and the kubeconfig, with the retry count."""
+    caplog.set_level(logging.WARNING, logger="fakegpu.fakeplugin.node_sync")
+    apiserver.fail_next("patch", "nodes", 500, times=2, message="etcd is having a bad day")
+    node = settings(apiserver, root, label_node=True)
+    await daemon(node)
+    await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "the labels after two failures", 10.0)
+    failures = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"updating node {NODE} failed")]
+    assert len(failures) == 2, failures
+    for attempt, line in enumerate(failures, start=1):
+        assert re.fullmatch(
+            rf"updating node {NODE} failed \(attempt {attempt}, next in [\d.]+ s\): etcd is having a bad day"
+            rf" \(API server {re.escape(apiserver.url)}, kubeconfig {re.escape(node.kubeconfig or '')}\)",
+            line,
+        ), line

@@ -20,6 +20,7 @@ from lightkube import AsyncClient
 from fakegpu.cli import virtual_nodes_command
 from fakegpu.cli.main import main as cli_main
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.kube.client import IN_CLUSTER
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from fakegpu.virtual_nodes import api as virtual_nodes_api
 from tests.apiserver.fake_apiserver import FakeApiServer
@@ -419,6 +420,7 @@ async def test_a_failing_list_stops_the_run_with_one_line(server, run):
     assert result.code == 1
     assert result.err.strip().splitlines()[-1] == (
         'fakegpu: error: listing nodes: 403 Forbidden: nodes is forbidden: User "x" cannot list resource "nodes"'
+        f" (API server {server.url}, kubeconfig {IN_CLUSTER})"  # the test's client has no kubeconfig file
     )
     assert server.objects("nodes") == []
 
@@ -439,6 +441,7 @@ async def test_an_unreachable_server_is_one_clear_line():
     assert line.startswith(
         f"fakegpu: error: listing resource.k8s.io/v1 ResourceSlices: cannot reach the API server at {url}"
     )
+    assert line.endswith(f"(API server {url}, kubeconfig {IN_CLUSTER})")
 
 
 def lose_the_answer_of_the_next_slice_create(server: FakeApiServer, code: int = 504) -> None:
@@ -641,3 +644,16 @@ async def test_throttling_halves_the_nodes_in_flight_and_is_reported(server, run
     assert "the API server throttled 3 request(s) (429" in result.out
     assert "nodes in flight went down to 1" in result.out
     assert len(server.objects("resourceslices")) == 6
+
+
+def test_an_api_error_names_the_server_and_the_kubeconfig(server, tmp_path, capsys):
+    """Issue 15 §3: which cluster refused, and which kubeconfig pointed there, in the one error line."""
+    config = server.kubeconfig(tmp_path / "kubeconfig")
+    server.fail_next("list", "nodes", 403, message='nodes is forbidden: User "x" cannot list resource "nodes"')
+    code = cli_main(["virtual-nodes", "--kubeconfig", str(config), "--count", "1", "--server-version", "1.36"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.splitlines()[-1] == (
+        'fakegpu: error: listing nodes: 403 Forbidden: nodes is forbidden: User "x" cannot list resource "nodes"'
+        f" (API server {server.url}, kubeconfig {config})"
+    )

@@ -1,4 +1,4 @@
-"""What a process holds, read from /proc: open fds, RSS, threads, asyncio tasks, listening Unix sockets.
+"""What a process holds, read from /proc: open fds, RSS, threads, asyncio tasks.
 
 The restart soaks compare these before and after many restarts, because a leak that costs one file
 descriptor or one task per kubelet restart is invisible in any single test and fatal after a month
@@ -12,9 +12,6 @@ import gc
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-_UNIX_LISTENING = 0x00010000
-"""``__SO_ACCEPTCON`` in the Flags column of /proc/net/unix: the socket is listening."""
 
 
 def open_fds(pid: int | None = None) -> int:
@@ -51,39 +48,6 @@ def thread_count(pid: int | None = None) -> int:
 def asyncio_tasks() -> int:
     """Unfinished tasks of the running event loop (call from inside it)."""
     return sum(1 for task in asyncio.all_tasks() if not task.done())
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes: set[int] = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for entry in os.listdir(fd_dir):
-        try:
-            target = os.readlink(fd_dir / entry)
-        except OSError:  # closed between listdir and readlink
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[len("socket:[") : -1]))
-    return inodes
-
-
-def listening_unix_sockets(pid: int | None = None, under: Path | None = None) -> set[Path]:
-    """Paths of Unix sockets in listening state: of ``pid`` when given, below ``under`` when given.
-
-    This is what the kernel says is being served, as opposed to what is on disk: a SIGKILLed daemon
-    leaves its socket files behind, but nothing listens on them any more."""
-    owned = _socket_inodes(pid) if pid is not None else None
-    found: set[Path] = set()
-    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 8 or not int(fields[3], 16) & _UNIX_LISTENING:
-            continue
-        path = Path(fields[7])
-        if owned is not None and int(fields[6]) not in owned:
-            continue
-        if under is not None and not path.is_relative_to(under):
-            continue
-        found.add(path)
-    return found
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,13 @@ from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.runtime.unix_socket import listening_pid
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import Claim, prepare, unprepare
 from tests.eventually import eventually
-from tests.reliability.process_probe import Usage, listening_unix_sockets, settle_self, usage_of
+from tests.reliability.process_probe import Usage, settle_self, usage_of
 from tests.reliability.profile import Profile
 
 SEED = 8
@@ -277,12 +278,13 @@ def socket_files(directory: Path) -> set[Path]:
 def check_sockets_after_start(figures: DaemonSoakFigures, daemon: Daemon, paths: set[Path], stale: set[Path]) -> None:
     """The new daemon listens on every one of ``paths`` (stale files of a SIGKILLed predecessor replaced), and
     no socket file in their directories is left that nobody serves."""
-    served = listening_unix_sockets(daemon.pid)
+    # Asked by connecting, not read from /proc/net/unix: gRPC servers bind a private name and rename the
+    # socket into place (fakegpu.runtime.socket_server), and /proc/net/unix shows the name bound.
+    served = {p for p in paths if listening_pid(p) == daemon.pid}
     missing = sorted(str(p) for p in paths - served)
     if missing:
         figures.problem(f"the restarted daemon does not serve {missing}")
-    listening = listening_unix_sockets()
-    unserved = sorted(str(p) for d in {p.parent for p in paths} for p in socket_files(d) if p not in listening)
+    unserved = sorted(str(p) for d in {p.parent for p in paths} for p in socket_files(d) if listening_pid(p) is None)
     if unserved:
         figures.stale_sockets_left += len(unserved)
         figures.problem(f"socket files nobody serves after the start: {unserved}")

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from fakegpu.telemetry.log_format import CHATTY_LIBRARIES, JsonFormatter, configure_logging, make_formatter, rfc3339
+from fakegpu.telemetry.log_format import (
+    CHATTY_LIBRARIES,
+    HTTP_CLIENT_LIBRARIES,
+    JsonFormatter,
+    configure_logging,
+    make_formatter,
+    rfc3339,
+)
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -81,7 +88,7 @@ def test_unknown_format_is_refused():
 def bare_root() -> Iterator[logging.Logger]:
     """The root logger as in a fresh process: pytest's capture handlers are put aside meanwhile."""
     root = logging.getLogger()
-    chatty = [logging.getLogger(name) for name in CHATTY_LIBRARIES]
+    chatty = [logging.getLogger(name) for name in {*CHATTY_LIBRARIES, *HTTP_CLIENT_LIBRARIES}]
     saved = root.handlers[:], root.level, [c.level for c in chatty]
     root.handlers = []
     try:
@@ -107,6 +114,25 @@ def test_configure_logging_json_lines():
         "one rpc",
         "NodePrepareResources",
     )
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
+def test_http_client_request_lines_only_at_debug(level: str, shown: bool):
+    """httpx2 logs one INFO line per API request (thousands in a fleet's cleanup): debug only."""
+    out = io.StringIO()
+    with bare_root():
+        configure_logging(level, "text", stream=out)
+        logging.getLogger("httpx2").info('HTTP Request: DELETE https://api/x "HTTP/1.1 200 OK"')
+        logging.getLogger("httpx").info("HTTP Request: GET https://api/y")
+        logging.getLogger("httpcore2.http11").debug("send_request_headers.started")
+        logging.getLogger("httpx2").warning("a warning still shows")
+        logging.getLogger("fakegpu.kube").info("our own line")
+    text = out.getvalue()
+    assert ("HTTP Request: DELETE" in text) is shown
+    assert ("HTTP Request: GET" in text) is shown
+    assert "send_request_headers" not in text  # the transport's internals stay out even at debug
+    assert "a warning still shows" in text
+    assert "our own line" in text
 
 
 def test_configure_logging_again_replaces_its_handler():

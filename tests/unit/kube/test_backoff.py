@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakegpu.kube.backoff import JITTER, MAX_RETRY_PAUSE, RETRY_PAUSE, jittered_pause, retry_pause
+from fakegpu.kube.backoff import JITTER, MAX_RETRY_PAUSE, RETRY_PAUSE, jittered_pause, retry_note, retry_pause
 
 
 def test_failed_watches_back_off_exponentially_up_to_a_cap():
@@ -27,3 +27,10 @@ def test_the_jitter_takes_off_at_most_half(failures):
 def test_pauses_of_many_daemons_are_spread():
     """Daemons that lost the API server together do not all come back in the same instant."""
     assert len({jittered_pause(3) for _ in range(20)}) > 10
+
+
+def test_a_retry_note_shows_the_count_and_the_pause():
+    assert retry_note(3, 4.0) == "attempt 3, next in 4 s"
+    assert retry_note(1, 0.5) == "attempt 1, next in 0.5 s"
+    assert retry_note(1, 0.4499) == "attempt 1, next in 0.4 s"
+    assert retry_note(9, 27.6) == "attempt 9, next in 28 s"

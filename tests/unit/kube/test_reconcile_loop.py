@@ -18,7 +18,7 @@ async def test_runs_when_dirty_and_not_before():
     async def reconcile() -> None:
         runs.append(1)
 
-    task = asyncio.create_task(reconcile_forever(dirty, 3600.0, reconcile, lambda exc: None))
+    task = asyncio.create_task(reconcile_forever(dirty, 3600.0, reconcile, lambda exc, attempt, pause: None))
     try:
         await asyncio.sleep(0.05)
         assert runs == []  # nothing asked for it, and the resync period is an hour away
@@ -37,7 +37,7 @@ async def test_resyncs_on_the_timer_without_being_asked():
     async def reconcile() -> None:
         runs.append(1)
 
-    task = asyncio.create_task(reconcile_forever(asyncio.Event(), 0.01, reconcile, lambda exc: None))
+    task = asyncio.create_task(reconcile_forever(asyncio.Event(), 0.01, reconcile, lambda exc, attempt, pause: None))
     try:
         await eventually(lambda: len(runs) >= 3, "three resyncs")
     finally:
@@ -51,11 +51,11 @@ async def test_failures_are_reported_retried_with_growing_pauses_and_reset_on_su
 
     def recorded_pause(failures: int, first: float) -> float:
         pauses.append(first * 2 ** (failures - 1))  # the policy's shape, without its jitter
-        return 0.0  # and no real wait
+        return 0.001 * failures  # and no real wait (told to on_failure as the pause)
 
     monkeypatch.setattr(loop_module, "jittered_pause", recorded_pause)
     outcomes = [RuntimeError("a"), RuntimeError("b"), None, RuntimeError("c")]
-    reported: list[str] = []
+    reported: list[tuple[str, int, float]] = []
     done = asyncio.Event()
 
     async def reconcile() -> None:
@@ -69,7 +69,13 @@ async def test_failures_are_reported_retried_with_growing_pauses_and_reset_on_su
     dirty = asyncio.Event()
     dirty.set()
     task = asyncio.create_task(
-        reconcile_forever(dirty, 0.01, reconcile, lambda exc: reported.append(str(exc)), first_pause=1.0)
+        reconcile_forever(
+            dirty,
+            0.01,
+            reconcile,
+            lambda exc, attempt, pause: reported.append((str(exc), attempt, pause)),
+            first_pause=1.0,
+        )
     )
     try:
         await asyncio.wait_for(done.wait(), 5.0)
@@ -78,6 +84,7 @@ async def test_failures_are_reported_retried_with_growing_pauses_and_reset_on_su
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert reported == ["a", "b", "c"]
+    # each failure is told with its count in a row and the pause before the next try
+    assert reported == [("a", 1, 0.001), ("b", 2, 0.002), ("c", 1, 0.001)]
     # two failures in a row double the pause; the success in between resets it for "c"
     assert pauses == [1.0, 2.0, 1.0]
