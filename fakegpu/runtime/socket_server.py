@@ -141,29 +141,32 @@ class SocketServer:
         # gRPC binds a private name, renamed into place once it serves: gRPC unlinks the path it bound when
         # the server stops, whatever file is there by then, and a path another plugin took over in between
         # must keep that plugin's socket (deleting it made two plugins on one directory fight).
-        private = self.socket_path.with_name(f".{self.socket_path.name}.{os.getpid()}.{next(_private_names)}")
-        if len(os.fsencode(private)) > MAX_SOCKET_PATH:
-            private = self.socket_path.with_name(f".fg{os.getpid()}.{next(_private_names)}")
-        check_socket_path(private)
-        private.unlink(missing_ok=True)
+        private = self.socket_path.with_name(f".fg{os.getpid():x}.{next(_private_names):x}")
+        # gRPC refuses a path of MAX_SOCKET_PATH bytes (its own limit is one shorter): where even the short
+        # private name does not fit, bind the public path itself, as before the rename existed.
+        bound = private if len(os.fsencode(private)) < MAX_SOCKET_PATH else self.socket_path
+        if bound is private:
+            private.unlink(missing_ok=True)
         server = grpc.aio.server(interceptors=[DecodeErrors()])
         self._add_services(server)
         # gRPC binds (creates the file) here: under a restrictive umask the socket is owner-only from its
         # first moment, not only from the chmod below (under umask 0 anyone could connect in between).
         old_umask = os.umask(0o177)
         try:
-            server.add_insecure_port(f"unix://{private}")
+            server.add_insecure_port(f"unix://{bound}")
         finally:
             os.umask(old_umask)
         await server.start()
         try:
-            os.chmod(private, 0o600)
-            os.rename(private, self.socket_path)
+            os.chmod(bound, 0o600)
+            if bound is private:
+                os.rename(private, self.socket_path)
         except OSError:
             # The socket vanished between bind and rename (a kubelet restart wiping the directory): stop the
             # server we just started rather than leave it running unowned; the caller serves again.
             await server.stop(None)
-            private.unlink(missing_ok=True)
+            if bound is private:
+                private.unlink(missing_ok=True)
             raise
         self._server = server
         self._identity = identity(self.socket_path)
