@@ -223,6 +223,8 @@ def make_special(kind: str, special: str, where: Path) -> tuple[Path, str]:
         return path, f"{what} not found"
     if special == "directory":
         path.mkdir()
+        if kind == "scenario":  # scenario run takes directories of scenarios (issue 15): an empty one is refused
+            return path, "no scenario files (*.yaml) in this directory"
         return path, f"{what} is a directory, expected a file"
     if special == "through-a-file":
         (where / "plain").write_text("version: v1\n")

@@ -372,7 +372,11 @@ def scenario_files(paths: Sequence[str | Path]) -> list[Path | SpecError]:
     out: list[Path | SpecError] = []
     for given in paths:
         path = Path(given)
-        if not path.is_dir():
+        try:
+            directory = path.is_dir()
+        except OSError:  # a name too long, say: the loader reports it against the file
+            directory = False
+        if not directory:
             out.append(path)
             continue
         found = sorted(p for p in path.glob("*.yaml") if p.is_file())
