@@ -339,6 +339,13 @@ async def run_virtual_nodes(
     own_client = client is None
     client = client or _client(args.kubeconfig)
     api = Api(client, backoff=retry_pause)
+
+    def say_target() -> None:
+        """After per-node errors: where those requests went (the errors themselves name the object)."""
+        target = client_target(client)
+        if target is not None:
+            say(f"error: the failed requests went to the {target}")
+
     controller = VirtualNodeController(api, nodes, settings, say)
     try:
         if args.delete:
@@ -346,6 +353,8 @@ async def run_virtual_nodes(
                 deleted = await controller.delete_all()
             for line in deleted.lines():
                 say(line)
+            if not deleted.ok:
+                say_target()
             say(calls_line(api.calls))
             return 0 if deleted.ok else 1
         for line in plan_lines(nodes):
@@ -355,6 +364,8 @@ async def run_virtual_nodes(
             report = await controller.bring_up()
         for line in report.lines():
             say(line)
+        if not report.ok:
+            say_target()
         say(calls_line(api.calls))
         if args.watch:
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval

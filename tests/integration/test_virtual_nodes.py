@@ -411,6 +411,7 @@ async def test_a_lasting_api_failure_is_one_clear_line_per_node(server, run):
         "fakegpu: error: fakegpu-virtual-0000: creating node fakegpu-virtual-0000: 500 InternalError: "
         "etcdserver: request timed out" in result.err
     )
+    assert f"fakegpu: error: the failed requests went to the API server {server.url}" in result.err
     assert "Traceback" not in result.err + result.out
 
 
