@@ -207,10 +207,6 @@ def full_parser() -> TerseParser:
     return build_parser(lambda _name: True)
 
 
-_parser = full_parser
-"""The name the tests and tests/deploy/manifests.py know the full parser by."""
-
-
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` parsed, building only the command it names; an unknown option is one line from that command."""
     chosen = command_in(argv)

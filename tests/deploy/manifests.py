@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.cli.main import _parser
+from fakegpu.cli.main import full_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -121,7 +121,7 @@ def parse_cli(argv: list[str]) -> argparse.Namespace:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return _parser().parse_args(argv)
+            return full_parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"fakegpu rejects the manifest's arguments {argv}:\n{err.getvalue()}")
 

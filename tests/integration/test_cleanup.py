@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from fakegpu.cli.cleanup_command import run_cleanup
-from fakegpu.cli.main import _parser
+from fakegpu.cli.main import full_parser
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION
@@ -54,7 +54,7 @@ def tree(root: Path) -> list[str]:
 
 async def cleanup(apiserver: FakeApiServer, host: Path, *flags: str) -> str:
     out = io.StringIO()
-    args = _parser().parse_args(["cleanup", "--node", NODE, "--host-root", str(host), *flags])
+    args = full_parser().parse_args(["cleanup", "--node", NODE, "--host-root", str(host), *flags])
     client = apiserver.client()
     try:
         assert await run_cleanup(args, client=client, out=out) == 0
@@ -185,7 +185,7 @@ def test_host_paths_follow_the_nodes_absolute_symlinks_under_the_host_root(root,
     (host / "run/fakegpu/nvidia-smi/dra").mkdir(parents=True)
     (host / "var").mkdir()
     (host / "var/run").symlink_to("/run")
-    args = _parser().parse_args(["cleanup", "--node", NODE, "--skip-api", "--host-root", str(host), "--yes"])
+    args = full_parser().parse_args(["cleanup", "--node", NODE, "--skip-api", "--host-root", str(host), "--yes"])
     assert asyncio.run(run_cleanup(args)) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"removed directory {host / 'run/fakegpu/nvidia-smi/dra'}",
@@ -195,7 +195,7 @@ def test_host_paths_follow_the_nodes_absolute_symlinks_under_the_host_root(root,
 
 
 async def test_cleanup_of_a_node_that_does_not_exist_is_named(apiserver, root):
-    args = _parser().parse_args(["cleanup", "--node", "gone", "--skip-host"])
+    args = full_parser().parse_args(["cleanup", "--node", "gone", "--skip-host"])
     client = apiserver.client()
     try:
         with pytest.raises(SpecError, match=r"^--node: node gone does not exist$"):

@@ -19,7 +19,7 @@ import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from fakegpu.cli.main import _parser as cli_parser
+from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.device_map import published_devices
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon

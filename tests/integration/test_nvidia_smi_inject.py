@@ -19,7 +19,7 @@ from typing import Any, Literal
 import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
-from fakegpu.cli.main import _parser
+from fakegpu.cli.main import full_parser
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
@@ -358,7 +358,7 @@ async def test_the_plugin_daemon_writes_and_mounts_it_with_the_flag(tmp_path):
     mounts them, and the script run with the pod's own environment (over a CUDA image's) shows its GPU."""
     root = Path(tempfile.mkdtemp(prefix="fgsmi-", dir="/tmp"))
     smi_dir = tmp_path / "smi"
-    args = _parser().parse_args(
+    args = full_parser().parse_args(
         [
             "plugin",
             "--node-name",
@@ -420,7 +420,7 @@ async def run_dra_and_prepare(
     """``fakegpu dra ARGV --inject-nvidia-smi``'s inputs through ``apply_inject_flags``, ``run_dra_daemon``,
     then one claim of ``device`` prepared over the kubelet's DRA socket; returns the claim's CDI spec."""
     smi_dir = root / "smi"
-    args = _parser().parse_args(
+    args = full_parser().parse_args(
         ["dra", "--node-name", DRA_NODE, *argv, "--inject-nvidia-smi", "--nvidia-smi-dir", str(smi_dir)]
     )
     inputs = apply_inject_flags(args, inventory_inputs(args, {}), path_env="")

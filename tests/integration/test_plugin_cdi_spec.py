@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from fakegpu.cli.inventory_options import inventory_inputs
-from fakegpu.cli.main import _parser
+from fakegpu.cli.main import full_parser
 from fakegpu.control.client import admin_call
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -55,7 +55,7 @@ async def test_the_spec_follows_start_reload_and_reconfigure_and_outlives_the_da
     config_file = root / "config.yaml"
     config_file.write_text(config("uuid"))
     admin = root / "admin.sock"
-    args = _parser().parse_args(
+    args = full_parser().parse_args(
         [
             "plugin",
             "--node-name",
@@ -69,7 +69,7 @@ async def test_the_spec_follows_start_reload_and_reconfigure_and_outlives_the_da
         ]
     )
     assert args.cdi_root == cdi
-    assert _parser().parse_args(["plugin"]).cdi_root == Path("/var/run/cdi")
+    assert full_parser().parse_args(["plugin"]).cdi_root == Path("/var/run/cdi")
     kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
     stop = asyncio.Event()
@@ -114,7 +114,7 @@ async def test_the_spec_follows_start_reload_and_reconfigure_and_outlives_the_da
 
 async def test_without_a_cdi_strategy_nothing_is_written(root: Path) -> None:
     """``cdi.New`` returns the null handler unless a CDI strategy is configured (``internal/cdi/cdi.go``)."""
-    args = _parser().parse_args(["plugin", "--node-name", "n1", "--gpus", "1xt4", "--cdi-root", str(root / "cdi")])
+    args = full_parser().parse_args(["plugin", "--node-name", "n1", "--gpus", "1xt4", "--cdi-root", str(root / "cdi")])
     kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
     stop = asyncio.Event()

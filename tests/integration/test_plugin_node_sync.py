@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.cli.main import _parser
+from fakegpu.cli.main import full_parser
 from fakegpu.cli.node_options import node_settings
 from fakegpu.fakeplugin import node_sync
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
@@ -203,12 +203,12 @@ async def test_a_config_switch_is_a_new_gfd_run_with_a_new_timestamp(daemon, api
 )
 def test_no_timestamp_flag_and_env(argv, env, timestamp):
     """GFD's flag and env var (``cmd/gpu-feature-discovery/main.go``: ``no-timestamp``, ``GFD_NO_TIMESTAMP``)."""
-    args = _parser().parse_args(["plugin", "--label-node", *argv])
+    args = full_parser().parse_args(["plugin", "--label-node", *argv])
     assert node_settings(args, env).timestamp is timestamp
 
 
 def test_a_bad_gfd_no_timestamp_is_named():
-    args = _parser().parse_args(["plugin", "--label-node"])
+    args = full_parser().parse_args(["plugin", "--label-node"])
     with pytest.raises(SpecError, match="GFD_NO_TIMESTAMP: could not parse 'maybe' as bool value"):
         node_settings(args, {"GFD_NO_TIMESTAMP": "maybe"})
 
@@ -384,12 +384,12 @@ async def test_the_exit_policy_keeps_labels_for_a_restart_in_place(apiserver, ro
     ],
 )
 def test_cleanup_on_exit_flag_and_env(argv, env, policy):
-    args = _parser().parse_args(["plugin", "--label-node", *argv])
+    args = full_parser().parse_args(["plugin", "--label-node", *argv])
     assert str(node_settings(args, env).cleanup_on_exit) == policy
 
 
 def test_a_bad_cleanup_on_exit_is_named():
-    args = _parser().parse_args(["plugin", "--label-node"])
+    args = full_parser().parse_args(["plugin", "--label-node"])
     with pytest.raises(SpecError, match="FAKEGPU_CLEANUP_ON_EXIT: 'sometimes': expected always, never or"):
         node_settings(args, {"FAKEGPU_CLEANUP_ON_EXIT": "sometimes"})
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from fakegpu.cli.cleanup_command import run_cleanup
-from fakegpu.cli.main import _parser as cli_parser
+from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
-from fakegpu.cli.main import _parser, main
+from fakegpu.cli.main import full_parser, main
 from fakegpu.cli.nvidia_smi_command import (
     add_nvidia_smi_parser,
     apply_inject_flags,
@@ -119,7 +119,7 @@ def test_nvidia_smi_options_are_never_abbreviated():
 
 
 def daemon_args(command: str, *extra: str) -> argparse.Namespace:
-    return _parser().parse_args([command, "--node-name", "n1", "--gpus", "1xt4", *extra])
+    return full_parser().parse_args([command, "--node-name", "n1", "--gpus", "1xt4", *extra])
 
 
 @pytest.mark.parametrize("command", ["plugin", "dra"])
