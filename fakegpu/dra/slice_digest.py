@@ -90,6 +90,11 @@ def spec_as_wished(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """Whether the server kept less of a slice spec than was sent (the fields of a disabled feature gate)."""
+    return spec_as_wished(sent) != spec_as_wished(stored)
+
+
 def holds_plan(keys: Sequence[SliceKey], digest: str, count: int, owner_uid: str | None) -> bool:
     """Whether ``keys`` are one complete write of the wish ``digest``: ``count`` slices of one generation,
     each stamped with the digest and controlled by ``owner_uid``."""

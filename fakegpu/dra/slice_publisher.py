@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, holds_plan, plan_digest, slice_key, spec_as_wished
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, dropped_fields, holds_plan, plan_digest, slice_key
 from fakegpu.kube.backoff import retry_note
 from fakegpu.kube.client import ApiTarget, api_failure, client_target
 from fakegpu.kube.discovery import (
@@ -302,7 +302,7 @@ class SlicePublisher:
         The first slice written stands for the pool: it is the counters slice of a dynamic-MIG layout, or holds
         devices, so it loses what the others would. Such a server keeps the digest annotation all the same, so
         the next publish finds the pool unchanged instead of rewriting it forever."""
-        if spec_as_wished(stored.spec_dict()) == spec_as_wished(sent):
+        if not dropped_fields(sent, stored.spec_dict()):
             return
         message = (
             f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "

@@ -31,7 +31,7 @@ from typing import Any
 from lightkube.operators import in_
 
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
-from fakegpu.dra.slice_digest import SliceKey, holds_plan
+from fakegpu.dra.slice_digest import SliceKey, dropped_fields, holds_plan
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
 from fakegpu.kube.lean_requests import Stored
@@ -56,7 +56,7 @@ from fakegpu.virtual_nodes.node_manifest import (
 )
 from fakegpu.virtual_nodes.pools import VirtualNode
 from fakegpu.virtual_nodes.report import BringUpReport, DeleteReport, Outcome
-from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, dropped_fields, pool_name, slice_bodies
+from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, slice_bodies
 
 log = logging.getLogger(__name__)
 
@@ -311,8 +311,9 @@ class VirtualNodeController:
                 template = self.template(node)
                 generation = max((k.generation for k in mine), default=0) + 1
                 objects = slice_bodies(node, options, template.wanted(node), generation, uid)
-                # All of a node's slices share driver, node and pool name; a slice with others is replaced.
-                fixed = (options.driver, node.name, pool_name(objects[0])) if objects else None
+                # All of a node's slices share driver, node and pool name (one pool per node, named after it,
+                # as resource_slices builds it); a slice with others is replaced, not updated.
+                fixed = (options.driver, node.name, node.name)
                 reusable = [k for k in mine if (k.driver, k.node, k.pool) == fixed]
                 for i, obj in enumerate(objects):
                     if i < len(reusable):

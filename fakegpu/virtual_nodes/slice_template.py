@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest, spec_as_wished
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
@@ -79,9 +79,6 @@ class NodeSlices:
 
     specs: tuple[str, ...]
     digest: str
-
-    def __len__(self) -> int:
-        return len(self.specs)
 
 
 class PoolTemplate:
@@ -165,13 +162,3 @@ def slice_bodies(
         meta["annotations"] = {PLAN_ANNOTATION: wanted.digest}
         out.append(SliceBody(options.api_version, meta, text.replace(_MARK_TEXT, f'"generation":{generation}', 1)))
     return out
-
-
-def pool_name(body: SliceBody) -> str:
-    """The pool a slice to write belongs to (every slice of a node's pool has the same)."""
-    return str(json.loads(body.spec)["pool"]["name"])
-
-
-def dropped_fields(sent: JSON, stored: JSON) -> bool:
-    """Whether the server kept less of a slice spec than was sent (fields of a disabled feature gate)."""
-    return spec_as_wished(sent) != spec_as_wished(stored)
