@@ -16,7 +16,7 @@ codec), never by hand: only the query parameters and the body's serialisation ar
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -144,13 +144,19 @@ async def all_pages(
     labels: Mapping[str, Any] | None = None,
     fields: Mapping[str, Any] | None = None,
     decode_as: type[Any] | None = None,
+    send: Callable[[Callable[[], Awaitable[Page[Any]]]], Awaitable[Page[Any]]] | None = None,
 ) -> AsyncIterator[Page[Any]]:
-    """Every page of a list, one request each; the caller keeps what it needs of a page before the next."""
+    """Every page of a list, one request each; the caller keeps what it needs of a page before the next.
+    ``send`` runs each page's request (to count and retry it, say); by default it is simply awaited."""
     token: str | None = None
     while True:
-        page = await list_page(
-            client, kind, limit=limit, continue_token=token, labels=labels, fields=fields, decode_as=decode_as
-        )
+
+        def request(token: str | None = token) -> Awaitable[Page[Any]]:
+            return list_page(
+                client, kind, limit=limit, continue_token=token, labels=labels, fields=fields, decode_as=decode_as
+            )
+
+        page = await (send(request) if send is not None else request())
         yield page
         token = page.continue_token
         if token is None:

@@ -33,7 +33,15 @@ from fakegpu.dra.slice_digest import SliceKey, slice_key
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
-from fakegpu.kube.lean_requests import Page, SliceHead, Stored, delete_collection, list_page, write_serialized
+from fakegpu.kube.lean_requests import (
+    Page,
+    SliceHead,
+    Stored,
+    all_pages,
+    delete_collection,
+    list_page,
+    write_serialized,
+)
 from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_KEY_PAGE
 from fakegpu.virtual_nodes.slice_template import SliceBody
 
@@ -331,25 +339,17 @@ class Api:
     ) -> AsyncIterator[Page[Any]]:
         """The pages of a list, each its own counted and retried request. A continue token that expired
         between two pages (410) fails the list: the caller's state was built from the pages before it."""
-        token: str | None = None
-        while True:
-
-            def request(token: str | None = token) -> Awaitable[Page[Any]]:
-                return list_page(
-                    self.client,
-                    kind,
-                    limit=limit,
-                    continue_token=token,
-                    labels=labels,
-                    fields=fields,
-                    decode_as=decode_as,
-                )
-
-            page = await self.call("list", what, request)
+        pages = all_pages(
+            self.client,
+            kind,
+            limit=limit,
+            labels=labels,
+            fields=fields,
+            decode_as=decode_as,
+            send=lambda request: self.call("list", what, request),
+        )
+        async for page in pages:
             yield page
-            token = page.continue_token
-            if token is None:
-                return
 
     async def _delete(self, kind: Any, name: str, what: str) -> bool:
         try:
