@@ -136,6 +136,9 @@ class VirtualNodeController:
         self.total = 0
         self._templates: dict[str, PoolTemplate] = {}
         self._dropped_fields_checked = False
+        self._node_status_kept: bool | None = None
+        """Whether the server kept a created Node's status, once one answer said; until then creates ask
+        for the whole answer, after it for the identity alone."""
         self._fatal: KubeconfigError | None = None
         """Set when the credentials failed during bring-up: every other node would fail the same way."""
 
@@ -218,7 +221,7 @@ class VirtualNodeController:
             if not may_create:
                 return Outcome.GONE
             try:
-                stored = await self.api.create_node(new_node(desired))
+                stored = await self.api.create_node(new_node(desired), identity_only=self._node_status_kept is not None)
             except ApiCallError as exc:
                 if exc.code != 409:
                     raise
@@ -229,7 +232,9 @@ class VirtualNodeController:
                 return await self.sync(node, again, slices, may_create=False, counts=counts)
             outcome = Outcome.CREATED
             uid = stored.metadata.uid
-            if not stored.status_dict().get("capacity"):  # a server that dropped status on create
+            if self._node_status_kept is None:
+                self._node_status_kept = bool(stored.status_dict().get("capacity"))
+            if not self._node_status_kept:  # a server that dropped status on create
                 status = {"capacity": dict(desired.capacity), "allocatable": dict(desired.allocatable)}
                 await self.api.patch_node(name, {"status": status}, status=True)
         else:
@@ -328,10 +333,12 @@ class VirtualNodeController:
             wrote = True
             try:
                 for obj in replace:
-                    self._check_dropped(obj, await self.api.replace_slice(version, obj))
+                    whole = not self._dropped_fields_checked
+                    self._check_dropped(obj, await self.api.replace_slice(version, obj, identity_only=not whole))
                     counts["updated"] += 1
                 for obj in create:
-                    self._check_dropped(obj, await self.api.create_slice(version, obj))
+                    whole = not self._dropped_fields_checked
+                    self._check_dropped(obj, await self.api.create_slice(version, obj, identity_only=not whole))
                     counts["created"] += 1
                 for slice_name in delete:
                     if await self.api.delete_slice(version, slice_name):

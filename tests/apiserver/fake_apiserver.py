@@ -160,6 +160,7 @@ class RequestRecord(NamedTuple):
     method: str
     path: str
     query: dict[str, str]
+    accept: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,25 @@ class _Response:
     code: int
     body: Any
     content_type: str = "application/json"
+
+
+def _wants_partial_metadata(headers: Mapping[str, str]) -> bool:
+    """Whether the client's first choice of media type is ``PartialObjectMetadata`` (meta.k8s.io/v1), as
+    the real API server honours on writes too (``transformResponseObject`` in its create and update
+    handlers): the answer then carries the object's metadata only."""
+    first = headers.get("accept", "").split(",")[0]
+    params = dict(p.strip().partition("=")[::2] for p in first.split(";")[1:])
+    return params.get("as") == "PartialObjectMetadata" and params.get("g") == "meta.k8s.io" and params.get("v") == "v1"
+
+
+def _as_partial_metadata(response: _Response) -> _Response:
+    body = response.body
+    if isinstance(body, bytes | bytearray | memoryview):
+        body = json.loads(bytes(body))
+    if not isinstance(body, dict) or "metadata" not in body or body.get("kind") == "Status":
+        return response
+    partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": body["metadata"]}
+    return _Response(response.code, partial, response.content_type)
 
 
 @dataclass
@@ -842,7 +862,7 @@ class FakeApiServer:
         size = len(f"{method} {raw_path} HTTP/1.1\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
         size += 2 + len(body)
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        self.requests.append(RequestRecord(method, split.path, query))
+        self.requests.append(RequestRecord(method, split.path, query, headers.get("accept", "")))
         route: _Route | None = None
         injected = False
         try:
@@ -1039,12 +1059,14 @@ class FakeApiServer:
             return self._list(route, query)
         if route.verb == "watch":
             return self._watch(route, query)
-        if route.verb == "create":
-            return self._create(route, self._parse_body(headers, body), dry_run)
-        if route.verb == "update":
-            return self._update(route, self._parse_body(headers, body), dry_run)
-        if route.verb == "patch":
-            return self._patch(route, query, headers, body, dry_run)
+        if route.verb in ("create", "update", "patch"):
+            if route.verb == "create":
+                written = self._create(route, self._parse_body(headers, body), dry_run)
+            elif route.verb == "update":
+                written = self._update(route, self._parse_body(headers, body), dry_run)
+            else:
+                written = self._patch(route, query, headers, body, dry_run)
+            return _as_partial_metadata(written) if _wants_partial_metadata(headers) else written
         if route.verb == "delete":
             return self._delete(route, query, body, dry_run)
         return self._delete_collection(route, query, body, dry_run)

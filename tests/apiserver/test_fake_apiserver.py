@@ -150,7 +150,7 @@ async def test_create_with_generate_name_sets_server_metadata(server: FakeApiSer
     assert stored["metadata"]["name"] == name
     assert stored["metadata"]["resourceVersion"] == server.resource_version
     assert server.count("create", "resourceslices") == 1
-    assert ("POST", "/apis/resource.k8s.io/v1/resourceslices", {}) in server.requests
+    assert ("POST", "/apis/resource.k8s.io/v1/resourceslices", {}) in [r[:3] for r in server.requests]
 
 
 async def test_generate_name_prefix_is_cut_to_58_characters(client: AsyncClient) -> None:
@@ -915,3 +915,24 @@ def test_standalone_server_process_serves_counts_and_stops() -> None:
     assert counts["calls"] == {"create": 1, "list": 1}
     assert counts["objects"] == {"resourceslices": 1}
     assert process is not None and process.returncode == 0  # stopped, and without server errors
+
+
+async def test_writes_answer_with_metadata_alone_when_asked(server: FakeApiServer, client: AsyncClient) -> None:
+    """As the real API server's create and update handlers do (``transformResponseObject``): an Accept of
+    ``as=PartialObjectMetadata;g=meta.k8s.io;v=v1`` gets the metadata alone; without it, the whole object."""
+    partial = {"accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "1"}}}
+    async with httpx2.AsyncClient(base_url=server.url) as http:
+        created = await http.post("/api/v1/nodes", json=node, headers=partial)
+        assert created.status_code == 201
+        body = created.json()
+        assert body["kind"] == "PartialObjectMetadata" and body["apiVersion"] == "meta.k8s.io/v1"
+        assert body["metadata"]["name"] == "n1" and body["metadata"]["uid"] and "status" not in body
+        node["metadata"] = {"name": "n1", "resourceVersion": body["metadata"]["resourceVersion"]}
+        replaced = await http.put("/api/v1/nodes/n1", json=node, headers=partial)
+        assert replaced.status_code == 200 and replaced.json()["kind"] == "PartialObjectMetadata"
+        whole = await http.get("/api/v1/nodes/n1")
+        assert whole.json()["kind"] == "Node" and whole.json()["status"]["capacity"] == {"cpu": "1"}
+        node["metadata"] = {"name": "n1"}
+        refused = await http.post("/api/v1/nodes", json=node, headers=partial)
+        assert refused.status_code == 409 and refused.json()["kind"] == "Status"

@@ -637,6 +637,35 @@ async def test_a_fleet_costs_one_create_per_object_lists_in_pages_and_deletes_by
     assert server.objects("nodes") == [] and server.objects("resourceslices") == []
 
 
+async def test_after_the_first_answers_writes_ask_for_the_identity_alone(server, run):
+    """The first Node and slice answers are read whole (did the server keep the status, the counters?); every
+    later write asks for ``PartialObjectMetadata``, so 30 KB answers are not sent back to be thrown away."""
+    fleet = ("--gpu-mode", "dra", "--count", "5", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
+    assert (await run(*fleet, "--concurrency", "1")).code == 0
+    posts = [r for r in server.requests if r.method == "POST" and r.path.endswith(("/nodes", "/resourceslices"))]
+    whole = [r.path.rsplit("/", 1)[1] for r in posts if "PartialObjectMetadata" not in r.accept]
+    assert whole == ["nodes", "resourceslices"]
+    assert len(posts) == 5 + len(server.objects("resourceslices"))
+    assert all(n["status"]["capacity"] for n in server.objects("nodes"))  # kept: no node needed a patch
+    assert server.count("patch", "nodes/status") == 0
+
+
+async def test_a_server_that_drops_node_status_gets_it_patched_on_every_node(server, run, monkeypatch):
+    """Once the first answer shows the status dropped, every later node is patched too, although its own
+    answer (metadata alone) could not show it."""
+    original = server._create_locked
+
+    def drop_node_status(route, obj, dry_run):
+        if route.rtype.plural == "nodes":
+            obj.pop("status", None)
+        return original(route, obj, dry_run)
+
+    monkeypatch.setattr(server, "_create_locked", drop_node_status)
+    assert (await run("--count", "4", "--concurrency", "1")).code == 0
+    assert server.count("patch", "nodes/status") == 4
+    assert all(n["status"]["capacity"]["nvidia.com/gpu"] for n in server.objects("nodes"))
+
+
 async def test_throttling_halves_the_nodes_in_flight_and_is_reported(server, run):
     server.fail_next("create", "resourceslices", 429, times=3, message="too many requests")
     result = await run("--gpu-mode", "dra", "--count", "6", "--gpus", "1xh100-80gb", "--concurrency", "8")
