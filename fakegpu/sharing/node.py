@@ -17,6 +17,7 @@ from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid, pci_bus_id
 from fakegpu.sharing.mig_geometry import MigLayoutError, Placement, check_placements, place
 from fakegpu.sharing.mig_parted import MigLayoutChoice
 from fakegpu.sharing.node_spec import NodeSpec
+from fakegpu.sharing.nvlink_fabric import NvlinkFabric
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Node:
     machine: str
     gpus: tuple[PhysicalGpu, ...]
     nvlinks: frozenset[tuple[int, int]]
+    fabric: NvlinkFabric | None = None
+    """Multi-node NVLink (NVL72 racks): the node's clique and IMEX channels; None off such a fabric."""
 
     def nvlinked(self, a: int, b: int) -> bool:
         return (min(a, b), max(a, b)) in self.nvlinks
@@ -170,6 +173,7 @@ def build_node(
         machine=spec.machine,
         gpus=tuple(gpus),
         nvlinks=_nvlinks(spec, gpus, source),
+        fabric=spec.fabric.fabric() if spec.fabric is not None else None,
     )
 
 

@@ -7,6 +7,10 @@ Example::
     cudaDriverVersion: "12.8"
     numaNodes: 2
     nvlink: all            # all | none | [[0, 1, 2, 3], [4, 5, 6, 7]]
+    fabric:                # multi-node NVLink (GB200/GB300 NVL72): the node's clique and IMEX channels
+      clusterUUID: 1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10
+      cliqueID: 1
+      imexChannels: 2048   # /dev/nvidia-caps-imex-channels/channel0..2047 (the driver's count)
     gpus:
       - model: h100-80gb
         count: 4
@@ -29,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fakegpu.sharing.catalog import CATALOG, lookup_model
 from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.errors import SpecError, from_validation_error
+from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT, MAX_CLIQUE_ID, NvlinkFabric, parse_cluster_uuid
 from fakegpu.sharing.yaml_source import load_mapping
 
 MAX_GPUS_PER_NODE = 64
@@ -85,6 +90,24 @@ class GpuSpec(BaseModel):
         return value
 
 
+class FabricSpec(BaseModel):
+    """The node's place on a multi-node NVLink fabric: the NVLink domain's cluster UUID and its clique."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
+
+    cluster_uuid: str = Field(alias="clusterUUID")
+    clique_id: int = Field(alias="cliqueID", ge=0, le=MAX_CLIQUE_ID)
+    imex_channels: int = Field(default=IMEX_CHANNEL_COUNT, alias="imexChannels", ge=0, le=IMEX_CHANNEL_COUNT)
+
+    @field_validator("cluster_uuid")
+    @classmethod
+    def _uuid(cls, value: str) -> str:
+        return parse_cluster_uuid(value)
+
+    def fabric(self) -> NvlinkFabric:
+        return NvlinkFabric(self.cluster_uuid, self.clique_id, self.imex_channels)
+
+
 class NodeSpec(BaseModel):
     """A whole node: versions, NUMA layout, NVLink connectivity and its GPUs."""
 
@@ -96,6 +119,7 @@ class NodeSpec(BaseModel):
     machine: str = Field(default="unknown", max_length=253)
     numa_nodes: int = Field(default=1, ge=1, le=64, alias="numaNodes")
     nvlink: Literal["all", "none"] | list[list[int]] | None = None
+    fabric: FabricSpec | None = None
     gpus: list[GpuSpec] = Field(min_length=1)
 
     @field_validator("driver_version", "cuda_driver_version", mode="before")
