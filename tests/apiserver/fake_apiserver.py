@@ -152,8 +152,28 @@ RESOURCE_SLICES = ResourceType(
 )
 DEVICE_CLASSES = ResourceType(RESOURCE_GROUP, "deviceclasses", "DeviceClass", namespaced=False)
 RESOURCE_CLAIMS = ResourceType(RESOURCE_GROUP, "resourceclaims", "ResourceClaim", namespaced=True, has_status=True)
+RESOURCE_CLAIM_TEMPLATES = ResourceType(
+    RESOURCE_GROUP, "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
+)
 PODS = ResourceType("", "pods", "Pod", namespaced=True, has_status=True, field_labels=("spec.nodeName",))
-_TYPES = {t.plural: t for t in (NODES, PODS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)}
+NVIDIA_GROUP = "resource.nvidia.com"
+NVIDIA_VERSION = "v1beta1"
+#: NVIDIA's DRA driver's custom resources (served once their CRDs are installed: ``nvidia_crds=True``)
+COMPUTE_DOMAINS = ResourceType(NVIDIA_GROUP, "computedomains", "ComputeDomain", namespaced=True, has_status=True)
+COMPUTE_DOMAIN_CLIQUES = ResourceType(NVIDIA_GROUP, "computedomaincliques", "ComputeDomainClique", namespaced=True)
+_TYPES = {
+    t.plural: t
+    for t in (
+        NODES,
+        PODS,
+        RESOURCE_SLICES,
+        DEVICE_CLASSES,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+        COMPUTE_DOMAINS,
+        COMPUTE_DOMAIN_CLIQUES,
+    )
+}
 
 
 class RequestRecord(NamedTuple):
@@ -567,8 +587,10 @@ class FakeApiServer:
         watch_poll_interval: float = 0.05,
         validate_schema: bool = True,
         history_limit: int = 1000,
+        nvidia_crds: bool = False,
     ) -> None:
-        """``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
+        """``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
+        DRA driver's CRDs installed does. ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
         server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
         object, too much for a benchmark fleet. ``history_limit`` bounds the watch history (the last N
         events; a watch from an older resourceVersion gets 410 Expired), so a fleet's churn does not keep
@@ -613,7 +635,11 @@ class FakeApiServer:
         self._served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): {"nodes": NODES, "pods": PODS}}
         for version in self.resource_api_versions:
             self._served[(RESOURCE_GROUP, version)] = {
-                t.plural: t for t in (DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES)
+                t.plural: t for t in (DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES)
+            }
+        if nvidia_crds:
+            self._served[(NVIDIA_GROUP, NVIDIA_VERSION)] = {
+                t.plural: t for t in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES)
             }
         self._lock = threading.RLock()
         # Stored objects are immutable (tests/apiserver/stored_object.py): responses, watch events and the
@@ -1585,7 +1611,7 @@ class FakeApiServer:
             errors += val.validate_resource_claim(obj, version)
         elif rtype is NODES:
             errors += val.validate_node(obj)
-        if not self.validate_schema:
+        if not self.validate_schema or rtype.group == NVIDIA_GROUP:  # custom resources: not in kubernetes-validate
             return errors
         try:
             schema_cache.validate(obj, self._validate_version, strict=True)
