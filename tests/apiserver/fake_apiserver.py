@@ -590,7 +590,9 @@ class FakeApiServer:
         nvidia_crds: bool = False,
     ) -> None:
         """``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
-        DRA driver's CRDs installed does. ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
+        DRA driver's CRDs installed does.
+
+        ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
         server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
         object, too much for a benchmark fleet. ``history_limit`` bounds the watch history (the last N
         events; a watch from an older resourceVersion gets 410 Expired), so a fleet's churn does not keep

@@ -586,7 +586,13 @@ async def test_version_and_discovery(minor: int) -> None:
             assert group["preferredVersion"] == {"groupVersion": "resource.k8s.io/v1", "version": "v1"}
             resources = (await http.get("/apis/resource.k8s.io/v1")).json()
             by_name = {r["name"]: r for r in resources["resources"]}
-            assert set(by_name) == {"deviceclasses", "resourceclaims", "resourceclaims/status", "resourceslices"}
+            assert set(by_name) == {
+                "deviceclasses",
+                "resourceclaims",
+                "resourceclaims/status",
+                "resourceclaimtemplates",
+                "resourceslices",
+            }
             assert by_name["resourceclaims"]["namespaced"] is True
             assert by_name["resourceslices"]["namespaced"] is False
             assert {"create", "list", "watch", "deletecollection"} <= set(by_name["resourceslices"]["verbs"])
