@@ -82,8 +82,13 @@ def load_docs(path: Path) -> list[Obj]:
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+RACK_SCALE = EXAMPLES / "rack-scale"
+"""Examples for a virtual NVL72 fleet (GB200 nodes, ComputeDomains): tests/deploy/test_rack_scale_examples.py."""
+
+
 def example_files() -> list[Path]:
-    return sorted(EXAMPLES.rglob("*.yaml"))
+    """The examples for the overlays' nodes (the rack-scale ones target a virtual fleet instead)."""
+    return sorted(p for p in EXAMPLES.rglob("*.yaml") if RACK_SCALE not in p.parents)
 
 
 def example_objects() -> list[Obj]:
