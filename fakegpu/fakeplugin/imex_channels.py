@@ -44,7 +44,7 @@ def channel_exists(node: Node, channel_id: int) -> bool:
 
 def _why_missing(node: Node) -> str:
     if node.fabric is None:
-        return f"node {node.name} has no NVLink fabric (give it one with 'fabric:' in its node spec)"
+        return f"node {node.name} has no NVLink fabric; give it one with 'fabric:' in its node spec"
     return f"node {node.name}'s NVLink fabric has {node.fabric.imex_channels} IMEX channels (fabric.imexChannels)"
 
 
@@ -81,5 +81,5 @@ def select_imex_channels(inventory: Inventory) -> tuple[ImexChannel, ...]:
         if channel_exists(node, channel_id):
             log.info("Selecting IMEX channel %s", name)
         else:
-            log.warning("Ignoring requested IMEX channel %s (<nil>): %s; nothing injected", name, _why_missing(node))
+            log.warning("Ignoring requested IMEX channel %s (<nil>); nothing injected: %s", name, _why_missing(node))
     return imex_channels(inventory)
