@@ -167,7 +167,7 @@ def test_inject_nvidia_smi_mounts_the_fake_tool(tmp_path):
     assert [m["hostPath"] for m in edits.mounts[:2]] == ["/d/nvidia-smi", "/d/devices.json"]
 
 
-FABRIC_NODE = {
+FABRIC_NODE: dict[str, Any] = {
     "version": "v1",
     "gpus": [{"model": "b200", "count": 4}],
     "fabric": {"clusterUUID": "1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10", "cliqueID": 1},
