@@ -226,3 +226,13 @@ async def test_a_reload_that_configures_imex_on_a_fabric_node_injects_from_then_
     after = await node.run_pod("p2", {"c": {GPU: 1}})
     assert imex_parts(after.responses["c"][GPU])["mounts"] == [f"{VM}/imex/0"]
     await eventually(lambda: node.allocatable() == {GPU: 4}, "the four GPUs served again")
+
+
+def test_help_names_both_flags_and_their_environment_variables(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plugin", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--imex-channel-ids VALUE IMEX channels to inject into every container given a device: none or 0" in text
+    assert "(env IMEX_CHANNEL_IDS; default )" in text
+    assert "--imex-required [BOOL] the IMEX channels are required: refuse to start" in text
+    assert "(env IMEX_REQUIRED; default False)" in text
