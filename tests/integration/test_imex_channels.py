@@ -210,6 +210,12 @@ async def test_a_reload_that_requires_a_missing_channel_is_rejected_and_serving_
     config.write_text(yaml.safe_dump(imex_config("envvar")))
     assert await node.reload() is False
     assert f"imex.required: {MISSING}" in node.plugins.stats.reload_errors[-1]
+    config.write_text(yaml.safe_dump({"version": "v1", "imex": {"channelIDs": [1]}}))
+    assert await node.reload() is False
+    assert node.plugins.stats.reload_errors[-1] == (
+        f"{config}: imex.channelIDs: invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
+        "found [1]"
+    )
     assert node.plugins.running and node.allocatable() == {GPU: 4}
     pod = await node.run_pod("p", {"c": {GPU: 1}})
     assert pod.admitted and imex_parts(pod.responses["c"][GPU]) == NOTHING
