@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from fakegpu.fakeplugin.allocation_error import AllocationError
+from fakegpu.fakeplugin.imex_channels import imex_channels
 from fakegpu.fakeplugin.preferred_allocation import shown_id
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
 from fakegpu.runtime.cdi_spec import qualified_name
@@ -144,10 +145,10 @@ def additional_cdi_classes(config: PluginConfig) -> list[str]:
 
 
 def _cdi_names(inventory: Inventory, runtime_ids: Sequence[str]) -> list[str]:
-    """NVIDIA's ``updateResponseForCDI``: the GPUs, the IMEX channels, then ``AdditionalDevices``."""
+    """NVIDIA's ``updateResponseForCDI``: the GPUs, the IMEX channels found, then ``AdditionalDevices``."""
     config = inventory.config
     names = [qualified_name(CDI_VENDOR, GPU_CLASS, i) for i in runtime_ids]
-    names += [qualified_name(CDI_VENDOR, IMEX_CHANNEL_CLASS, str(c)) for c in config.imex_channel_ids]
+    names += [qualified_name(CDI_VENDOR, IMEX_CHANNEL_CLASS, c.id) for c in imex_channels(inventory)]
     names += [qualified_name(CDI_VENDOR, cdi_class, ALL_DEVICES) for cdi_class in additional_cdi_classes(config)]
     return names
 
@@ -251,21 +252,24 @@ def _nvidia_response(
     if all(s in CDI_STRATEGIES for s in strategies):
         return response
 
-    channels = [str(c) for c in config.imex_channel_ids]
+    # The channels the node has (``fakeplugin.imex_channels``), in every allocation of every resource as
+    # NVIDIA v0.17 internal/plugin/server.go: updateResponseForImexChannelsEnvVar (envvar), a marker mount
+    # per channel (volume-mounts), a DeviceSpec per channel after the GPUs' (passDeviceSpecs).
+    channels = imex_channels(inventory)
     if "envvar" in strategies:
         response.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(runtime_ids)
         if channels:
-            response.envs["NVIDIA_IMEX_CHANNELS"] = ",".join(channels)
+            response.envs["NVIDIA_IMEX_CHANNELS"] = ",".join(c.id for c in channels)
     if "volume-mounts" in strategies:
         response.envs["NVIDIA_VISIBLE_DEVICES"] = VOLUME_MOUNTS_ROOT
         container_paths = [posixpath.join(VOLUME_MOUNTS_ROOT, i) for i in runtime_ids]
-        container_paths += [posixpath.join(VOLUME_MOUNTS_ROOT, "imex", c) for c in channels]
+        container_paths += [posixpath.join(VOLUME_MOUNTS_ROOT, "imex", c.id) for c in channels]
         response.mounts.extend(
             api_pb2.Mount(host_path=VOLUME_MOUNTS_HOST_PATH, container_path=p) for p in container_paths
         )
     if config.pass_device_specs:
         response.devices.extend(
             api_pb2.DeviceSpec(container_path=p, host_path=join_root(config.nvidia_dev_root, p), permissions="rw")
-            for p in device_paths(inventory, devices, device_exists)
+            for p in [*device_paths(inventory, devices, device_exists), *(c.path for c in channels)]
         )
     return response

@@ -21,7 +21,9 @@ What the specs hold, per class (the model and checks are ``fakegpu.runtime.cdi_s
   container's device, and with ``--pass-device-specs`` add the device nodes Allocate's device specs would
   (the control nodes spec-wide). With ``--inject-nvidia-smi`` the spec-wide edits mount the fake nvidia-smi
   and devices.json; the container's devices reach it through Allocate's ``FAKEGPU_VISIBLE_DEVICES``.
-* ``imex-channel``: a device per configured channel, mounted as the volume-mounts strategy names it.
+* ``imex-channel``: a device per IMEX channel the node has (``fakeplugin.imex_channels``), with only the
+  channel's device node, path and host path (NVIDIA v0.17 ``internal/cdi/imex.go``; the runtime takes
+  type, major and minor from the host path). Written only when a channel was found, as NVIDIA.
 * ``gdrcopy``, ``gds``, ``mofed``: the device ``all``, setting the variable Allocate sets for it.
 """
 
@@ -46,6 +48,7 @@ from fakegpu.fakeplugin.allocate_response import (
     own_device_paths,
     runtime_id,
 )
+from fakegpu.fakeplugin.imex_channels import imex_channels
 from fakegpu.runtime.cdi_spec import new_spec, render_spec, spec_file_name, write_spec_file
 from fakegpu.runtime.change_stream import keep_current
 from fakegpu.sharing.inventory import Inventory
@@ -100,14 +103,18 @@ def gpu_spec(inventory: Inventory) -> dict[str, Any]:
     return new_spec(CDI_VENDOR, GPU_CLASS, devices, common)
 
 
-def imex_channel_spec(config: PluginConfig) -> dict[str, Any]:
-    """The ``imex-channel`` class: one device per configured channel."""
+def imex_channel_spec(inventory: Inventory) -> dict[str, Any]:
+    """The ``imex-channel`` class: a device per channel found, named by its ID, whose one edit is its device
+    node ``{path, hostPath}`` (hostPath under the dev root, as NVIDIA's root transformer leaves it)."""
+    config = inventory.config
     devices = [
         {
-            "name": str(channel),
-            "containerEdits": {"mounts": [_marker_mount(posixpath.join(VOLUME_MOUNTS_ROOT, "imex", str(channel)))]},
+            "name": channel.id,
+            "containerEdits": {
+                "deviceNodes": [{"path": channel.path, "hostPath": join_root(config.nvidia_dev_root, channel.path)}]
+            },
         }
-        for channel in config.imex_channel_ids
+        for channel in imex_channels(inventory)
     ]
     return new_spec(CDI_VENDOR, IMEX_CHANNEL_CLASS, devices)
 
@@ -127,8 +134,8 @@ def plugin_specs(inventory: Inventory) -> dict[str, dict[str, Any]]:
     specs: dict[str, dict[str, Any]] = {}
     if any(r.devices for r in inventory.resources):
         specs[GPU_CLASS] = gpu_spec(inventory)
-    if config.imex_channel_ids:
-        specs[IMEX_CHANNEL_CLASS] = imex_channel_spec(config)
+    if imex_channels(inventory):
+        specs[IMEX_CHANNEL_CLASS] = imex_channel_spec(inventory)
     for cdi_class in additional_cdi_classes(config):
         specs[cdi_class] = additional_spec(cdi_class)
     return {spec_file_name(CDI_VENDOR, cdi_class, None, ".json"): spec for cdi_class, spec in specs.items()}

@@ -20,6 +20,7 @@ from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
 from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
+from fakegpu.fakeplugin.imex_channels import check_imex_channels
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
@@ -121,6 +122,9 @@ async def run_plugin_daemon(
         if "random-device-ids" in bug_modes:
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
             inventory = load_inventory(inputs)
+        # A required IMEX channel the node lacks stops the start before any CDI spec is written, as NVIDIA's
+        # GetPlugins fails before CreateCDISpecFile (the plugin manager logs the channels it selects).
+        check_imex_channels(inventory)
         live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
         if cdi_root is not None:
             # Before any Allocate names a CDI device, as NVIDIA's plugin manager; rewritten on every change.

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from fakegpu.fakeplugin.imex_channels import select_imex_channels
 from fakegpu.fakeplugin.kubelet_registration import RegistrationError, register_with_kubelet
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.resource_server import ResourceServer
@@ -102,6 +103,9 @@ class PluginManager:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Serve and register every resource; raises SpecError, serving nothing, if a required IMEX channel
+        is missing (NVIDIA's plugin exits: ``error starting plugins: ...``)."""
+        select_imex_channels(self.live.inventory)
         self._kubelet_identity = identity(self.paths.kubelet_socket)
         self._file_stamps = {p: _mtime(p) for p in self.watch_files}
         log.info("Starting Plugins.")
@@ -328,6 +332,9 @@ class PluginManager:
             return False
         try:
             inventory = self.reload_inventory()
+            # NVIDIA re-queries the channels on each restart of its plugins and exits if a required one is
+            # gone; here the running inventory keeps serving instead, as with any rejected config.
+            select_imex_channels(inventory)
         except SpecError as exc:
             self.stats.reload_errors.append(str(exc))
             self.metrics.reloaded(ok=False)

@@ -187,7 +187,11 @@ class SharingFile(BaseModel):
 
 
 class ImexFile(BaseModel):
-    """``imex``; which channel IDs are valid is checked with the resolved flags (``plugin_config``)."""
+    """``imex`` in NVIDIA v0.17's form (``api/config/v1/imex.go``: ``channelIDs``, ``required``).
+
+    Which channel IDs are valid (``[]`` or ``[0]``) is checked once the flags are resolved
+    (``plugin_config``), since ``--imex-channel-ids`` / ``IMEX_CHANNEL_IDS`` override this field. The later
+    ``defaultChannelStrategy`` form is not read (it draws the unknown-field warning)."""
 
     model_config = _ALLOW
     channel_ids: list[int] | None = Field(default=None, alias="channelIDs")

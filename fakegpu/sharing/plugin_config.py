@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fakegpu.sharing.errors import SpecError
@@ -87,6 +87,8 @@ class PluginConfig:
     mig_resource_rules: tuple[ResourcePatternRule, ...] = ()
     imex_channel_ids: tuple[int, ...] = ()
     imex_required: bool = False
+    imex_required_origin: str = field(default="default of --imex-required", compare=False)
+    """Where ``imex_required`` came from (flag, environment variable or file field), for the start error."""
     cdi_feature_flags: tuple[str, ...] = ()
     cdi_disable_hooks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -117,8 +119,8 @@ def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
     for part in path:
         if node is None:
             return None
-        field = next((k for k, info in type(node).model_fields.items() if (info.alias or k) == part), part)
-        node = getattr(node, field, None)
+        attr = next((k for k, info in type(node).model_fields.items() if (info.alias or k) == part), part)
+        node = getattr(node, attr, None)
     return node
 
 
@@ -203,6 +205,7 @@ def resolve_plugin_config(
     config = PluginConfig(
         **values,
         sharing=sharing,
+        imex_required_origin=origins["imex_required"],
         gpu_resource_rules=gpu_rules,
         mig_resource_rules=mig_rules,
         warnings=tuple(warnings),
@@ -306,5 +309,10 @@ def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
             f"invalid --device-discovery-strategy option: {config.device_discovery_strategy}",
         )
     if config.imex_channel_ids not in ((), (0,)):
-        # NVIDIA's AssertChannelIDsValid: no channel, or channel 0 only.
-        raise SpecError(origins["imex_channel_ids"], "invalid IMEX channel IDs: only [] or [0] are supported")
+        # NVIDIA v0.17 api/config/v1/imex.go AssertChannelIDsValid (no channel, or channel 0 only), wrapped
+        # by cmd/nvidia-device-plugin/main.go validateFlags; Go prints the slice as [0 1].
+        found = "[" + " ".join(str(c) for c in config.imex_channel_ids) + "]"
+        raise SpecError(
+            origins["imex_channel_ids"],
+            f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; found {found}",
+        )

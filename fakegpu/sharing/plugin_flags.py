@@ -188,7 +188,8 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
         ("IMEX_CHANNEL_IDS",),
         (),
         "ints",
-        "IMEX channels to inject (comma-separated; only 0 is valid)",
+        "IMEX channels to inject into every container given a device: none or 0 (NVIDIA v0.17's "
+        "'A list of IMEX channels to inject.'); only a node with an NVLink fabric (node spec 'fabric:') has them",
     ),
     FlagSpec(
         "imex_required",
@@ -197,7 +198,8 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
         ("IMEX_REQUIRED",),
         False,
         "bool",
-        "the IMEX channels are required",
+        "the IMEX channels are required: refuse to start on a node without them instead of warning "
+        "and injecting nothing (NVIDIA: 'The specified IMEX channels are required')",
     ),
     FlagSpec(
         "cdi_feature_flags",

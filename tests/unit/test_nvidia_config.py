@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -241,3 +242,91 @@ def test_mps_wins_over_time_slicing():
 def test_device_reference_forms(ref):
     c = resolve(ts([{"name": "gpu", "replicas": 2, "devices": [ref]}]), honor_sharing_rename_devices=True)
     assert c.sharing.rules[0].devices == (ref,)
+
+
+# --- imex (NVIDIA v0.17 api/config/v1/imex.go, api/config/v1/config.go NewConfig, main.go validateFlags) ---
+
+
+@pytest.mark.parametrize(
+    ("imex", "expected"),
+    [
+        (None, ((), False)),
+        ({}, ((), False)),
+        ({"channelIDs": None}, ((), False)),
+        ({"channelIDs": []}, ((), False)),
+        ({"channelIDs": [0]}, ((0,), False)),
+        ({"channelIDs": [0], "required": True}, ((0,), True)),
+        ({"required": True}, ((), True)),
+    ],
+)
+def test_imex_config_forms(imex, expected):
+    """imex_test.go: ``{}`` and ``channelIDs: null`` are empty, ``[]`` and ``[0]`` valid."""
+    data = {"version": "v1"} if imex is None else {"version": "v1", "imex": imex}
+    config = resolve(data)
+    assert (config.imex_channel_ids, config.imex_required) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "cli", "env", "where", "found"),
+    [
+        ({"imex": {"channelIDs": [1]}}, None, None, f"{SRC}: imex.channelIDs", "[1]"),
+        ({"imex": {"channelIDs": [0, 1]}}, None, None, f"{SRC}: imex.channelIDs", "[0 1]"),
+        ({"imex": {"channelIDs": [0, 0]}}, None, None, f"{SRC}: imex.channelIDs", "[0 0]"),
+        ({}, {"imex_channel_ids": "2"}, None, "--imex-channel-ids", "[2]"),
+        ({}, None, {"IMEX_CHANNEL_IDS": "0,1"}, "environment variable IMEX_CHANNEL_IDS", "[0 1]"),
+    ],
+)
+def test_invalid_imex_channel_ids_with_nvidias_text(data, cli, env, where, found):
+    with pytest.raises(SpecError) as err:
+        resolve({"version": "v1", **data}, cli=cli, env=env)
+    assert str(err.value) == (
+        f"{where}: invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; found {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("imex", "message"),
+    [
+        ({"channelIDs": "0"}, "imex.channelIDs: Input should be a valid list"),
+        ({"channelIDs": ["zero"]}, "imex.channelIDs[0]: Input should be a valid integer"),
+        ({"required": "yes"}, "imex.required: Input should be a valid boolean"),
+    ],
+)
+def test_bad_imex_field_types_name_the_field(imex, message):
+    with pytest.raises(SpecError, match=re.escape(message)) as err:
+        resolve({"version": "v1", "imex": imex})
+    assert str(err.value).startswith(SRC)
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "ids", "required", "origin"),
+    [
+        # The file says [0] and required: flag and env override it (NewConfig: c.IsSet(...) after the file).
+        (None, None, (0,), True, f"{SRC}: imex.required"),
+        (None, {"IMEX_CHANNEL_IDS": "", "IMEX_REQUIRED": "false"}, (0,), False, "environment variable IMEX_REQUIRED"),
+        ({"imex_required": "false"}, {"IMEX_REQUIRED": "true"}, (0,), False, "--imex-required"),
+        ({"imex_required": True}, {"IMEX_REQUIRED": "false"}, (0,), True, "--imex-required"),
+    ],
+)
+def test_imex_precedence_flag_over_env_over_file(cli, env, ids, required, origin):
+    config = resolve({"version": "v1", "imex": {"channelIDs": [0], "required": True}}, cli=cli, env=env)
+    assert (config.imex_channel_ids, config.imex_required, config.imex_required_origin) == (ids, required, origin)
+
+
+def test_imex_flags_win_over_an_invalid_file_value():
+    """The file's channelIDs are replaced before validation, so a flag can fix a bad file."""
+    config = resolve({"version": "v1", "imex": {"channelIDs": [3]}}, cli={"imex_channel_ids": "0"})
+    assert config.imex_channel_ids == (0,)
+
+
+def test_imex_required_env_that_is_not_a_bool_names_the_variable():
+    with pytest.raises(SpecError, match="environment variable IMEX_REQUIRED: could not parse 'maybe' as bool"):
+        resolve(None, env={"IMEX_REQUIRED": "maybe"})
+
+
+def test_the_later_default_channel_strategy_form_is_not_read_and_says_so():
+    """Post-v0.17 ``imex.defaultChannelStrategy`` is another schema; this plugin follows v0.17's."""
+    _, warnings = parse_nvidia_config({"imex": {"defaultChannelStrategy": "auto"}}, SRC)
+    assert warnings == [
+        f"{SRC}: unknown field imex.defaultChannelStrategy is ignored (the NVIDIA device plugin ignores it silently)"
+    ]

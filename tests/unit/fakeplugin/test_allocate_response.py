@@ -384,25 +384,94 @@ def test_gds_mofed_gdrcopy(tmp_path, cli, envs, cdi_extra, strategies):
     assert got["annotations"] == (expected_annotations if "cdi-annotations" in strategies else {})
 
 
+FABRIC_UUID = "1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10"
+IMEX_CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
+
+
+def fabric_node(imex_channels: int | None = None) -> dict[str, Any]:
+    """A GB200-style tray: 4 B200 GPUs on an NVLink fabric (whose driver makes the IMEX channels)."""
+    fabric: dict[str, Any] = {"clusterUUID": FABRIC_UUID, "cliqueID": 1}
+    if imex_channels is not None:
+        fabric["imexChannels"] = imex_channels
+    return {"version": "v1", "gpus": [{"model": "b200", "count": 4}], "fabric": fabric}
+
+
 @pytest.mark.parametrize(
-    ("strategies", "expected"),
+    ("strategies", "pass_specs", "expected"),
     [
-        ("envvar", expect(envs={"NVIDIA_VISIBLE_DEVICES": "{g0}", "NVIDIA_IMEX_CHANNELS": "0"})),
+        ("envvar", False, expect(envs={"NVIDIA_VISIBLE_DEVICES": "{g0}", "NVIDIA_IMEX_CHANNELS": "0"})),
         (
             "volume-mounts",
+            False,
             expect(
                 envs={"NVIDIA_VISIBLE_DEVICES": VM},
                 mounts=[(f"{VM}/{{g0}}", "/dev/null", False), (f"{VM}/imex/0", "/dev/null", False)],
             ),
         ),
-        ("cdi-cri", expect(cdi=[f"{CDI}/gpu={{g0}}", f"{CDI}/imex-channel=0"])),
+        ("cdi-cri", False, expect(cdi=[f"{CDI}/gpu={{g0}}", f"{CDI}/imex-channel=0"])),
+        (
+            "cdi-annotations",
+            False,
+            expect(annotations={"cdi.k8s.io/nvidia-device-plugin_fixed-id": f"{CDI}/gpu={{g0}},{CDI}/imex-channel=0"}),
+        ),
+        (
+            "envvar",
+            True,
+            expect(
+                envs={"NVIDIA_VISIBLE_DEVICES": "{g0}", "NVIDIA_IMEX_CHANNELS": "0"},
+                devices=[
+                    *((p, p, "rw") for p in CONTROL),
+                    ("/dev/nvidia0", "/dev/nvidia0", "rw"),
+                    (IMEX_CHANNEL0, IMEX_CHANNEL0, "rw"),
+                ],
+            ),
+        ),
+        # Only CDI strategies: NVIDIA returns before the device specs, the channel comes through CDI alone.
+        ("cdi-cri", True, expect(cdi=[f"{CDI}/gpu={{g0}}", f"{CDI}/imex-channel=0"])),
     ],
 )
-def test_imex_channels(tmp_path, strategies, expected):
+def test_imex_channel_on_a_fabric_node(tmp_path, strategies, pass_specs, expected):
+    """NVIDIA v0.17 internal/plugin/server.go getAllocateResponse: NVIDIA_IMEX_CHANNELS (envvar), the marker
+    mount .../imex/0 (volume-mounts), k8s.device-plugin.nvidia.com/imex-channel=0 after the GPUs (CDI) and a
+    DeviceSpec for /dev/nvidia-caps-imex-channels/channel0 after the GPUs' (passDeviceSpecs)."""
     config = {"version": "v1", "imex": {"channelIDs": [0]}}
-    inv = inventory(tmp_path, "1xh100-80gb", config=config, cli={"device_list_strategy": strategies})
+    cli = {"device_list_strategy": strategies, "pass_device_specs": pass_specs}
+    inv = inventory(tmp_path, config=config, cli=cli, node_spec=fabric_node())
     g0 = inv.node.gpus[0].uuid
     assert allocate(inv, [g0]) == fill(expected, g0=g0)
+
+
+def test_imex_device_spec_host_path_is_under_the_dev_root(tmp_path):
+    config = {"version": "v1", "imex": {"channelIDs": [0]}, "flags": {"plugin": {"passDeviceSpecs": True}}}
+    inv = inventory(tmp_path, config=config, cli={"nvidia_dev_root": "/run/nvidia/driver"}, node_spec=fabric_node())
+    devices = allocate(inv, [inv.node.gpus[1].uuid], present=())["devices"]
+    assert devices == [
+        ("/dev/nvidia1", "/run/nvidia/driver/dev/nvidia1", "rw"),
+        (IMEX_CHANNEL0, f"/run/nvidia/driver{IMEX_CHANNEL0}", "rw"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("node_spec", "imex"),
+    [
+        (None, {"channelIDs": [0]}),  # a node off any NVLink fabric has no channel: optional, nothing injected
+        (fabric_node(imex_channels=0), {"channelIDs": [0], "required": False}),
+        (fabric_node(), {}),  # a fabric node, IMEX not configured: unchanged
+        (fabric_node(), {"channelIDs": []}),
+    ],
+)
+@pytest.mark.parametrize("strategies", ["envvar", "volume-mounts", "cdi-cri", "cdi-annotations"])
+def test_no_imex_channel_injects_nothing(tmp_path, node_spec, imex, strategies):
+    config = {"version": "v1", "imex": imex}
+    cli = {"device_list_strategy": strategies, "pass_device_specs": True}
+    inv = inventory(tmp_path, "4xb200", config=config, cli=cli, node_spec=node_spec)
+    (tmp_path / "plain").mkdir()
+    plain = inventory(tmp_path / "plain", "4xb200", cli=cli, node_spec=node_spec)
+    got = allocate(inv, [inv.node.gpus[0].uuid])
+    assert got == allocate(plain, [plain.node.gpus[0].uuid])
+    assert "NVIDIA_IMEX_CHANNELS" not in got["envs"]
+    assert not any("imex" in path for path, _, _ in got["mounts"] + got["devices"])
+    assert not any("imex" in name for name in got["cdi"] + list(got["annotations"].values()))
 
 
 def test_cdi_annotation_prefix_and_random_id(tmp_path):

@@ -167,11 +167,19 @@ def test_inject_nvidia_smi_mounts_the_fake_tool(tmp_path):
     assert [m["hostPath"] for m in edits.mounts[:2]] == ["/d/nvidia-smi", "/d/devices.json"]
 
 
+FABRIC_NODE: dict[str, Any] = {
+    "version": "v1",
+    "gpus": [{"model": "b200", "count": 4}],
+    "fabric": {"clusterUUID": "1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10", "cliqueID": 1},
+}
+IMEX_CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
+
+
 def test_imex_channels_and_additional_classes_resolve_in_nvidia_order(tmp_path):
     """``AdditionalDevices``: gdrcopy, gds, mofed, each ``<class>=all`` with its own spec file."""
     config = {"version": "v1", "imex": {"channelIDs": [0]}}
     cli = {"device_list_strategy": "cdi-cri", "gds_enabled": True, "mofed_enabled": True, "gdrcopy_enabled": True}
-    inv = inventory(tmp_path, "1xh100-80gb", config=config, cli=cli)
+    inv = inventory(tmp_path, config=config, cli=cli, node_spec=FABRIC_NODE)
     root = tmp_path / "cdi"
     PluginCdiSpecs(root).update(inv)
     assert sorted(os.listdir(root)) == sorted(
@@ -188,7 +196,35 @@ def test_imex_channels_and_additional_classes_resolve_in_nvidia_order(tmp_path):
     ]
     edits = resolve(root, names)
     assert edits.env["NVIDIA_GDRCOPY"] == edits.env["NVIDIA_GDS"] == edits.env["NVIDIA_MOFED"] == "enabled"
-    assert f"{VM}/imex/0" in edits.mount_targets
+    assert edits.device_nodes == [{"path": IMEX_CHANNEL0, "hostPath": IMEX_CHANNEL0}]
+
+
+def test_the_imex_channel_spec_is_one_device_node(tmp_path):
+    """NVIDIA v0.17 internal/cdi/imex.go: kind k8s.device-plugin.nvidia.com/imex-channel, device "0" whose
+    only edit is deviceNodes [{path, hostPath}] (no type, major, minor: the runtime stats the host path);
+    hostPath under the host dev root (the root transformer in internal/cdi/cdi.go)."""
+    config = {"version": "v1", "imex": {"channelIDs": [0], "required": True}, "flags": {"nvidiaDevRoot": "/run/drv"}}
+    inv = inventory(tmp_path, config=config, cli={"device_list_strategy": "cdi-annotations"}, node_spec=FABRIC_NODE)
+    spec = plugin_specs(inv)[f"{CDI}-imex-channel.json"]
+    assert spec == {
+        "cdiVersion": "0.5.0",
+        "kind": f"{CDI}/imex-channel",
+        "devices": [
+            {
+                "name": "0",
+                "containerEdits": {"deviceNodes": [{"path": IMEX_CHANNEL0, "hostPath": f"/run/drv{IMEX_CHANNEL0}"}]},
+            }
+        ],
+    }
+    validate_spec(spec)
+
+
+@pytest.mark.parametrize("node_spec", [None, {**FABRIC_NODE, "fabric": {**FABRIC_NODE["fabric"], "imexChannels": 0}}])
+def test_no_imex_channel_spec_where_the_channel_is_missing(tmp_path, node_spec):
+    """NVIDIA writes the imex-channel spec only when GetChannels found a channel (``len(imexChannels) > 0``)."""
+    config = {"version": "v1", "imex": {"channelIDs": [0]}}
+    inv = inventory(tmp_path, "4xb200", config=config, cli={"device_list_strategy": "cdi-cri"}, node_spec=node_spec)
+    assert sorted(plugin_specs(inv)) == [f"{CDI}-gpu.json"]
 
 
 def test_specs_follow_the_live_inventory_and_write_only_changes(tmp_path):
