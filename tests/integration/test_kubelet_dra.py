@@ -17,9 +17,13 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 
+from fakegpu.cli.main import main
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.dra_plugins import DraPluginRegistry, choose_service
 from fakegpu.kubelet.dra_state import DRA_STATE_NAME
@@ -294,3 +298,51 @@ def test_claim_option_syntax():
         parse_claim("c=a.com")
     with pytest.raises(ValueError, match="a driver name after '=' is empty"):
         parse_claim("ns/c/u=a.com,")
+
+
+# --- fakegpu ctl ---------------------------------------------------------------------------------------
+
+
+async def test_ctl_runs_a_pod_with_a_claim_and_shows_its_cdi_devices_and_errors(apiserver, kubelet, root, capsys):
+    server = AdminServer(root / "kubelet" / "fakegpu-kubelet.sock", kubelet_ops(kubelet))
+    await server.start()
+    try:
+        c1 = claim(apiserver, "c1", ["gpu-0"])
+        base = ["ctl", "--socket", str(server.path)]
+        run = [*base, "run-pod", "infer", "--claim", f"default/c1/{c1.uid}={DRIVER}", "-o", "json"]
+        assert await asyncio.to_thread(main, run) == 0
+        pod = json.loads(capsys.readouterr().out)
+        (shown,) = pod["claims"]
+        assert shown["uid"] == c1.uid and shown["prepared"] and shown["drivers"] == [DRIVER]
+        assert shown["cdi_devices"] == kubelet.dra.claims[("default", "c1")].cdi_device_ids() != []
+        assert pod["phase"] == "Running" and pod["prepare_error"] == ""
+
+        assert await asyncio.to_thread(main, [*base, "pods", "-o", "yaml"]) == 0
+        assert yaml.safe_load(capsys.readouterr().out) == [pod]
+        assert await asyncio.to_thread(main, [*base, "pods"]) == 0
+        table = capsys.readouterr().out
+        assert f"claim default/c1 ({c1.uid}): {DRIVER}, prepared" in table
+        assert f"cdi      {shown['cdi_devices'][0]}" in table
+
+        bad = apiserver.create_direct(allocated_claim("bad", NODE, ["gpu-9"]))["metadata"]["uid"]
+        stuck = [*base, "run-pod", "stuck", "--claim", f"default/bad/{bad}={DRIVER}"]
+        assert await asyncio.to_thread(main, stuck) == 0  # admitted: its containers wait
+        out = capsys.readouterr().out
+        assert "Pending (ContainerCreating" in out
+        assert "FailedPrepareDynamicResources (attempt 1): Failed to prepare dynamic resources:" in out
+        assert "gpu-9" in out
+
+        assert await asyncio.to_thread(main, [*base, "status"]) == 0
+        status = capsys.readouterr().out
+        assert f"DRA driver {DRIVER}: v1.DRAPlugin at {kubelet.dra_plugins.get(DRIVER).endpoint}" in status
+        assert f"claim default/c1 ({c1.uid}): prepared, 1 pod(s)" in status
+
+        assert await asyncio.to_thread(main, [*base, "delete-pod", "infer"]) == 0
+        assert capsys.readouterr().out.strip() == "pod default/infer deleted; unprepared claims default/c1"
+        assert prepared_by_driver(root) == set()
+
+        wrong = [*base, "run-pod", "x", "--claim", "c1=gpu.nvidia.com"]
+        assert await asyncio.to_thread(main, wrong) == 1
+        assert "claims 'c1=gpu.nvidia.com': expected NAMESPACE/NAME/UID=DRIVER" in capsys.readouterr().err
+    finally:
+        await server.stop()
