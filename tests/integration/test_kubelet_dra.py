@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import grpc
 import pytest
 import yaml
+from lightkube import AsyncClient
 
 from fakegpu.cli.main import main
 from fakegpu.control.server import AdminServer
@@ -59,8 +60,8 @@ async def driver(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraDrive
     await dra.stop()
 
 
-async def started_kubelet(root: Path, **kwargs: object) -> KubeletEmulator:
-    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, **kwargs)  # type: ignore[arg-type]
+async def started_kubelet(root: Path, api_client: AsyncClient | None = None) -> KubeletEmulator:
+    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, api_client=api_client)
     await kubelet.start()
     await eventually(lambda: DRIVER in kubelet.dra_plugins.plugins, "the DRA driver to register with the kubelet")
     return kubelet
@@ -78,7 +79,7 @@ def prepared_by_driver(root: Path) -> set[str]:
     return set(PreparedClaims.in_dir(root / "kubelet/plugins" / DRIVER).load())
 
 
-def claim(apiserver: FakeApiServer, name: str, devices: list[str], pods: list[str] = ()) -> PodClaim:  # type: ignore[assignment]
+def claim(apiserver: FakeApiServer, name: str, devices: list[str], pods: Sequence[str] = ()) -> PodClaim:
     obj = apiserver.create_direct(
         allocated_claim(name, NODE, devices, reserved_for=[{"resource": "pods", "name": p, "uid": p} for p in pods])
     )
@@ -125,12 +126,12 @@ class _OldPlugin(reg_grpc.RegistrationServicer):
     def __init__(self) -> None:
         self.status: list[reg_pb2.RegistrationStatus] = []
 
-    async def GetInfo(self, request, context):  # type: ignore[no-untyped-def]
+    async def GetInfo(self, request, context):
         return reg_pb2.PluginInfo(
             type="DRAPlugin", name="old.example.com", endpoint="/nowhere/dra.sock", supported_versions=["v1alpha3"]
         )
 
-    async def NotifyRegistrationStatus(self, request, context):  # type: ignore[no-untyped-def]
+    async def NotifyRegistrationStatus(self, request, context):
         self.status.append(request)
         return reg_pb2.RegistrationStatusResponse()
 
