@@ -22,7 +22,7 @@ from lightkube import AsyncClient
 
 from fakegpu.cli.main import main
 from fakegpu.control.server import AdminServer
-from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.daemon import DraDriver
 from fakegpu.dra.prepared_claims import PreparedClaims
 from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.kubelet.dra_manager import Backoff
@@ -32,13 +32,11 @@ from fakegpu.kubelet.emulator import CONTAINER_CREATING, KubeletEmulator
 from fakegpu.kubelet.pod_claims import PodClaim, parse_claim
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import DRIVER, allocated_claim
 from tests.eventually import eventually
+from tests.reliability.raw_calls import start_dra_driver
 
 NODE = "node-a"
 FAST = Backoff(initial=0.05, cap=0.2)
@@ -52,10 +50,8 @@ def apiserver() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 async def driver(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraDriver]:
-    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
-    dra = DraDriver(live, KubeletPaths(root / "kubelet"), DraSettings(cdi_root=root / "cdi"), apiserver.client)
-    await dra.start()
-    await dra.wait_published()
+    """``fakegpu dra`` in this process, serving under ``root/kubelet`` where the emulator watches."""
+    dra = await start_dra_driver(apiserver, root, node=NODE, gpus="2xh100-80gb")
     yield dra
     await dra.stop()
 
