@@ -53,6 +53,7 @@ _EPILOG = f"""examples:
 the kubelet emulator (fakegpu kubelet --kubelet-dir DIR serves DIR/{KUBELET_ADMIN_SOCKET}):
   fakegpu ctl --kubelet-dir DIR run-pod train --request nvidia.com/gpu=2
   fakegpu ctl --kubelet-dir DIR run-pod job --init-request nvidia.com/gpu=1 --request nvidia.com/gpu=1
+  fakegpu ctl --kubelet-dir DIR run-pod infer --claim default/gpu-claim/UID=gpu.nvidia.com
   fakegpu ctl --kubelet-dir DIR pods -o yaml
   fakegpu ctl --kubelet-dir DIR status
   fakegpu ctl --kubelet-dir DIR restart-kubelet

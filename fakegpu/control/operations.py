@@ -248,7 +248,12 @@ def _run_pod(_request: Request, result: Any) -> str:
 
 def _delete_pod(_request: Request, result: Any) -> str:
     released = "; ".join(f"{r}: {_list(ids)}" for r, ids in sorted(result["released"].items()))
-    return f"pod {result['namespace']}/{result['name']} deleted" + (f"; released {released}" if released else "")
+    line = f"pod {result['namespace']}/{result['name']} deleted" + (f"; released {released}" if released else "")
+    if result.get("unprepared"):
+        line += f"; unprepared claims {', '.join(result['unprepared'])}"
+    if result.get("unprepare_error"):
+        line += f"; unprepare failed, retrying: {result['unprepare_error']}"
+    return line
 
 
 def _restart_kubelet(request: Request, result: Any) -> str:
@@ -379,6 +384,14 @@ KUBELET_OPERATIONS: tuple[Operation, ...] = (
                 flag="--sidecar-request",
                 repeat=True,
                 metavar="RESOURCE=COUNT",
+            ),
+            Arg(
+                "claims",
+                "a ResourceClaim of the pod, prepared by the named DRA drivers before it starts (repeatable), "
+                "e.g. default/gpu-claim/7f3c...=gpu.nvidia.com",
+                flag="--claim",
+                repeat=True,
+                metavar="NS/NAME/UID=DRIVER[,DRIVER]",
             ),
             Arg("namespace", "the pod's namespace (default default)", flag="--namespace"),
             Arg("uid", "the pod's UID (default: derived from namespace and name)", flag="--uid"),

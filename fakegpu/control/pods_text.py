@@ -1,5 +1,6 @@
 """The kubelet emulator's pods as ``fakegpu ctl pods`` prints them: per pod and container, the devices
-and what the plugins answered in Allocate (envs, mounts, device nodes, CDI devices)."""
+and what the plugins answered in Allocate (envs, mounts, device nodes, CDI devices); per ResourceClaim
+the CDI devices its drivers prepared, and why the claims could not be prepared yet."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def render_pod(pod: dict[str, Any]) -> str:
         for d in c["device_nodes"]:
             lines.append(f"    device   {d['host_path']} -> {d['container_path']} ({d['permissions']})")
         lines.extend(f"    cdi      {name}" for name in c["cdi_devices"])
+    for claim in pod.get("claims", ()):
+        done = "prepared" if claim["prepared"] else "not prepared"
+        drivers = ", ".join(claim["drivers"]) or "drivers from the API server"
+        uid = claim["uid"] or "uid from the API server"
+        lines.append(f"  claim {claim['namespace']}/{claim['name']} ({uid}): {drivers}, {done}")
+        lines.extend(f"    cdi      {name}" for name in claim["cdi_devices"])
+    if pod.get("prepare_error"):
+        attempts = pod.get("prepare_attempts", 0)
+        lines.append(f"  FailedPrepareDynamicResources (attempt {attempts}): {pod['prepare_error']}")
     return "\n".join(lines)
 
 

@@ -68,6 +68,14 @@ def _render_kubelet(status: dict[str, Any]) -> str:
                 f"{r['name']:<34} {r['capacity']:>8} {r['allocatable']:>11} {r['in_use']:>6}  "
                 f"{_plugin_state(r, status['grace_period'])}"
             )
+    for driver, plugins in status.get("dra_drivers", {}).items():
+        lines.extend(f"DRA driver {driver}: {p['service']} at {p['endpoint']}" for p in plugins)
+    for c in status.get("claims", ()):
+        users = f"{len(c['pods'])} pod(s)" if c["pods"] else "no pods, to unprepare"
+        state = "prepared" if c["prepared"] else "not prepared"
+        lines.append(f"claim {c['namespace']}/{c['name']} ({c['uid']}): {state}, {users}")
+    if status.get("unprepare_error"):
+        lines.append(f"unprepare failed, retrying: {status['unprepare_error']}")
     lines.append("")
     lines.append(render_pods(status["pods"]))
     return "\n".join(lines)

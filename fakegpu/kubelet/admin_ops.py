@@ -4,12 +4,16 @@ What a person at a standalone node needs and the device plugin API cannot give: 
 see which pod holds which device with what the plugins answered (envs, mounts, device nodes, CDI
 devices), restart the kubelet, move its clock.
 
-- ``status``: the node's extended resources (capacity, allocatable, in use, plugin registered or gone)
-  and the pods with their devices.
-- ``pods``: every pod with, per container, its requests, devices, envs, mounts, device nodes, CDI devices.
-- ``run-pod`` (name, requests, init_requests, sidecar_requests, namespace, uid): admit a pod; refused
-  with the kubelet's status text when the kubelet rejects it.
-- ``delete-pod`` (name, namespace): the pod goes and its devices are free again.
+- ``status``: the node's extended resources (capacity, allocatable, in use, plugin registered or gone),
+  the registered DRA drivers, the claims the kubelet prepared, and the pods with their devices.
+- ``pods``: every pod with, per container, its requests, devices, envs, mounts, device nodes, CDI devices;
+  its ResourceClaims with their CDI devices, and the last FailedPrepareDynamicResources error.
+- ``run-pod`` (name, requests, init_requests, sidecar_requests, claims, namespace, uid): admit a pod;
+  refused with the kubelet's status text when the kubelet rejects it. ``claims`` are
+  ``NS/NAME/UID=DRIVER[,DRIVER]``; a pod whose claims cannot be prepared yet is answered in
+  ``ContainerCreating`` with the error, and the kubelet keeps trying.
+- ``delete-pod`` (name, namespace): the pod goes and its devices are free again; claims no pod uses any
+  more are unprepared.
 - ``restart-kubelet`` (wait): the emulator's restart (sockets removed, checkpoint read, ``kubelet.sock``
   anew); waits up to ``wait`` seconds for the plugins registered before to register again.
 - ``advance-clock`` (seconds): move the clock grace periods are measured on.
@@ -24,7 +28,9 @@ from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.kubelet.device_manager import UNHEALTHY
+from fakegpu.kubelet.dra_state import ClaimInfo
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
+from fakegpu.kubelet.pod_claims import parse_claim
 from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
 
@@ -85,6 +91,20 @@ def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
                 **merged,
             }
         )
+    claims = []
+    for claim in pod.claims:
+        info = kubelet.dra.claims.get(claim.key)
+        uid = info.uid if info is not None else claim.uid
+        claims.append(
+            {
+                "namespace": claim.namespace,
+                "name": claim.name,
+                "uid": uid,
+                "drivers": list(info.drivers if info is not None else claim.drivers),
+                "prepared": info is not None and info.prepared,
+                "cdi_devices": list(pod.cdi_devices.get(uid, [])),
+            }
+        )
     return {
         "uid": pod.uid,
         "name": pod.name,
@@ -94,6 +114,22 @@ def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
         "message": pod.message,
         "restored": pod.restored,
         "containers": containers,
+        "claims": claims,
+        "prepare_error": pod.prepare_error,
+        "prepare_attempts": pod.prepare_attempts,
+    }
+
+
+def claim_view(info: ClaimInfo) -> dict[str, Any]:
+    """A claim of the kubelet's claim info cache, as ``status`` shows it."""
+    return {
+        "namespace": info.namespace,
+        "name": info.name,
+        "uid": info.uid,
+        "drivers": list(info.drivers),
+        "pods": sorted(info.pod_uids),
+        "prepared": info.prepared,
+        "cdi_devices": info.cdi_device_ids(),
     }
 
 
@@ -139,6 +175,9 @@ def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
             "starts": kubelet.starts,
             "grace_period": kubelet.manager.grace_period,
             "resources": resources(),
+            "dra_drivers": kubelet.dra_plugins.drivers(),
+            "claims": [claim_view(c) for c in kubelet.dra.claims.values()],
+            "unprepare_error": kubelet.dra.unprepare_error,
             "pods": pods_now(),
         }
 
@@ -152,13 +191,16 @@ def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
         sidecar_requests: list[str] | None = None,
         namespace: str = "default",
         uid: str | None = None,
+        claims: list[str] | None = None,
     ) -> dict[str, Any]:
         """Admit a pod with one app container (``main``) and, when they request anything, one init
-        container (``init``) and one sidecar (``sidecar``), started in that order."""
+        container (``init``) and one sidecar (``sidecar``), started in that order; ``claims`` are
+        prepared before they start."""
         try:
             app = parse_requests(requests or [], "requests")
             init = parse_requests(init_requests or [], "init_requests")
             sidecar = parse_requests(sidecar_requests or [], "sidecar_requests")
+            pod_claims = [parse_claim(c, "claims") for c in claims or []]
         except ValueError as exc:
             raise AdminError(str(exc)) from None
         existing = _find(kubelet, namespace, name)
@@ -172,7 +214,12 @@ def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
         uid = uid or pod_uid(namespace, name)
         try:
             result = await kubelet.run_pod(
-                uid, {MAIN_CONTAINER: app}, name=name, namespace=namespace, init_containers=init_containers
+                uid,
+                {MAIN_CONTAINER: app},
+                name=name,
+                namespace=namespace,
+                init_containers=init_containers,
+                claims=pod_claims,
             )
         except ValueError as exc:
             raise AdminError(str(exc)) from None
@@ -189,8 +236,15 @@ def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
         for container in pod.containers:
             for resource, ids in kubelet.manager.container_devices(pod.uid, container).items():
                 released.setdefault(resource, []).extend(i for i in ids if i not in released.get(resource, []))
-        kubelet.delete_pod(pod.uid)
-        return {"uid": pod.uid, "name": name, "namespace": namespace, "released": released}
+        unprepared = await kubelet.remove_pod(pod.uid)
+        return {
+            "uid": pod.uid,
+            "name": name,
+            "namespace": namespace,
+            "released": released,
+            "unprepared": [f"{c.namespace}/{c.name}" for c in unprepared],
+            "unprepare_error": kubelet.dra.unprepare_error,
+        }
 
     async def restart_kubelet(wait: float = 10.0) -> dict[str, Any]:
         """Restart as a kubelet does; answer once the plugins registered before are registered again

@@ -13,6 +13,12 @@ Like a kubelet it also serves the pod resources API on ``pod-resources/kubelet.s
 allocations it made, so a monitoring agent (dcgm-exporter, fakegpu's own exporter) can tell which pod
 holds which device. Pods have a name, a namespace and annotations for that; tests that only pass a UID
 get the UID as name in namespace ``default``.
+
+Its DRA face (``dra_plugins``, ``dra_manager``): plugins of type ``DRAPlugin`` register through
+``plugins_registry/``; a pod run with ``claims`` has them prepared before its containers start. While a
+claim cannot be prepared the pod stays ``Pending`` with its containers waiting in ``ContainerCreating``,
+the error kept on the pod as the kubelet's ``FailedPrepareDynamicResources`` event, and the kubelet tries
+again with backoff until it works or the pod is deleted. A claim no pod uses any more is unprepared.
 """
 
 from __future__ import annotations
@@ -27,12 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from lightkube import AsyncClient
 
 from fakegpu.kubelet.checkpoint import CHECKPOINT_NAME, CheckpointData, read
 from fakegpu.kubelet.clock import EmulatorClock
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, AdmissionError, DeviceManager
+from fakegpu.kubelet.dra_manager import Backoff, DraManager, PrepareFailed, UnprepareFailed
+from fakegpu.kubelet.dra_plugins import PLUGIN_TYPE as DRA_PLUGIN_TYPE
+from fakegpu.kubelet.dra_plugins import DraPluginRegistry
+from fakegpu.kubelet.dra_state import DRA_STATE_NAME, ClaimInfo
 from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
 from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
+from fakegpu.kubelet.pod_claims import PodClaim, pod_claim
 from fakegpu.kubelet.pod_records import PODS_DIR, PodRecord, check_uid, read_records, remove_record, write_record
 from fakegpu.kubelet.pod_resources_service import (
     POD_RESOURCES_DIR,
@@ -45,11 +57,17 @@ from fakegpu.kubelet.registration_service import KubeletRegistrationService, val
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as podresources_grpc
+from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.socket_server import SocketServer
 from fakegpu.runtime.unix_socket import check_socket_path
 
 log = logging.getLogger(__name__)
+
+CONTAINER_CREATING = "ContainerCreating"
+"""The waiting reason of a pod's containers while its claims are not prepared."""
+FAILED_PREPARE_EVENT = "FailedPrepareDynamicResources"
+"""The kubelet's event reason; its message is ``Failed to prepare dynamic resources: <error>``."""
 
 
 @dataclass
@@ -70,6 +88,13 @@ class PodResult:
     """The containers with their kind and requests."""
     restored: bool = False
     """Known from the pod records and the checkpoint after a restart, not admitted by this process."""
+    claims: tuple[PodClaim, ...] = ()
+    """The pod's ResourceClaims."""
+    cdi_devices: dict[str, list[str]] = field(default_factory=dict)
+    """CDI device IDs per claim UID, once its drivers prepared it."""
+    prepare_error: str = ""
+    """The last FailedPrepareDynamicResources event's message ("" once the claims are prepared)."""
+    prepare_attempts: int = 0
 
     @property
     def admitted(self) -> bool:
@@ -91,13 +116,27 @@ class KubeletEmulator:
         grace_period: float = ENDPOINT_STOP_GRACE_PERIOD,
         clock: EmulatorClock | None = None,
         watch_plugins_registry: bool = True,
+        api_client: AsyncClient | None = None,
+        prepare_backoff: Backoff | None = None,
     ) -> None:
+        """``api_client``: read each pod claim from the API server (its UID, drivers, reservedFor) as a
+        kubelet does, for claims given without drivers. ``prepare_backoff``: the delays between attempts
+        to prepare a pod's claims or unprepare claims (0.2 s doubling to 5 s by default)."""
         self.paths = KubeletPaths(root)
         self.clock = clock or EmulatorClock()
         self.manager = DeviceManager(self.paths.device_plugins / CHECKPOINT_NAME, self.clock, grace_period)
         self.registration = KubeletRegistrationService(self.manager, self.paths.device_plugins)
         self.watch_plugins_registry = watch_plugins_registry
-        self.watcher = PluginWatcher(self.paths.plugins_registry, {"DevicePlugin": self._device_plugin_handler()})
+        self.dra_plugins = DraPluginRegistry()
+        self.dra = DraManager(self.paths.root / DRA_STATE_NAME, self.dra_plugins, api_client)
+        self.prepare_backoff = prepare_backoff or Backoff()
+        self._prepare_tasks: dict[str, asyncio.Task[None]] = {}
+        self._unprepare_task: asyncio.Task[None] | None = None
+        self._orders: dict[str, int] = {}
+        self.watcher = PluginWatcher(
+            self.paths.plugins_registry,
+            {"DevicePlugin": self._device_plugin_handler(), DRA_PLUGIN_TYPE: self.dra_plugins.handler()},
+        )
         self._server: grpc.aio.Server | None = None
         self.starts = 0
         self.pods: dict[str, PodResult] = {}
@@ -124,6 +163,7 @@ class KubeletEmulator:
         check_socket_path(self.paths.kubelet_socket)
         self._cleanup_plugin_directory()
         self.manager.restore()
+        self.dra.restore()
         self._restore_pods()
         server = grpc.aio.server()
         api_pb2_grpc.add_RegistrationServicer_to_server(self.registration, server)
@@ -133,6 +173,11 @@ class KubeletEmulator:
         await self._pod_resources_server.start()
         if self.watch_plugins_registry:
             await self.watcher.start()
+        for pod in self.pods.values():
+            if pod.phase == "Pending" and pod.reason == CONTAINER_CREATING:
+                self._retry_prepare(pod)
+        if self.dra.orphans():
+            self._kick_unprepare()
         self.starts += 1
         log.info("kubelet emulator started in %s", self.paths.root)
 
@@ -154,6 +199,7 @@ class KubeletEmulator:
             if record.uid in self.pods:
                 continue
             restored += 1
+            self._orders[record.uid] = record.order
             self.pods[record.uid] = PodResult(
                 record.uid,
                 record.phase,
@@ -166,6 +212,8 @@ class KubeletEmulator:
                 containers=tuple(c.name for c in record.containers),
                 specs=record.containers,
                 restored=True,
+                claims=record.claims,
+                cdi_devices=self.dra.cdi_devices(record.claims),
             )
         if restored:
             log.info("kubelet emulator restored %d pod(s) from %s", restored, self.paths.root / PODS_DIR)
@@ -173,6 +221,10 @@ class KubeletEmulator:
     async def stop(self) -> None:
         """SIGTERM: plugins see their ListAndWatch streams end; kubelet.sock goes away."""
         await self.watcher.stop()
+        tasks, self._prepare_tasks = list(self._prepare_tasks.values()), {}
+        await cancel_and_wait([*tasks, self._unprepare_task])
+        self._unprepare_task = None
+        self.dra_plugins.clear()
         await self.manager.close_all()
         await self._pod_resources_server.stop()
         server, self._server = self._server, None
@@ -246,15 +298,30 @@ class KubeletEmulator:
         namespace: str = "default",
         annotations: Mapping[str, str] | None = None,
         init_containers: Sequence[ContainerSpec] = (),
+        claims: Sequence[PodClaim | tuple[str, ...]] = (),
     ) -> PodResult:
         """Admit a pod: the node's allocatable check, then per container and resource the device
         manager's allocation, then PreStartContainer as each container starts. ``containers`` are the
         app containers; ``init_containers`` (kind ``init`` or ``sidecar``) start before them, in order,
         and a finished init container's devices are reused by the containers after it, as the kubelet
         does. ``name`` defaults to the UID; name, namespace and annotations are what the pod resources
-        API and the DCGM exporter see."""
+        API and the DCGM exporter see.
+
+        ``claims``: the pod's ResourceClaims, each a :class:`PodClaim` or ``(namespace, name, uid,
+        *drivers)``; without drivers the emulator reads the claim from its API client. They are prepared
+        after admission, before the containers start: while that fails the pod is returned (and stays)
+        ``Pending`` in ``ContainerCreating`` with ``prepare_error``, and is tried again in the background."""
         check_uid(uid)
-        if uid in self.pods and self.pods[uid].admitted:
+        pod_claims = tuple(pod_claim(c) for c in claims)
+        if len({c.key for c in pod_claims}) != len(pod_claims):
+            raise ValueError(f"pod {uid}: a ResourceClaim is listed twice: {[c.key for c in pod_claims]}")
+        if self.dra.client is None and any(not c.drivers for c in pod_claims):
+            missing = next(c for c in pod_claims if not c.drivers)
+            raise ValueError(
+                f"claim {missing.namespace}/{missing.name}: name the drivers of its allocation (no API client to "
+                "read them from)"
+            )
+        if uid in self.pods and (self.pods[uid].admitted or uid in self._prepare_tasks):
             return self.pods[uid]
         specs = (
             *(ContainerSpec(c.name, dict(c.requests), c.kind) for c in init_containers),
@@ -269,6 +336,7 @@ class KubeletEmulator:
             annotations=dict(annotations or {}),
             containers=tuple(c.name for c in specs),
             specs=specs,
+            claims=pod_claims,
         )
         allocatable = self.allocatable()
         for resource, count in effective_requests(specs).items():
@@ -303,21 +371,82 @@ class KubeletEmulator:
             result.responses = {}
             self.pods[uid] = result
             return result
-        try:
-            for spec in specs:
-                await self.manager.pre_start(uid, spec.name)
-        except AdmissionError as exc:
-            result.reason, result.message = exc.reason, exc.message
+        if pod_claims and not await self._prepare_once(result):
+            result.phase, result.reason = "Pending", CONTAINER_CREATING
             self._admitted(result)
+            self._retry_prepare(result)
             return result
-        result.phase = "Running"
+        await self._start_containers(result)
         self._admitted(result)
         return result
+
+    async def _start_containers(self, result: PodResult) -> None:
+        """PreStartContainer as each container starts; Running, or the failing container's reason."""
+        try:
+            for spec in result.specs:
+                await self.manager.pre_start(result.uid, spec.name)
+        except AdmissionError as exc:
+            result.phase, result.reason, result.message = "Pending", exc.reason, exc.message
+            return
+        result.phase, result.reason, result.message = "Running", "", ""
+
+    async def _prepare_once(self, result: PodResult) -> bool:
+        """One attempt to prepare the pod's claims; True when they are."""
+        result.prepare_attempts += 1
+        try:
+            result.cdi_devices = await self.dra.prepare(result.uid, result.name, result.claims)
+        except PrepareFailed as exc:
+            result.prepare_error = f"Failed to prepare dynamic resources: {exc}"
+            log.warning("pod %s/%s: %s: %s", result.namespace, result.name, FAILED_PREPARE_EVENT, result.prepare_error)
+            return False
+        result.prepare_error = ""
+        return True
+
+    def _retry_prepare(self, result: PodResult) -> None:
+        """Try again with backoff until the claims are prepared (then start the containers) or the pod goes."""
+
+        async def retry() -> None:
+            for delay in self.prepare_backoff.delays():
+                await asyncio.sleep(delay)
+                if self.pods.get(result.uid) is not result:
+                    return
+                if await self._prepare_once(result):
+                    await self._start_containers(result)
+                    self._write_record(result)
+                    self._prepare_tasks.pop(result.uid, None)
+                    return
+
+        self._prepare_tasks[result.uid] = asyncio.create_task(retry(), name=f"prepare-{result.uid}")
+
+    def _kick_unprepare(self) -> None:
+        """Unprepare the claims without pods in the background, with backoff until it works."""
+        if self._unprepare_task is not None and not self._unprepare_task.done():
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous caller): the next start unprepares them
+
+        async def unprepare() -> None:
+            for delay in self.prepare_backoff.delays():
+                try:
+                    await self.dra.unprepare_orphans()
+                except UnprepareFailed as exc:
+                    log.warning("%s; trying again in %gs", exc, delay)
+                if not self.dra.orphans():
+                    return
+                await asyncio.sleep(delay)
+
+        self._unprepare_task = asyncio.create_task(unprepare(), name="unprepare-claims")
 
     def _admitted(self, result: PodResult) -> None:
         """Keep an admitted pod, in memory and in its record, so it survives a restart."""
         self.pods[result.uid] = result
         self._admissions += 1
+        self._orders[result.uid] = self._admissions
+        self._write_record(result)
+
+    def _write_record(self, result: PodResult) -> None:
         write_record(
             self.paths.root,
             PodRecord(
@@ -329,16 +458,39 @@ class KubeletEmulator:
                 result.reason,
                 result.message,
                 dict(result.annotations),
-                self._admissions,
+                self._orders.get(result.uid, self._admissions),
+                result.claims,
             ),
         )
 
     def delete_pod(self, uid: str) -> None:
+        """The pod goes: its devices are free, its claims lose a user (those left without one are
+        unprepared in the background)."""
         self.pods.pop(uid, None)
+        self._orders.pop(uid, None)
+        task = self._prepare_tasks.pop(uid, None)
+        if task is not None:
+            task.cancel()
         self.manager.release_pod(uid)
         with contextlib.suppress(ValueError):  # a UID that names no directory has no record
             check_uid(uid)
             remove_record(self.paths.root, uid)
+        if self.dra.release_pod(uid):
+            self._kick_unprepare()
+
+    async def remove_pod(self, uid: str) -> list[ClaimInfo]:
+        """``delete_pod``, then unprepare the claims no pod uses any more before returning; returns the
+        claims unprepared. A claim that fails stays for the background retries (``dra.unprepare_error``)."""
+        self.delete_pod(uid)
+        task, self._unprepare_task = self._unprepare_task, None
+        await cancel_and_wait([task])
+        try:
+            done = await self.dra.unprepare_orphans()
+        except UnprepareFailed:
+            done = []
+        if self.dra.orphans():
+            self._kick_unprepare()
+        return done
 
     def active_pods(self) -> list[ActivePod]:
         """Pods the kubelet runs (admitted, or admitted with a container that failed to start), in

@@ -1,7 +1,7 @@
 """The kubelet's plugin watcher over ``plugins_registry/``: sockets that appear are asked GetInfo,
 validated by the handler for their type, and told the outcome with NotifyRegistrationStatus.
 
-Device plugins are handled here; the DRA face adds its own handler for type ``DRAPlugin``.
+Device plugins are handled by the emulator; DRA plugins (type ``DRAPlugin``) by ``dra_plugins.DraPluginRegistry``.
 """
 
 from __future__ import annotations

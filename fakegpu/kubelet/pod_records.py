@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.kubelet.pod_spec import KINDS, ContainerSpec
 from fakegpu.runtime.atomic_files import atomic_write
 
@@ -37,6 +38,8 @@ class PodRecord:
     annotations: dict[str, str] = field(default_factory=dict)
     order: int = 0
     """Admission order, so a restored kubelet lists its pods as it admitted them."""
+    claims: tuple[PodClaim, ...] = ()
+    """The pod's ResourceClaims (what the API server's pod spec would tell a restarted kubelet)."""
 
 
 def check_uid(uid: str) -> None:
@@ -63,6 +66,8 @@ def write_record(root: Path, record: PodRecord) -> None:
         "message": record.message,
         "order": record.order,
     }
+    if record.claims:
+        doc["claims"] = [c.as_dict() for c in record.claims]
     atomic_write(path, json.dumps(doc, indent=1).encode(), 0o600)
 
 
@@ -93,7 +98,14 @@ def _record(path: Path) -> PodRecord:
         message=str(doc.get("message", "")),
         annotations={str(k): str(v) for k, v in dict(doc.get("annotations") or {}).items()},
         order=int(doc.get("order", 0)),
+        claims=tuple(_claim(c) for c in doc.get("claims") or []),
     )
+
+
+def _claim(raw: Any) -> PodClaim:
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("namespace", "name", "uid")):
+        raise ValueError(f"a claim must have a namespace, a name and a uid, found {raw!r}")
+    return PodClaim(raw["namespace"], raw["name"], raw["uid"], tuple(str(d) for d in raw.get("drivers") or []))
 
 
 def read_records(root: Path) -> list[PodRecord]:

@@ -19,9 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lightkube import AsyncClient
+
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
+from fakegpu.kubelet.dra_manager import Backoff
+from fakegpu.kubelet.dra_state import ClaimInfo
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
+from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.sharing.bug_modes import parse_bug_modes
 from fakegpu.sharing.faults import FaultSpec, PlannedFault
 from fakegpu.sharing.health import XidPolicy
@@ -56,13 +61,19 @@ class FakeNode:
         grace_period: float = ENDPOINT_STOP_GRACE_PERIOD,
         with_kubelet: bool = True,
         bugs: Iterable[str] = (),
+        api_client: AsyncClient | None = None,
+        prepare_backoff: Backoff | None = None,
     ) -> None:
+        """``api_client`` and ``prepare_backoff`` go to the kubelet emulator's DRA face: the client reads
+        pod claims given without drivers, the backoff paces retries of claims that fail to prepare."""
         self.root = root
         self.bug_modes = parse_bug_modes(bugs, "bugs")
         if "random-device-ids" in self.bug_modes:
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
         self.inputs = inputs
-        self.kubelet = KubeletEmulator(root, grace_period=grace_period)
+        self.kubelet = KubeletEmulator(
+            root, grace_period=grace_period, api_client=api_client, prepare_backoff=prepare_backoff
+        )
         self.with_kubelet = with_kubelet
         self.calls = CallLog()
         inventory = load_inventory(inputs)
@@ -162,13 +173,22 @@ class FakeNode:
         name: str | None = None,
         namespace: str = "default",
         annotations: Mapping[str, str] | None = None,
+        claims: Sequence[PodClaim | tuple[str, ...]] = (),
     ) -> PodResult:
         """Admit a pod on the emulated kubelet; name (default: the UID), namespace and annotations are
-        what the pod resources API and the DCGM exporter report."""
-        return await self.kubelet.run_pod(uid, containers, name=name, namespace=namespace, annotations=annotations)
+        what the pod resources API and the DCGM exporter report. ``claims`` (``(namespace, name, uid,
+        *drivers)``) are prepared by the registered DRA drivers before the containers start; see
+        ``KubeletEmulator.run_pod``."""
+        return await self.kubelet.run_pod(
+            uid, containers, name=name, namespace=namespace, annotations=annotations, claims=claims
+        )
 
     def delete_pod(self, uid: str) -> None:
         self.kubelet.delete_pod(uid)
+
+    async def remove_pod(self, uid: str) -> list[ClaimInfo]:
+        """Delete the pod and unprepare the claims no pod uses any more; returns those claims."""
+        return await self.kubelet.remove_pod(uid)
 
     async def set_health(self, target: str, healthy: bool, timeout: float = 5.0) -> list[str]:
         """Mark a device, a GPU (UUID or index) and everything on it healthy or unhealthy; returns the
