@@ -23,7 +23,7 @@ def test_nvl72_defaults_one_clique_per_rack():
     places = [layout.place(i) for i in range(layout.node_count)]
     assert [p.rack for p in places] == [r for r in range(4) for _ in range(18)]
     assert {p.block for p in places} == {0}
-    cliques = {p.rack: set() for p in places}
+    cliques: dict[int, set[str]] = {p.rack: set() for p in places}
     for p in places:
         cliques[p.rack].add(p.fabric.clique)
     assert all(len(c) == 1 for c in cliques.values()), "one clique across a rack"
