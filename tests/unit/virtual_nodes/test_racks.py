@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fakegpu.cli.virtual_nodes_command import plan_lines, pools_from_args
+from fakegpu.cli.virtual_nodes_command import plan_lines, pools_from_args, settings_from_args
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.sharing.errors import SpecError
@@ -122,3 +122,9 @@ def test_nodes_off_a_fabric_get_no_compute_domain_slice(parse):
     assert "nvidia.com/gpu.clique" not in nodes[0].gfd_labels and nodes[0].topology_labels == {}
     specs = direct_specs(nodes[0], SliceOptions())
     assert [s["driver"] for s in specs] == ["gpu.nvidia.com"]
+
+
+def test_delete_refuses_racks(parse):
+    """``--delete`` removes every node of the prefix whatever its layout: a rack flag would do nothing."""
+    with pytest.raises(SpecError, match=r"^--delete: .*drop --racks"):
+        settings_from_args(parse("--delete", "--racks", "2"))
