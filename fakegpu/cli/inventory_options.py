@@ -41,6 +41,13 @@ def add_node_inventory_options(parser: argparse.ArgumentParser) -> None:
         help="layout from --mig-config, or a generated one: all-disabled, all-enabled, all-balanced, all-<profile>",
     )
     group.add_argument("--node-name", metavar="NAME", help="node name (default: $NODE_NAME, then the host name)")
+    group.add_argument(
+        "--nvlink-clique",
+        metavar="UUID.ID",
+        help="the node's multi-node NVLink clique (GB200/GB300 NVL72) as <cluster UUID>.<clique ID>, as NVIDIA's "
+        "GPU Feature Discovery writes it in nvidia.com/gpu.clique; for nodes without a node spec (a spec says it "
+        "with fabric:)",
+    )
 
 
 def add_plugin_config_options(parser: argparse.ArgumentParser, applies: str = "") -> None:
@@ -86,6 +93,7 @@ def inventory_inputs(args: argparse.Namespace, env: Mapping[str, str] | None = N
         gpus=tuple(args.gpus),
         mig_config=args.mig_config,
         mig_layout=args.mig_layout,
+        nvlink_clique=getattr(args, "nvlink_clique", None),
         config_file=getattr(args, "config_file", None),
         cli_flags={spec.key: getattr(args, spec.key, None) for spec in PLUGIN_FLAGS},
         env=environ,

@@ -33,6 +33,8 @@ from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, cl
 from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import InventoryInputs, load_spec
+from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK, RackLayout, TopologyKeys, parse_topology_keys
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
@@ -42,6 +44,7 @@ from fakegpu.virtual_nodes.pools import (
     DEFAULT_POOL,
     GPU_MODES,
     MAX_NODES,
+    GpuMode,
     Pool,
     VirtualNode,
     build_virtual_nodes,
@@ -69,11 +72,16 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     environ = dict(os.environ if env is None else env)
     default_mode = args.gpu_mode or DEFAULT_MODE
     base = replace(inventory_inputs(args, environ), node_name="")
+    racks = rack_layout_from_args(args)
     if not args.pool:
+        if racks is not None:
+            return checked_mig_mode([rack_pool(base, racks, args, default_mode)], args)
         count = 1 if args.count is None else args.count
         if not 1 <= count <= MAX_NODES:
             raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
         return checked_mig_mode([Pool(DEFAULT_POOL, base, count, in_names=False, mode=default_mode)], args)
+    if racks is not None:
+        raise SpecError("--racks", "applies to the single pool (--gpus or --node-spec), not to --pool pools")
     conflicts = [
         flag
         for flag, given in (
@@ -102,6 +110,52 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     if total > MAX_NODES:
         raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
     return checked_mig_mode(list(pools.values()), args)
+
+
+def rack_layout_from_args(args: argparse.Namespace) -> RackLayout | None:
+    """The ``--racks`` layout, or None; the rack options without ``--racks`` are refused, not ignored."""
+    if args.racks is None:
+        lone = [
+            flag
+            for flag, given in (
+                ("--nodes-per-rack", args.nodes_per_rack is not None),
+                ("--racks-per-block", args.racks_per_block is not None),
+                ("--topology-label-keys", args.topology_label_keys is not None),
+            )
+            if given
+        ]
+        if lone:
+            raise SpecError(lone[0], "only applies with --racks")
+        return None
+    keys = parse_topology_keys(args.topology_label_keys) if args.topology_label_keys is not None else TopologyKeys()
+    return RackLayout(
+        racks=args.racks,
+        nodes_per_rack=NVL72_NODES_PER_RACK if args.nodes_per_rack is None else args.nodes_per_rack,
+        racks_per_block=args.racks_per_block,
+        domain_prefix=args.name_prefix,
+        keys=keys,
+    )
+
+
+def rack_pool(base: InventoryInputs, racks: RackLayout, args: argparse.Namespace, mode: GpuMode) -> Pool:
+    """The single pool laid out in racks: ``racks x nodes-per-rack`` nodes, each on its rack's clique."""
+    count = racks.node_count
+    if args.count is not None and args.count != count:
+        raise SpecError(
+            "--count",
+            f"{args.count} disagrees with --racks {racks.racks} x --nodes-per-rack {racks.nodes_per_rack} = "
+            f"{count}; drop --count",
+        )
+    if count > MAX_NODES:
+        raise SpecError("--racks", f"{count} nodes in all; at most {MAX_NODES}")
+    if base.nvlink_clique is not None:
+        raise SpecError("--nvlink-clique", "cannot be combined with --racks, which gives each rack its own clique")
+    spec, source = load_spec(base)
+    if spec.fabric is not None:
+        raise SpecError(
+            "--racks", f"gives each rack its own NVLink clique; {source} already sets fabric: drop it or --racks"
+        )
+    return Pool(DEFAULT_POOL, base, count, in_names=False, mode=mode, racks=racks)
 
 
 def checked_mig_mode(pools: list[Pool], args: argparse.Namespace) -> list[Pool]:
@@ -142,6 +196,31 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help="COUNT nodes described by the node spec FILE, named PREFIX<file stem>-<index> (repeatable, for "
         "heterogeneous fleets; instead of --count, --node-spec and --gpus); MODE overrides --gpu-mode for "
         f"the pool ({', '.join(GPU_MODES)})",
+    )
+    racks = parser.add_argument_group(
+        "rack topology (GB200/GB300 NVL72): one NVLink clique per rack (nvidia.com/gpu.clique), block / rack / "
+        "host labels, and in the dra modes each node's compute-domain.nvidia.com ResourceSlice; single pool only"
+    )
+    racks.add_argument(
+        "--racks", type=int, default=None, metavar="N", help="lay the nodes out in N racks (count = N x M)"
+    )
+    racks.add_argument(
+        "--nodes-per-rack",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"nodes per rack (default {NVL72_NODES_PER_RACK}, an NVL72 rack's compute trays)",
+    )
+    racks.add_argument(
+        "--racks-per-block", type=int, default=None, metavar="K", help="racks per block (default: all in one)"
+    )
+    racks.add_argument(
+        "--topology-label-keys",
+        default=None,
+        metavar="LEVEL=KEY,...",
+        help="label keys of the levels block, rack and host, e.g. block=cloud.google.com/gce-topology-block,"
+        "rack=cloud.google.com/gce-topology-subblock (default fakegpu.io/topology-block, fakegpu.io/topology-rack, "
+        "kubernetes.io/hostname); values block-<b>, rack-<r> and the node name",
     )
     group.add_argument(
         "--gpu-mode",
@@ -222,6 +301,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             flag
             for flag, given in (
                 ("--count", args.count is not None),
+                ("--racks", args.racks is not None),
                 ("--pool", bool(args.pool)),
                 ("--gpus", bool(args.gpus)),
                 ("--node-spec", bool(args.node_spec)),
@@ -267,8 +347,15 @@ def plan_lines(nodes: list[VirtualNode]) -> list[str]:
             if first.has_gpu_capacity
             else "ResourceSlices, no GPU capacity"
         )
+        cliques = {v.inventory.node.fabric.clique for v in members if v.inventory.node.fabric is not None}
+        fabric = ""
+        if cliques:
+            fabric = f", {len(cliques)} NVLink clique(s)"
+            if first.publishes_slices:
+                fabric += " with a compute-domain.nvidia.com ResourceSlice per node"
         lines.append(
-            f"pool {pool}: {len(members)} node(s) {first.name}..{members[-1].name}, {gpus} ({offered}), {first.mode}"
+            f"pool {pool}: {len(members)} node(s) {first.name}..{members[-1].name}, {gpus} ({offered}), "
+            f"{first.mode}{fabric}"
         )
     return lines
 

@@ -195,7 +195,8 @@ def _eight_slice_table(
     sm: tuple[int, int, int, int, int, int, int],
     engines: tuple[tuple[int, int, int, int, int], ...],
 ) -> tuple[MigProfile, ...]:
-    """The seven-profile table shared by A100-80GB, H100, H200 and B200 (8 memory slices, 7 compute)."""
+    """The seven-profile table shared by A100-80GB, H100, H200, B200, GB200 and GB300 (8 memory slices, 7
+    compute)."""
     one, one_me, one_double, two, three, four, seven = sizes
     return (
         _p(one, "1_SLICE", 1, 1, mib[0], sm[0], engines[0], 7, _EIGHT_SINGLE),
@@ -218,6 +219,15 @@ _HOPPER_ENGINES = (
     (8, 7, 0, 7, 1),
 )
 _HOPPER_SM = (16, 16, 26, 32, 60, 64, 132)
+_BLACKWELL_ENGINES = (
+    (2, 1, 0, 1, 0),
+    (2, 1, 0, 1, 1),
+    (2, 1, 0, 1, 0),
+    (4, 2, 0, 2, 0),
+    (6, 3, 0, 3, 0),
+    (8, 4, 0, 4, 0),
+    (16, 7, 0, 7, 1),
+)
 
 _MODELS: tuple[GpuModel, ...] = (
     GpuModel(
@@ -493,20 +503,99 @@ _MODELS: tuple[GpuModel, ...] = (
             ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
             (20992, 20992, 45312, 45312, 90624, 90624, 181248),
             (18, 18, 30, 36, 60, 72, 144),
-            (
-                (2, 1, 0, 1, 0),
-                (2, 1, 0, 1, 1),
-                (2, 1, 0, 1, 0),
-                (4, 2, 0, 2, 0),
-                (6, 3, 0, 3, 0),
-                (8, 4, 0, 4, 0),
-                (16, 7, 0, 7, 1),
-            ),
+            _BLACKWELL_ENGINES,
         ),
         balanced_layout=(("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)),
         unverified=(
             "3g.90gb, 4g.90gb and 7g.180gb memory and SMs estimated (only 1g/2g rows were read)",
             "decoder/JPEG/OFA counts assumed; placements assumed equal to H100",
+        ),
+    ),
+    # GB200 / GB300: product name, memory, BAR1, reserved framebuffer, PCI device ID and power limits from real
+    # ``nvidia-smi -q -x`` captures of NVL72 compute trays (NVIDIA/k8s-test-infra
+    # tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-gb200.xml, qx-gb300.xml; driver 580.173.02);
+    # compute capability 10.0 / 10.3 from developer.nvidia.com/cuda-gpus; MIG names from mig-parted.
+    GpuModel(
+        key="gb200",
+        board="GB200 NVL72 compute tray GPU (Grace Blackwell superchip, 4 GPUs per tray)",
+        product_name="NVIDIA GB200",
+        memory_mib=189471,
+        multiprocessors=148,
+        compute_capability=(10, 0),
+        architecture="Blackwell",
+        pci_device_id=0x294110DE,
+        brand="Nvidia",
+        sxm=True,
+        facts=BoardFacts(
+            power_limit_w=1200,
+            power_min_w=200,
+            idle_power_w=152.47,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=262144,
+            reserved_mib=742,
+            pcie_gen=6,
+            pcie_width=16,
+            unverified=("idle power, idle temperature and PCIe gen estimated",),
+        ),
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+            (21760, 21760, 46848, 46848, 93696, 93696, 187392),
+            (18, 18, 30, 36, 60, 72, 144),
+            _BLACKWELL_ENGINES,
+        ),
+        balanced_layout=(("1g.23gb", 2), ("2g.47gb", 1), ("3g.93gb", 1)),
+        unverified=(
+            "multiprocessors (148, as B200) not read on a GB200",
+            "MIG memory sizes scaled from B200 (names from mig-parted for 0x294110DE); SMs, engines and "
+            "placements assumed equal to B200",
+            "1g.23gb+me and 1g.47gb by analogy with B200 (mig-parted lists 1g.23gb, 2g.47gb, 3g.93gb, 4g.93gb, "
+            "7g.186gb for GB200)",
+        ),
+    ),
+    GpuModel(
+        key="gb300",
+        board="GB300 NVL72 compute tray GPU (Grace Blackwell Ultra, 4 GPUs per tray)",
+        product_name="NVIDIA GB300",
+        memory_mib=284208,
+        multiprocessors=160,
+        compute_capability=(10, 3),
+        architecture="Blackwell",
+        pci_device_id=0x31C210DE,
+        brand="Nvidia",
+        sxm=True,
+        facts=BoardFacts(
+            power_limit_w=1400,
+            power_min_w=200,
+            idle_power_w=168.93,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P0",
+            fan="N/A",
+            bar1_mib=524288,
+            reserved_mib=947,
+            pcie_gen=6,
+            pcie_width=16,
+            unverified=("idle power, idle temperature and PCIe gen estimated",),
+        ),
+        memory_slices=8,
+        compute_slices=7,
+        mig_profiles=_eight_slice_table(
+            ("1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
+            (32768, 32768, 70144, 70144, 140288, 140288, 280832),
+            (20, 20, 32, 40, 64, 80, 156),
+            _BLACKWELL_ENGINES,
+        ),
+        balanced_layout=(("1g.35gb", 2), ("2g.70gb", 1), ("3g.139gb", 1)),
+        unverified=(
+            "multiprocessors (160) from a third-party source only",
+            "MIG memory sizes scaled from B200 (names and counts from mig-parted for 0x31C210DE); SMs scaled "
+            "from B200 by 160/148; engines and placements assumed equal to B200",
+            "1g.35gb+me by analogy with B200 (mig-parted lists no +me profile for GB300)",
         ),
     ),
     GpuModel(

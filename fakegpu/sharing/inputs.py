@@ -18,8 +18,9 @@ from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.sharing.mig_parted import MigLayoutChoice, choose_from_file, choose_generated, load_mig_parted
 from fakegpu.sharing.node import Node, build_node
-from fakegpu.sharing.node_spec import DEFAULT_GPUS, NodeSpec, load_node_spec, parse_gpus_shorthand
+from fakegpu.sharing.node_spec import DEFAULT_GPUS, FabricSpec, NodeSpec, load_node_spec, parse_gpus_shorthand
 from fakegpu.sharing.nvidia_config import load_nvidia_config
+from fakegpu.sharing.nvlink_fabric import parse_clique
 from fakegpu.sharing.plugin_config import PluginConfig, resolve_plugin_config
 
 
@@ -37,12 +38,34 @@ class InventoryInputs:
     honor_sharing_rename_devices: bool = False
     id_salt: str = ""
     """Mixed into device identities; empty for stable IDs (only the random-device-ids bug mode sets it)."""
+    nvlink_clique: str | None = None
+    """``--nvlink-clique <clusterUUID>.<cliqueID>``: the node's place on a multi-node NVLink fabric when no
+    node spec says it (``fabric:``); None leaves the node off any fabric."""
     nvidia_smi_dir: str | None = None
     """fakegpu extension (``--inject-nvidia-smi``): host directory of the fake nvidia-smi and devices.json
     that Allocate and CDI specs mount into containers; None leaves containers as NVIDIA's plugin does."""
 
 
 def load_spec(inputs: InventoryInputs) -> tuple[NodeSpec, str]:
+    """The node spec the inputs describe, with ``--nvlink-clique`` as its fabric when given."""
+    spec, source = _described_spec(inputs)
+    if inputs.nvlink_clique is None:
+        return spec, source
+    if spec.fabric is not None:
+        raise SpecError(
+            "--nvlink-clique",
+            f"cannot be combined with {source}, whose fabric already places the node on an NVLink clique; "
+            "drop one of them",
+        )
+    try:
+        cluster_uuid, clique_id = parse_clique(inputs.nvlink_clique, "--nvlink-clique")
+    except ValueError as exc:
+        raise SpecError("--nvlink-clique", str(exc).removeprefix("--nvlink-clique: ")) from None
+    fabric = FabricSpec.model_validate({"clusterUUID": cluster_uuid, "cliqueID": clique_id})
+    return spec.model_copy(update={"fabric": fabric}), source
+
+
+def _described_spec(inputs: InventoryInputs) -> tuple[NodeSpec, str]:
     if inputs.node_spec and inputs.gpus:
         raise SpecError("--gpus", "cannot be combined with --node-spec; describe the GPUs in the node spec")
     if inputs.node_spec:

@@ -18,6 +18,9 @@ _PREFIX = "nvidia.com/"
 _GPU = _PREFIX + "gpu"
 TIMESTAMP_LABEL = _PREFIX + "gfd.timestamp"
 """Unix seconds of the GFD run that wrote the labels (``internal/lm/timestamp.go``)."""
+CLIQUE_LABEL = _GPU + ".clique"
+"""``<cluster UUID>.<clique ID>`` on a node whose GPUs sit on a multi-node NVLink fabric (``internal/lm/imex.go``).
+GFD v0.17.0 also wrote ``nvidia.com/gpu.imex-domain``; v0.17.1 removed it, so fakegpu never writes it."""
 _INVALID_LABEL_CHARS = re.compile(r"[^A-Za-z0-9\-_. ]")
 
 
@@ -191,6 +194,10 @@ def gfd_labels(node: Node, config: PluginConfig, timestamp: int | None = None) -
     any_mig = any(g.mig_enabled for g in gpus)
     labels[_PREFIX + "mps.capable"] = "true" if config.sharing.strategy == "mps" and not any_mig else "false"
     labels.update(_full_gpu_labels(gpus, config))
+    if node.fabric is not None:
+        # GFD's imex labeler: every GPU of a node reports the same fabric IDs, so the label is always written
+        # (GFD omits it only when the GPUs disagree, which a fakegpu node cannot express).
+        labels[CLIQUE_LABEL] = node.fabric.clique
     if config.mig_strategy == "single":
         labels[_PREFIX + "mig.strategy"] = "single"
         labels.update(_single_labels(gpus, config))

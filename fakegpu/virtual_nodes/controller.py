@@ -30,6 +30,7 @@ from typing import Any
 
 from lightkube.operators import in_
 
+from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
 from fakegpu.dra.slice_digest import SliceKey, dropped_fields, holds_plan
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
@@ -56,7 +57,7 @@ from fakegpu.virtual_nodes.node_manifest import (
 )
 from fakegpu.virtual_nodes.pools import VirtualNode
 from fakegpu.virtual_nodes.report import BringUpReport, DeleteReport, Outcome
-from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, slice_bodies
+from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, slice_bodies, slice_drivers
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +174,12 @@ class VirtualNodeController:
         return {"spec.nodeName": node_name}
 
     def relevant(self, keys: Sequence[SliceKey]) -> list[SliceKey]:
-        """The slices a managed node's sync looks at: the driver's (whoever wrote them, they are replaced)
-        and the ones labelled as this tool's under another driver name (deleted)."""
+        """The slices a managed node's sync looks at: the driver's and the compute-domain driver's (whoever
+        wrote them, they are replaced) and the ones labelled as this tool's under another driver name
+        (deleted)."""
         assert self.options is not None
-        driver = self.options.driver
-        return [k for k in keys if k.driver == driver or _labelled(k)]
+        drivers = (self.options.driver, COMPUTE_DOMAIN_DRIVER)
+        return [k for k in keys if k.driver in drivers or _labelled(k)]
 
     def managed(self, name: str) -> bool:
         """Planned, not refused as a real node, not deleted by someone."""
@@ -281,7 +283,8 @@ class VirtualNodeController:
         current = self.relevant(keys)
         if not node.publishes_slices:
             return not current
-        if any(k.driver != self.options.driver for k in current):
+        drivers = slice_drivers(node, self.options)
+        if any(k.driver not in drivers for k in current):
             return False
         template = self.template(node)
         return holds_plan(current, template.digest(node), template.count, uid)
@@ -291,7 +294,9 @@ class VirtualNodeController:
         about it is measured against."""
         uid = self.uids.get(name)
         node = self.nodes[name]
-        if uid is None or self.options is None or not node.publishes_slices or key.driver != self.options.driver:
+        if uid is None or self.options is None or not node.publishes_slices:
+            return False
+        if key.driver not in slice_drivers(node, self.options):
             return False
         return key.digest == self.template(node).digest(node) and key.owner_uid == uid
 
@@ -306,9 +311,10 @@ class VirtualNodeController:
         for attempt in range(MAX_CONFLICT_RETRIES):
             if self.slices_as_planned(node.name, current):
                 return wrote
-            # Slices this tool published under another --driver-name, and every slice of a node whose GPUs
-            # are capacity (the device-plugin mode): deleted.
-            delete = [k.name for k in current if k.driver != options.driver or not node.publishes_slices]
+            # Slices this tool published under another --driver-name, a compute-domain slice of a node off
+            # the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode): deleted.
+            drivers = slice_drivers(node, options) if node.publishes_slices else frozenset()
+            delete = [k.name for k in current if k.driver not in drivers]
             mine = sorted((k for k in current if k.name not in delete), key=lambda k: k.name)
             replace: list[SliceBody] = []
             create: list[SliceBody] = []
@@ -316,19 +322,24 @@ class VirtualNodeController:
                 template = self.template(node)
                 generation = max((k.generation for k in mine), default=0) + 1
                 objects = slice_bodies(node, options, template.wanted(node), generation, uid)
-                # All of a node's slices share driver, node and pool name (one pool per node, named after it,
-                # as resource_slices builds it); a slice with others is replaced, not updated.
-                fixed = (options.driver, node.name, node.name)
-                reusable = [k for k in mine if (k.driver, k.node, k.pool) == fixed]
-                for i, obj in enumerate(objects):
-                    if i < len(reusable):
+                # A driver's slices of a node share node and pool name (one pool per node and driver, named
+                # after the node, as the kubelet plugins build it); a slice with others is replaced, not
+                # updated, and a slice is only ever updated into one of its own driver.
+                reusable: dict[str, list[SliceKey]] = collections.defaultdict(list)
+                for k in mine:
+                    if (k.node, k.pool) == (node.name, node.name):
+                        reusable[k.driver].append(k)
+                kept: set[str] = set()
+                for obj in objects:
+                    if reusable[obj.driver]:
+                        reused = reusable[obj.driver].pop(0)
                         obj.metadata.pop("generateName", None)
-                        obj.metadata["name"] = reusable[i].name
-                        obj.metadata["resourceVersion"] = reusable[i].resource_version
+                        obj.metadata["name"] = reused.name
+                        obj.metadata["resourceVersion"] = reused.resource_version
+                        kept.add(reused.name)
                         replace.append(obj)
                     else:
                         create.append(obj)
-                kept = {k.name for k in reusable[: len(objects)]}
                 delete += [k.name for k in mine if k.name not in kept]
             wrote = True
             try:

@@ -10,7 +10,8 @@ What the tool owns on a Node, and compares before writing (so a second run write
 - labels: the usual node labels, ``fakegpu.io/virtual-node: "true"`` and
   ``fakegpu.io/virtual-node-prefix`` (how ``--delete`` finds the nodes of one ``--name-prefix``),
   ``fakegpu.io/virtual-node-pool``, ``fakegpu.io/virtual-node-gpu-mode`` (the pool's GPU mode) and GPU
-  Feature Discovery's labels. ``nvidia.com/gfd.timestamp`` (when
+  Feature Discovery's labels (``nvidia.com/gpu.clique`` on a node of a rack layout), and a rack layout's
+  block / rack / host topology labels. ``nvidia.com/gfd.timestamp`` (when
   the labels were written) is compared only with ``--watch``, the long-running labeller that stamps the
   nodes with its start as GFD does; a one-off run keeps a stored timestamp, so a second run writes nothing;
 - ``status.capacity`` / ``status.allocatable``: cpu, memory, pods and, in the ``device-plugin`` GPU mode
@@ -196,6 +197,7 @@ def desired_node(node: VirtualNode, shape: NodeShape, *, refresh_timestamp: bool
         POOL_LABEL: node.pool,
         MODE_LABEL: node.mode,
         **node.gfd_labels,
+        **node.topology_labels,
     }
     capacity = shape.resources()
     allocatable = shape.resources()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from fakegpu.sharing.errors import SpecError
@@ -19,6 +19,7 @@ from fakegpu.sharing.expansion import build_inventory
 from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.labels import gfd_labels
+from fakegpu.sharing.rack_layout import RackLayout
 from fakegpu.virtual_nodes.names import MAX_NAME_LENGTH, check_node_name, node_name
 
 GpuMode = Literal["device-plugin", "dra", "dra-extended"]
@@ -45,6 +46,8 @@ class Pool:
     source: str = ""
     """The ``--pool`` file the pool came from ("" for the single pool)."""
     mode: GpuMode = DEFAULT_MODE
+    racks: RackLayout | None = None
+    """The pool's rack layout (its node count is ``count``); None for nodes in no rack."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class VirtualNode:
     prefix: str = ""
     """The ``--name-prefix`` the node is named with (a label on the node and its slices)."""
     mode: GpuMode = DEFAULT_MODE
+    topology_labels: Mapping[str, str] = field(default_factory=dict)
+    """The block / rack / host labels of a node in a rack layout (empty otherwise)."""
 
     @property
     def publishes_slices(self) -> bool:
@@ -110,12 +115,18 @@ def build_virtual_nodes(
     nodes: list[VirtualNode] = []
     warnings: list[str] = []
     configs = {}
+    indexes: dict[str, int] = {}
     for name, pool in node_names(pools, prefix):
+        index = indexes[pool.name] = indexes.get(pool.name, -1) + 1
+        place = pool.racks.place(index) if pool.racks is not None else None
         try:
             if pool.name not in configs:
                 configs[pool.name] = load_config(pool.inputs)
             config = configs[pool.name]
-            node = load_node(replace(pool.inputs, node_name=name))
+            inputs = replace(pool.inputs, node_name=name)
+            if place is not None:
+                inputs = replace(inputs, nvlink_clique=place.fabric.clique)
+            node = load_node(inputs)
             inventory = build_inventory(node, config)
         except SpecError as exc:
             if not pool.in_names:
@@ -124,7 +135,16 @@ def build_virtual_nodes(
         for warning in (*config.warnings, *inventory.warnings):
             if warning not in warnings:
                 warnings.append(warning)
+        topology = place.labels(pool.racks.keys, name) if place is not None and pool.racks is not None else {}
         nodes.append(
-            VirtualNode(name, pool.name, inventory, gfd_labels(node, config, timestamp), prefix=prefix, mode=pool.mode)
+            VirtualNode(
+                name,
+                pool.name,
+                inventory,
+                gfd_labels(node, config, timestamp),
+                prefix=prefix,
+                mode=pool.mode,
+                topology_labels=topology,
+            )
         )
     return nodes, warnings

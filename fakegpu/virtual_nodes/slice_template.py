@@ -7,6 +7,11 @@ no CEL attribute building, no serialisation per node. Building the specs of a se
 comparing them with the derived ones proves the cut; when they differ (a layout whose per-node parts are
 not just the identity), the pool falls back to building every node's specs itself, correct if slower.
 
+A node on a multi-node NVLink fabric (a rack layout's) also gets the compute-domain kubelet plugin's slice
+(driver ``compute-domain.nvidia.com``, ``fakegpu.dra.compute_domain.devices``), after its GPU slices and in
+its own pool named after the node. Its clique is part of the identity: nodes of one pool sit in different
+racks, and anything of a slice that names the clique must be cut there too.
+
 The digest a node's slices are stamped with (``fakegpu.dra.slice_digest``) is that of the template and the
 node's identity, so a re-run knows a node's pool is as planned without building anything.
 """
@@ -16,9 +21,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -35,15 +41,29 @@ Piece = str | int
 
 
 def identity(node: VirtualNode) -> tuple[str, ...]:
-    """What differs between two nodes of a pool: the node name and every device UUID, in inventory order."""
-    return (node.name, *(u for gpu in node.inventory.node.gpus for u in gpu.uuids))
+    """What differs between two nodes of a pool: the node name, every device UUID, in inventory order, and
+    the NVLink clique of a fabric node."""
+    fabric = node.inventory.node.fabric
+    clique = (fabric.clique,) if fabric is not None else ()
+    return (node.name, *(u for gpu in node.inventory.node.gpus for u in gpu.uuids), *clique)
+
+
+def slice_drivers(node: VirtualNode, options: SliceOptions) -> frozenset[str]:
+    """The drivers whose slices a slice-publishing node has: the GPU driver, and on an NVLink fabric the
+    compute-domain driver."""
+    if node.inventory.node.fabric is None:
+        return frozenset({options.driver})
+    return frozenset({options.driver, COMPUTE_DOMAIN_DRIVER})
 
 
 def direct_specs(node: VirtualNode, options: SliceOptions) -> list[JSON]:
     """The node's slice specs built from its inventory (with the generation mark); devices a node spec
-    marks unhealthy carry the XID taint (1.36+)."""
+    marks unhealthy carry the XID taint (1.36+). A fabric node's compute-domain slice comes last."""
     unhealthy = LiveInventory(node.inventory).unhealthy()
-    return build_slice_specs(node.inventory.node, options, unhealthy, generation=GENERATION_MARK)
+    specs = build_slice_specs(node.inventory.node, options, unhealthy, generation=GENERATION_MARK)
+    if node.inventory.node.fabric is not None:
+        specs.append(compute_domain_slice_spec(node.name, options.api_version, generation=GENERATION_MARK))
+    return specs
 
 
 def _text(spec: JSON) -> str:
@@ -130,6 +150,7 @@ class SliceBody:
     api_version: str
     metadata: JSON
     spec: str
+    driver: str
 
     @property
     def name(self) -> str | None:
@@ -152,13 +173,21 @@ def slice_bodies(
     node: VirtualNode, options: SliceOptions, wanted: NodeSlices, generation: int, node_uid: str
 ) -> list[SliceBody]:
     """The node's slices to write, of pool ``generation``, owned by the Node, labelled as this tool's and
-    stamped with the wish's digest."""
-    shells = slice_objects(node.inventory.node, options, [{} for _ in wanted.specs], node_uid=node_uid)
+    stamped with the wish's digest. A fabric node's last slice is its compute-domain one, named as that
+    driver's kubelet plugin names it."""
+    inventory_node = node.inventory.node
+    gpu_count = len(wanted.specs) - (1 if inventory_node.fabric is not None else 0)
+    shells = [(options.driver, s) for s in slice_objects(inventory_node, options, [{}] * gpu_count, node_uid=node_uid)]
+    if inventory_node.fabric is not None:
+        cd_options = replace(options, driver=COMPUTE_DOMAIN_DRIVER)
+        (cd_shell,) = slice_objects(inventory_node, cd_options, [{}], node_uid=node_uid)
+        shells.append((COMPUTE_DOMAIN_DRIVER, cd_shell))
     labels = {OWNER_LABEL: OWNER_VALUE, PREFIX_LABEL: prefix_label_value(node.prefix)}
     out = []
-    for shell, text in zip(shells, wanted.specs, strict=True):
+    for (driver, shell), text in zip(shells, wanted.specs, strict=True):
         meta = shell["metadata"]
         meta["labels"] = dict(labels)
         meta["annotations"] = {PLAN_ANNOTATION: wanted.digest}
-        out.append(SliceBody(options.api_version, meta, text.replace(_MARK_TEXT, f'"generation":{generation}', 1)))
+        spec = text.replace(_MARK_TEXT, f'"generation":{generation}', 1)
+        out.append(SliceBody(options.api_version, meta, spec, driver))
     return out

@@ -687,3 +687,109 @@ def test_an_api_error_names_the_server_and_the_kubeconfig(server, tmp_path, caps
         'fakegpu: error: listing nodes: 403 Forbidden: nodes is forbidden: User "x" cannot list resource "nodes"'
         f" (API server {server.url}, kubeconfig {config})"
     )
+
+
+# -- rack scale: a virtual GB200 NVL72 fleet ---------------------------------------------------------------
+
+NVL72 = ("--gpus", "4xgb200", "--racks", "4", "--nodes-per-rack", "18")
+
+
+async def test_a_72_node_nvl72_fleet_comes_up_in_one_run_and_goes_with_delete(server, run):
+    """4 NVL72 racks x 18 trays of 4 GB200: every node of a rack shares GFD's ``nvidia.com/gpu.clique``
+    (``<clusterUUID>.<cliqueID>``, k8s-device-plugin ``internal/lm/imex.go``) and no two racks do; the
+    topology labels name block and rack; in the dra mode each node has its GPU slice and the compute-domain
+    kubelet plugin's slice (NVIDIA dra-driver ``cmd/compute-domain-kubelet-plugin/deviceinfo.go``: devices
+    ``channel-0`` and ``daemon`` in a pool named after the node), both owned by the Node and validated by
+    the server against the ResourceSlice schema."""
+    result = await run(*NVL72, "--gpu-mode", "dra")
+    assert result.code == 0, result.err
+    assert (
+        "72 created" in result.out and "ResourceSlices: 144 created, 0 updated, 0 deleted on 72 node(s)" in result.out
+    )
+    assert "4 NVLink clique(s) with a compute-domain.nvidia.com ResourceSlice per node" in result.out
+    nodes = server.objects("nodes")
+    assert len(nodes) == 72
+    by_rack: dict[str, set[str]] = collections.defaultdict(set)
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        by_rack[labels["fakegpu.io/topology-rack"]].add(labels["nvidia.com/gpu.clique"])
+        assert labels["fakegpu.io/topology-block"] == "block-0"
+        assert labels["kubernetes.io/hostname"] == node["metadata"]["name"]
+        assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.count"]) == ("NVIDIA-GB200", "4")
+        assert "nvidia.com/gpu.imex-domain" not in labels
+        assert "nvidia.com/gpu" not in node["status"]["capacity"]
+        slices = slices_of(server, node["metadata"]["name"])
+        drivers = sorted(s["spec"]["driver"] for s in slices)
+        assert drivers == ["compute-domain.nvidia.com", "gpu.nvidia.com"]
+        (cd,) = (s for s in slices if s["spec"]["driver"] == "compute-domain.nvidia.com")
+        assert cd["spec"]["pool"]["name"] == node["metadata"]["name"]
+        assert [d["name"] for d in cd["spec"]["devices"]] == ["channel-0", "daemon"]
+        owner = cd["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"]) == ("Node", node["metadata"]["uid"])
+        assert cd["metadata"]["labels"]["fakegpu.io/virtual-node"] == "true"
+    assert sorted(by_rack) == [f"rack-{r}" for r in range(4)]
+    assert all(len(cliques) == 1 for cliques in by_rack.values()), by_rack
+    assert len(set.union(*by_rack.values())) == 4
+    assert server.rejections == []
+
+    before = writes(server)
+    again = await run(*NVL72, "--gpu-mode", "dra")
+    assert again.code == 0, again.err
+    assert "72 unchanged" in again.out and "ResourceSlices: 0 created, 0 updated, 0 deleted" in again.out
+    assert writes(server) == before, "a re-run writes nothing"
+
+    gone = await run("--delete")
+    assert gone.code == 0, gone.err
+    assert "deleted 72 node(s)" in gone.out
+    assert server.objects("nodes") == [] and server.objects("resourceslices") == []
+
+
+async def test_an_nvl72_fleet_in_device_plugin_mode_has_gpu_capacity_and_no_slices(server, run):
+    result = await run(*NVL72)
+    assert result.code == 0, result.err
+    nodes = server.objects("nodes")
+    assert len(nodes) == 72
+    assert {n["status"]["capacity"]["nvidia.com/gpu"] for n in nodes} == {"4"}
+    assert len({n["metadata"]["labels"]["nvidia.com/gpu.clique"] for n in nodes}) == 4
+    assert server.objects("resourceslices") == []
+
+
+async def test_switching_a_rack_fleet_to_device_plugin_mode_removes_the_compute_domain_slices(server, run):
+    argv = ("--gpus", "4xgb300", "--racks", "2", "--nodes-per-rack", "2")
+    assert (await run(*argv, "--gpu-mode", "dra-extended")).code == 0
+    assert len(server.objects("resourceslices")) == 8
+    back = await run(*argv)
+    assert back.code == 0, back.err
+    assert "ResourceSlices: 0 created, 0 updated, 8 deleted on 4 node(s)" in back.out
+    assert server.objects("resourceslices") == []
+
+
+async def test_leaving_the_rack_layout_removes_only_the_compute_domain_slice(server, run):
+    assert (await run("--gpus", "4xgb200", "--racks", "1", "--nodes-per-rack", "2", "--gpu-mode", "dra")).code == 0
+    plain = await run("--gpus", "4xgb200", "--count", "2", "--gpu-mode", "dra")
+    assert plain.code == 0, plain.err
+    assert "ResourceSlices: 0 created, 2 updated, 2 deleted on 2 node(s)" in plain.out
+    assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
+    node = server.get_object("nodes", "fakegpu-virtual-0000")
+    assert node is not None
+    labels = node["metadata"]["labels"]
+    assert "nvidia.com/gpu.clique" not in labels and "fakegpu.io/topology-rack" not in labels
+
+
+async def test_rack_fleet_on_a_v1beta1_server():
+    """Kubernetes 1.32 serves ResourceSlices as v1beta1 only: the compute-domain devices are ``basic``."""
+    server = FakeApiServer("1.32").start()
+    try:
+        client = server.client()
+        out, err = io.StringIO(), io.StringIO()
+        args = parse("--gpus", "4xgb200", "--racks", "2", "--nodes-per-rack", "2", "--gpu-mode", "dra")
+        code = await run_virtual_nodes(args, client=client, out=out, err=err, retry_pause=0.01)
+        await client.close()
+        assert code == 0, err.getvalue()
+        cds = [s for s in server.objects("resourceslices") if s["spec"]["driver"] == "compute-domain.nvidia.com"]
+        assert len(cds) == 4 and all(s["apiVersion"] == "resource.k8s.io/v1beta1" for s in cds)
+        assert [d["name"] for d in cds[0]["spec"]["devices"]] == ["channel-0", "daemon"]
+        assert "basic" in cds[0]["spec"]["devices"][0]
+        assert server.rejections == []
+    finally:
+        server.stop()

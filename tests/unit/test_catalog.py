@@ -20,6 +20,8 @@ REQUIRED = [
     "h100-94gb",
     "h200",
     "b200",
+    "gb200",
+    "gb300",
     "t4",
     "l4",
     "l40s",
@@ -39,6 +41,8 @@ def test_required_models_present():
         ("h100-80gb", "NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", 81559),
         ("t4", "Tesla T4", "Tesla-T4", 15360),
         ("b200", "NVIDIA B200", "NVIDIA-B200", 183359),
+        ("gb200", "NVIDIA GB200", "NVIDIA-GB200", 189471),
+        ("gb300", "NVIDIA GB300", "NVIDIA-GB300", 284208),
     ],
 )
 def test_board_identity(key, product, label, memory):
@@ -111,7 +115,7 @@ def test_gpu_family(cc, family):
 
 def test_only_a100_a30_hopper_blackwell_are_mig_capable():
     capable = {k for k, m in CATALOG.items() if m.mig_capable}
-    assert capable == {"a100-40gb", "a100-80gb", "a30", "h100-80gb", "h100-94gb", "h200", "b200"}
+    assert capable == {"a100-40gb", "a100-80gb", "a30", "h100-80gb", "h100-94gb", "h200", "b200", "gb200", "gb300"}
 
 
 @pytest.mark.parametrize(
@@ -195,3 +199,32 @@ def test_readings_win_over_the_old_dcgm_approximations():
     a10 = CATALOG["a10"].facts
     assert (a10.idle_power_w, a10.idle_temp_c, a10.idle_pstate, a10.fan) == (9.31, 30, "P8", "0%")
     assert CATALOG["h100-80gb"].facts.unverified == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "pci", "cc", "power", "bar1", "reserved", "top"),
+    [
+        ("gb200", 0x294110DE, (10, 0), 1200, 262144, 742, "7g.186gb"),
+        ("gb300", 0x31C210DE, (10, 3), 1400, 524288, 947, "7g.278gb"),
+    ],
+)
+def test_grace_blackwell_boards_as_real_nvl72_trays_report_them(key, pci, cc, power, bar1, reserved, top):
+    """Numbers from real ``nvidia-smi -q -x`` captures of NVL72 compute trays (NVIDIA/k8s-test-infra
+    tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-gb200.xml, qx-gb300.xml): PCI device ID, power
+    limit (default = max, min 200 W), BAR1 and reserved framebuffer; compute capability from
+    developer.nvidia.com/cuda-gpus; the full-GPU MIG profile from mig-parted."""
+    model = CATALOG[key]
+    assert (model.pci_device_id, model.compute_capability, model.sxm) == (pci, cc, True)
+    assert (model.facts.power_limit_w, model.facts.power_min_w) == (power, 200)
+    assert (model.facts.bar1_mib, model.facts.reserved_mib) == (bar1, reserved)
+    assert gpu_family(model.compute_capability) == "blackwell"
+    assert model.mig_profiles[-1].name == top
+    assert model.unverified, "estimated numbers (SMs, MIG memory) must be marked"
+
+
+def test_gb300_single_slice_profile_fits_seven_times():
+    """mig-parted: GB300's ``1g.35gb`` is a single-slice profile x7 (on H200 the same name is x4)."""
+    gb300 = CATALOG["gb300"]
+    p = gb300.profile("1g.35gb")
+    assert p is not None and (p.memory_slices, p.max_instances) == (1, 7)
+    assert [q.name for q in gb300.mig_profiles if q.name.startswith("1g.70gb")] == ["1g.70gb"]

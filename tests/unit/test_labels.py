@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from fakegpu.cli.main import main
 from fakegpu.sharing.catalog import CATALOG
-from fakegpu.sharing.inputs import load_labels
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.inputs import load_labels, load_node
 from fakegpu.sharing.label_syntax import fit_label_value, key_problem, label_problems, value_problem
 from fakegpu.sharing.labels import TIMESTAMP_LABEL, sanitize_product
 from fakegpu.sharing.mig_parted import generated_layout_names
@@ -291,3 +294,74 @@ def test_timestamp_label_when_given(tmp_path):
     """``internal/lm/timestamp.go``: ``nvidia.com/gfd.timestamp`` is the Unix time in seconds."""
     assert load_labels(inputs(tmp_path), 1724632719)[TIMESTAMP_LABEL] == "1724632719"
     assert TIMESTAMP_LABEL not in load_labels(inputs(tmp_path))
+
+
+# -- multi-node NVLink (GB200/GB300 NVL72) ---------------------------------------------------------------
+
+CLUSTER = "00000001-0000-0000-0000-000000000001"
+"""The cluster UUID of the real GB200 tray capture (NVIDIA/k8s-test-infra qx-gb200.xml, cliqueId 2)."""
+
+
+def test_clique_label_on_a_fabric_node(tmp_path):
+    """GFD's imex labeler (k8s-device-plugin ``internal/lm/imex.go``): ``nvidia.com/gpu.clique`` =
+    ``<ClusterUUID>.<decimal CliqueId>``; the ``nvidia.com/gpu.imex-domain`` label of v0.17.0 was removed in
+    v0.17.1 (CHANGELOG "Remove nvidia.com/gpu.imex-domain label") and is never written."""
+    spec = {"fabric": {"clusterUUID": CLUSTER, "cliqueID": 2}, "gpus": [{"model": "gb200", "count": 4}]}
+    got = labels(tmp_path, node_spec=spec)
+    assert got["nvidia.com/gpu.clique"] == f"{CLUSTER}.2"
+    assert "nvidia.com/gpu.imex-domain" not in got
+    assert (got["nvidia.com/gpu.product"], got["nvidia.com/gpu.count"]) == ("NVIDIA-GB200", "4")
+    assert (got["nvidia.com/gpu.memory"], got["nvidia.com/gpu.family"]) == ("189471", "blackwell")
+    assert label_problems(got) == []
+
+
+def test_no_clique_label_off_a_fabric(tmp_path):
+    got = labels(tmp_path, "4xgb300")
+    assert not any(k in got for k in ("nvidia.com/gpu.clique", "nvidia.com/gpu.imex-domain"))
+    assert (got["nvidia.com/gpu.product"], got["nvidia.com/gpu.memory"]) == ("NVIDIA-GB300", "284208")
+    assert (got["nvidia.com/gpu.compute.major"], got["nvidia.com/gpu.compute.minor"]) == ("10", "3")
+
+
+def test_nvlink_clique_flag_gives_a_node_without_spec_its_fabric(tmp_path):
+    """``--nvlink-clique`` reaches ``Node.fabric`` through ``load_node``, so every command sees it; the
+    UUID is written lower-case, as NVML's bytes turned into a UUID string are."""
+    i = replace(inputs(tmp_path, "4xgb200"), nvlink_clique=f"{CLUSTER.upper()}.32766")
+    node = load_node(i)
+    assert node.fabric is not None and node.fabric.clique == f"{CLUSTER}.32766"
+    assert node.fabric.imex_channels == 2048
+    assert load_labels(i)["nvidia.com/gpu.clique"] == f"{CLUSTER}.32766"
+
+
+def test_nvlink_clique_flag_refused_with_a_spec_that_has_a_fabric(tmp_path):
+    spec = {"fabric": {"clusterUUID": CLUSTER, "cliqueID": 2}, "gpus": [{"model": "gb200", "count": 4}]}
+    i = replace(inputs(tmp_path, node_spec=spec), nvlink_clique=f"{CLUSTER}.3")
+    with pytest.raises(SpecError, match=r"^--nvlink-clique: cannot be combined with .*node\.yaml, whose fabric"):
+        load_node(i)
+
+
+def test_nvlink_clique_flag_with_a_spec_without_fabric(tmp_path):
+    i = replace(inputs(tmp_path, node_spec={"gpus": [{"model": "gb300", "count": 4}]}), nvlink_clique=f"{CLUSTER}.7")
+    assert load_labels(i)["nvidia.com/gpu.clique"] == f"{CLUSTER}.7"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("rack-1", "expected <cluster UUID>.<clique ID>"),
+        (f"{CLUSTER}", "expected <cluster UUID>.<clique ID>"),
+        (f"{CLUSTER}.-1", "expected <cluster UUID>.<clique ID>"),
+        (f"{CLUSTER}.99999", "clique ID must be at most 32767, found 99999"),
+    ],
+)
+def test_bad_nvlink_clique_names_the_flag(capsys, value, message):
+    code = main(["labels", "--gpus", "4xgb200", "--nvlink-clique", value])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.startswith("fakegpu: error: --nvlink-clique: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_labels_command_writes_the_clique(capsys):
+    code = main(["labels", "--gpus", "4xgb200", "--nvlink-clique", f"{CLUSTER}.2"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"nvidia.com/gpu.clique={CLUSTER}.2\n" in out
