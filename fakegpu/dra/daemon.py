@@ -242,6 +242,8 @@ class DraDriver:
             missing.append(f"the kubelet has not registered {self.settings.driver} yet (no NotifyRegistrationStatus)")
         elif not service.registered:
             missing.append(f"the kubelet refused to register {self.settings.driver}: {service.error}")
+        if self.compute_domains is not None:
+            missing += self.compute_domains.not_ready()
         return "; ".join(missing) or None
 
     def _add_services(self, server: grpc.aio.Server) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from fakegpu.cli import daemon_runs
+from fakegpu.cli.main import main
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -320,3 +322,37 @@ async def test_a_node_without_a_clique_joins_the_domain_status_and_gets_no_devic
         return list((cd.get("status") or {}).get("nodes") or [])
 
     await eventually(lambda: nodes() == [], "the node's status entry removed")
+
+
+# --- the command line -----------------------------------------------------------------------------------
+
+
+def test_dra_compute_domains_flags_reach_the_driver_settings(monkeypatch):
+    seen: list[DraSettings] = []
+
+    def fake_daemon(inputs: Any, paths: Any, settings: DraSettings, **_: Any) -> Any:
+        seen.append(settings)
+        return None
+
+    monkeypatch.setattr(daemon_runs, "run_dra_daemon", fake_daemon)
+    monkeypatch.setattr(daemon_runs, "run_bounded", lambda _coroutine: 0)
+    argv = [
+        "dra",
+        "--node-name",
+        NODE,
+        "--compute-domains",
+        "--namespace",
+        "gpu-ops",
+        "--imex-daemon-start-delay",
+        "2.5",
+    ]
+    assert main(argv) == 0
+    assert main(["dra", "--node-name", NODE]) == 0
+    assert [s.compute_domains for s in seen] == [ComputeDomainSettings("gpu-ops", 2.5), None]
+
+
+def test_dra_refuses_a_bad_imex_daemon_start_delay(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["dra", "--compute-domains", "--imex-daemon-start-delay", "soon"])
+    assert exited.value.code == 2
+    assert "--imex-daemon-start-delay: expected seconds between 0 and 3600, found 'soon'" in capsys.readouterr().err

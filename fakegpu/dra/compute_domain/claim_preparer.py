@@ -32,7 +32,7 @@ from typing import Any
 from fakegpu.dra.cdi_specs import CLAIM_CLASS, check_claim_uid, claim_device_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult
-from fakegpu.dra.claim_preparer import ClaimReader
+from fakegpu.dra.claim_preparer import ClaimReader, read_claim
 from fakegpu.dra.compute_domain.cdi_edits import (
     BASE_CLASS,
     BASE_DEVICE,
@@ -43,7 +43,7 @@ from fakegpu.dra.compute_domain.cdi_edits import (
     daemon_env,
 )
 from fakegpu.dra.compute_domain.devices import CHANNEL_DEVICE, COMPUTE_DOMAIN_DRIVER, DAEMON_DEVICE
-from fakegpu.dra.compute_domain.domain_api import DomainApi
+from fakegpu.dra.compute_domain.domain_api import DomainApi, node_clique
 from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_configs, pick_config
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
 from fakegpu.dra.metrics import DraMetrics
@@ -96,8 +96,7 @@ class ComputeDomainPreparer:
 
     @property
     def clique(self) -> str:
-        fabric = self.live.inventory.node.fabric
-        return fabric.clique if fabric is not None else ""
+        return node_clique(self.live)
 
     def recover(self) -> None:
         """Roll back claims a crash left half-prepared (the kubelet asks again)."""
@@ -116,13 +115,7 @@ class ComputeDomainPreparer:
         stored = self.checkpoint.get(ref.uid)
         if stored is not None and stored.completed:
             return stored.devices
-        claim = await self.reader.get(ref.namespace, ref.name)
-        uid = str((claim.get("metadata") or {}).get("uid", ""))
-        if uid != ref.uid:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
-                f"the kubelet asked for {ref.uid}"
-            )
+        claim = await read_claim(self.reader, ref)
         try:
             return await self._prepare(ref, claim)
         except ClaimError as exc:
@@ -157,6 +150,11 @@ class ComputeDomainPreparer:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
                 return stored.devices
+            if any(r.device == CHANNEL_DEVICE for r in prepared):
+                try:  # again, under the lock: two claims prepared at once both passed the first check
+                    self._assert_channel_free(ref)
+                except ClaimError as exc:
+                    raise ClaimError(f"prepare devices failed: error applying config: {exc}") from None
             self.checkpoint.start(ref, prep)
             if devices:
                 write_spec(self.cdi_root, claim_spec(devices), ref.uid)
@@ -215,14 +213,18 @@ class ComputeDomainPreparer:
             raise ClaimError(f"{missing}: {domain_id}")
         return domain
 
-    async def _channel(self, ref: ClaimRef, result: _Result) -> tuple[PreparedResult, dict[str, Any] | None]:
-        """NVIDIA's ``applyComputeDomainChannelConfigDriverManaged``, in its order."""
-        domain_id = result.config.domain_id
+    def _assert_channel_free(self, ref: ClaimRef) -> None:
+        """NVIDIA's ``assertImexChannelNotAllocated(0)``: one workload channel claim per node."""
         for other in self.checkpoint.claims():
             if other.uid != ref.uid and any(d.device == CHANNEL_DEVICE for d in other.devices):
                 raise ClaimError(
                     f"allocation failed: channel 0 already allocated by claim {other.uid} (according to checkpoint)"
                 )
+
+    async def _channel(self, ref: ClaimRef, result: _Result) -> tuple[PreparedResult, dict[str, Any] | None]:
+        """NVIDIA's ``applyComputeDomainChannelConfigDriverManaged``, in its order."""
+        domain_id = result.config.domain_id
+        self._assert_channel_free(ref)
         domain = await self._domain(domain_id, "ComputeDomain not found")
         if (domain.get("metadata") or {}).get("namespace") != ref.namespace:
             raise ClaimError(

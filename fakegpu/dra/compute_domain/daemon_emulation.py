@@ -31,7 +31,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from fakegpu.dra.compute_domain.domain_api import DomainApi, clique_object_name
+from fakegpu.dra.compute_domain.domain_api import DomainApi, clique_object_name, node_clique
 from fakegpu.dra.compute_domain.resources import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -110,8 +110,7 @@ class ImexDaemonEmulation:
 
     @property
     def clique(self) -> str:
-        fabric = self.live.inventory.node.fabric
-        return fabric.clique if fabric is not None else ""
+        return node_clique(self.live)
 
     def wake(self) -> None:
         """Reconcile soon (the label, health or something else changed)."""

@@ -25,8 +25,15 @@ from fakegpu.dra.compute_domain.resources import (
     ComputeDomain,
     ComputeDomainClique,
 )
+from fakegpu.sharing.live_inventory import LiveInventory
 
 MAX_CONFLICT_RETRIES: Final = 5
+
+
+def node_clique(live: LiveInventory) -> str:
+    """The node's ``<clusterUUID>.<cliqueID>``, or "" off an NVLink fabric (NVIDIA's ``getCliqueID``)."""
+    fabric = live.inventory.node.fabric
+    return fabric.clique if fabric is not None else ""
 
 
 def clique_object_name(domain_uid: str, clique: str) -> str:

@@ -130,6 +130,21 @@ class ComputeDomainPlugin:
     def _publish_failed(self, error: str) -> None:
         self.publish_error = error
 
+    def not_ready(self) -> list[str]:
+        """Why the scheduler cannot use this driver's devices yet (``DraDriver.not_ready`` joins them)."""
+        missing: list[str] = []
+        task = self._publish_task
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            error = f" (last error: {self.publish_error})" if self.publish_error else ""
+            missing.append(f"the {COMPUTE_DOMAIN_DRIVER} ResourceSlice is not published yet{error}")
+        registered = self.plugin.registration_service.registered
+        if registered is None:
+            missing.append(f"the kubelet has not registered {COMPUTE_DOMAIN_DRIVER} yet (no NotifyRegistrationStatus)")
+        elif not registered:
+            error = self.plugin.registration_service.error
+            missing.append(f"the kubelet refused to register {COMPUTE_DOMAIN_DRIVER}: {error}")
+        return missing
+
     async def wait_published(self, timeout: float = 10.0) -> None:
         if self._publish_task is not None:
             await asyncio.wait_for(asyncio.shield(self._publish_task), timeout)
