@@ -224,6 +224,24 @@ async def test_unknown_domain_and_missing_config_are_refused(apiserver, make_dri
     assert node_label(apiserver) is None
 
 
+async def test_configs_are_decoded_strictly(apiserver, make_driver):
+    """``error decoding config parameters`` for an unknown field (NVIDIA's strict decoder); a daemon config
+    named for the channel request cannot apply to it."""
+    driver = await make_driver()
+    domain = create_domain(apiserver)
+    extra = channel_claim("extra", NODE, domain)
+    extra["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["numChannels"] = 2
+    answer = await prepared(socket_of(driver), create_claim(apiserver, extra))
+    assert 'prepare devices failed: error decoding config parameters: config[0]: json: unknown field "numChannels"' in (
+        answer.error
+    )
+    wrong = channel_claim("wrong", NODE, domain)
+    wrong["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["kind"] = "ComputeDomainDaemonConfig"
+    answer = await prepared(socket_of(driver), create_claim(apiserver, wrong))
+    assert "cannot apply ComputeDomainDaemonConfig to request: channel" in answer.error
+    assert node_label(apiserver) is None
+
+
 async def test_a_node_labelled_for_another_domain_refuses_the_claim(apiserver, make_driver):
     driver = await make_driver()
     domain = create_domain(apiserver)
