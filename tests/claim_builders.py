@@ -26,14 +26,17 @@ def allocated_claim(
     config: Sequence[Mapping[str, Any]] = (),
     reserved_for: Sequence[Mapping[str, Any]] | None = None,
     uid: str | None = None,
+    request: str = "gpu",
+    device_class: str = DRIVER,
 ) -> dict[str, Any]:
     """A ResourceClaim allocated on ``node``: one request ``gpu`` (DeviceClass ``gpu.nvidia.com``, exactly as
     many devices as given) satisfied by ``devices`` of ``pool`` (the node's own by default) from ``driver``,
     with the allocation's device ``config`` (see :func:`opaque_config`) and ``reserved_for`` consumers.
-    ``uid``: for a claim handed to the driver directly (the fake API server assigns one otherwise)."""
+    ``uid``: for a claim handed to the driver directly (the fake API server assigns one otherwise).
+    ``request`` and ``device_class``: the request's name and DeviceClass (another driver's claims)."""
     allocation: dict[str, Any] = {
         "devices": {
-            "results": [{"request": "gpu", "driver": driver, "pool": pool or node, "device": d} for d in devices]
+            "results": [{"request": request, "driver": driver, "pool": pool or node, "device": d} for d in devices]
         },
         "nodeSelector": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
@@ -44,13 +47,13 @@ def allocated_claim(
     status: dict[str, Any] = {"allocation": allocation}
     if reserved_for is not None:
         status["reservedFor"] = [dict(r) for r in reserved_for]
-    request = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": len(devices)}
+    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": len(devices)}
     metadata = {"name": name, "namespace": namespace} | ({"uid": uid} if uid is not None else {})
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": metadata,
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}},
         "status": status,
     }
 
@@ -63,3 +66,57 @@ def opaque_config(parameters: Any, requests: Sequence[str] = ("gpu",), *, driver
 def gpu_config(sharing: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters of an opaque config: NVIDIA's GpuConfig with its ``sharing`` section."""
     return {"apiVersion": GPU_CONFIG_API, "kind": "GpuConfig", "sharing": dict(sharing)}
+
+
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+"""NVIDIA's compute-domain kubelet plugin (``fakegpu dra --compute-domains``)."""
+
+
+def compute_domain(name: str, namespace: str = "default", template: str = "imex-channel-0") -> dict[str, Any]:
+    """A ComputeDomain as a user writes it (NVIDIA's README example, ``numNodes: 0``)."""
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": template}}},
+    }
+
+
+def channel_claim(
+    name: str, node: str, domain_uid: str | None, *, namespace: str = "default", allocation_mode: str | None = None
+) -> dict[str, Any]:
+    """A workload's channel claim as the controller's template makes it (request ``channel``, class
+    ``compute-domain-default-channel.nvidia.com``), allocated ``channel-0`` on ``node``; ``domain_uid`` None
+    leaves out the ComputeDomainChannelConfig (a hand-written claim)."""
+    parameters: dict[str, Any] = {"apiVersion": GPU_CONFIG_API, "kind": "ComputeDomainChannelConfig"}
+    if domain_uid is not None:
+        parameters["domainID"] = domain_uid
+    if allocation_mode is not None:
+        parameters["allocationMode"] = allocation_mode
+    config = [opaque_config(parameters, ("channel",), driver=COMPUTE_DOMAIN_DRIVER)] if domain_uid is not None else []
+    return allocated_claim(
+        name,
+        node,
+        ("channel-0",),
+        namespace=namespace,
+        driver=COMPUTE_DOMAIN_DRIVER,
+        config=config,
+        request="channel",
+        device_class="compute-domain-default-channel.nvidia.com",
+    )
+
+
+def daemon_claim(name: str, node: str, domain_uid: str, *, namespace: str) -> dict[str, Any]:
+    """The IMEX daemon pod's claim (request ``daemon``, class ``compute-domain-daemon.nvidia.com``) with its
+    ComputeDomainDaemonConfig, allocated ``daemon`` on ``node``."""
+    parameters = {"apiVersion": GPU_CONFIG_API, "kind": "ComputeDomainDaemonConfig", "domainID": domain_uid}
+    return allocated_claim(
+        name,
+        node,
+        ("daemon",),
+        namespace=namespace,
+        driver=COMPUTE_DOMAIN_DRIVER,
+        config=[opaque_config(parameters, ("daemon",), driver=COMPUTE_DOMAIN_DRIVER)],
+        request="daemon",
+        device_class="compute-domain-daemon.nvidia.com",
+    )

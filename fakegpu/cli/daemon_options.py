@@ -120,3 +120,38 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     add_feature_gates_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")
+    add_compute_domain_options(dra)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds <= 3600.0:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, found {value!r}")
+    return seconds
+
+
+def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
+    """NVIDIA's compute-domain kubelet plugin beside the GPU one (``fakegpu.dra.compute_domain``)."""
+    group = dra.add_argument_group("compute domains (multi-node NVLink, IMEX)")
+    group.add_argument(
+        "--compute-domains",
+        action="store_true",
+        help="also run the compute-domain.nvidia.com kubelet plugin (IMEX channels for NVIDIA's ComputeDomains) "
+        "and act as the node's IMEX daemon",
+    )
+    group.add_argument(
+        "--namespace",
+        default="nvidia-dra-driver-gpu",
+        help="the driver's namespace, where the ComputeDomainCliques live (default %(default)s)",
+    )
+    group.add_argument(
+        "--imex-daemon-start-delay",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds from a node joining a ComputeDomain to its emulated IMEX daemon being Ready "
+        "(default %(default)s)",
+    )

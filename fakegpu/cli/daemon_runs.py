@@ -16,6 +16,7 @@ from fakegpu.cli.kubelet_socket_option import kubelet_target
 from fakegpu.cli.node_options import node_settings
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.cli.slice_commands import check_api_version_served, dra_feature_gates
+from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.runtime.bounded_run import run_bounded
@@ -73,6 +74,9 @@ def run_dra(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         server_minor=args.server_version,
         api_version=args.resource_api_version,
+        compute_domains=ComputeDomainSettings(args.namespace, args.imex_daemon_start_delay)
+        if args.compute_domains
+        else None,
     )
     paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
     return run_bounded(

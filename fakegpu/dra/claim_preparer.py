@@ -87,6 +87,18 @@ class LightkubeClaimReader:
         return data
 
 
+async def read_claim(reader: ClaimReader, ref: ClaimRef) -> Mapping[str, Any]:
+    """The claim the kubelet names, refused when the API server's claim of that name has another UID."""
+    claim = await reader.get(ref.namespace, ref.name)
+    uid = str((claim.get("metadata") or {}).get("uid", ""))
+    if uid != ref.uid:
+        raise ClaimError(
+            f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
+            f"the kubelet asked for {ref.uid}"
+        )
+    return claim
+
+
 class ClaimPreparer:
     def __init__(
         self,
@@ -154,13 +166,7 @@ class ClaimPreparer:
             if stored is not None and stored.completed:
                 self._ensure_spec(ref.uid, stored.preparation)
                 return stored.devices
-        claim = await self.reader.get(ref.namespace, ref.name)
-        uid = str((claim.get("metadata") or {}).get("uid", ""))
-        if uid != ref.uid:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
-                f"the kubelet asked for {ref.uid}"
-            )
+        claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
         prep = claim_preparation(claim, self.driver, self.pool, devices, self.gates)
         async with self._lock:

@@ -23,6 +23,7 @@ from lightkube.core.exceptions import ApiError
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_preparer import CLAIM_KINDS, ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainPlugin, ComputeDomainSettings
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.health_service import HealthService
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
@@ -31,9 +32,8 @@ from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import SliceOptions
-from fakegpu.dra.slice_publisher import SlicePublisher, log_publish_failure
-from fakegpu.kube.backoff import jittered_pause
-from fakegpu.kube.client import client_factory, client_target
+from fakegpu.dra.slice_publisher import SlicePublisher, start_when_reachable
+from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
@@ -150,6 +150,8 @@ class DraSettings:
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver feature gates (``--feature-gates``); TimeSlicingSettings and MPSSupport admit the
     opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``."""
+    compute_domains: ComputeDomainSettings | None = None
+    """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
 
 
 class DraDriver:
@@ -203,6 +205,20 @@ class DraDriver:
         self.plugin.registration_service.on_status = self.metrics.registration_status
         self._publish_task: asyncio.Task[None] | None = None
         self._publish_error = ""
+        self.compute_domains = (
+            ComputeDomainPlugin(
+                live,
+                paths,
+                self.client,
+                cdi_root=settings.cdi_root,
+                settings=settings.compute_domains,
+                api_version=settings.api_version,
+                server_minor=settings.server_minor,
+                resync_interval=settings.resync_interval,
+            )
+            if settings.compute_domains is not None
+            else None
+        )
 
     @property
     def published(self) -> bool:
@@ -226,6 +242,8 @@ class DraDriver:
             missing.append(f"the kubelet has not registered {self.settings.driver} yet (no NotifyRegistrationStatus)")
         elif not service.registered:
             missing.append(f"the kubelet refused to register {self.settings.driver}: {service.error}")
+        if self.compute_domains is not None:
+            missing += self.compute_domains.not_ready()
         return "; ".join(missing) or None
 
     def _add_services(self, server: grpc.aio.Server) -> None:
@@ -260,25 +278,23 @@ class DraDriver:
         self.preparer.recover()
         await self.plugin.start()
         self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
+        if self.compute_domains is not None:
+            await self.compute_domains.start()
 
     async def _start_publishing(self) -> None:
-        failures = 0
-        while True:
-            try:
-                await self.publisher.start()
-                self.reader.api_version = self.publisher.options.api_version
-                return
-            except Exception as exc:  # the API server may be unreachable or refuse for a while
-                failures += 1
-                pause = jittered_pause(failures, first=FIRST_PUBLISH_RETRY)
-                self._publish_error = log_publish_failure(exc, failures, pause, client_target(self.client))
-                await asyncio.sleep(pause)
+        await start_when_reachable(self.publisher, self._publish_failed, FIRST_PUBLISH_RETRY)
+        self.reader.api_version = self.publisher.options.api_version
+
+    def _publish_failed(self, error: str) -> None:
+        self._publish_error = error
 
     async def wait_published(self, timeout: float = 10.0) -> None:
         if self._publish_task is not None:
             await asyncio.wait_for(asyncio.shield(self._publish_task), timeout)
 
     async def stop(self) -> None:
+        if self.compute_domains is not None:
+            await self.compute_domains.stop()
         await cancel_and_wait([self._publish_task])
         await self.publisher.stop()
         self.health.stop_streams()

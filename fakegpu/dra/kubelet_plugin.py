@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -35,13 +35,15 @@ class DraKubeletPlugin:
         add_services: Callable[[grpc.aio.Server], None],
         *,
         poll_interval: float = 0.1,
+        services: Sequence[str] = SUPPORTED_SERVICES,
     ) -> None:
+        """``services``: what GetInfo offers (a driver without a health stream leaves that out)."""
         self.driver = driver
         self.paths = paths
         self.dra_socket = paths.dra_socket(driver)
         self._dra = SocketServer(self.dra_socket, add_services)
         self.registration_service = RegistrationService(
-            driver, str(self.dra_socket), list(SUPPORTED_SERVICES), plugin_type=DRA_PLUGIN_TYPE
+            driver, str(self.dra_socket), list(services), plugin_type=DRA_PLUGIN_TYPE
         )
         self._registration = RegistryRegistration(
             paths.plugins_registry / registry_socket_name(driver), self.registration_service

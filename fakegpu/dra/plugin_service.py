@@ -17,24 +17,40 @@ import logging
 import re
 import weakref
 from collections.abc import Sequence
+from typing import Protocol
 
 import grpc
 
 from fakegpu.control.injected_faults import apply_fault
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_preparation import PreparedResult
-from fakegpu.dra.claim_preparer import ClaimPreparer
+from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.sharing.label_syntax import DNS1123_LABEL, DNS1123_SUBDOMAIN
+from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.rpc_metrics import observed_unary
 
 log = logging.getLogger(__name__)
 
 Outcome = tuple[tuple[PreparedResult, ...], str]
+
+
+class Preparer(Protocol):
+    """What the service needs of a driver's preparer: the GPU driver's (``fakegpu.dra.claim_preparer``) or the
+    compute-domain driver's (``fakegpu.dra.compute_domain.claim_preparer``)."""
+
+    driver: str
+    metrics: DraMetrics
+    live: LiveInventory
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]: ...
+
+    async def unprepare(self, ref: ClaimRef) -> None: ...
+
 
 _UID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 MAX_NAMESPACE = 63
@@ -91,17 +107,17 @@ and the HTTP client gives up on a request that waits over 10 s for one of its 10
 (``PoolTimeout``): thousands of claims at once used to fail that way. Beyond this many, claims wait
 here, with no deadline but the kubelet's."""
 
-_slots: weakref.WeakKeyDictionary[ClaimPreparer, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+_slots: weakref.WeakKeyDictionary[Preparer, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-def _prepare_slots(preparer: ClaimPreparer) -> asyncio.Semaphore:
+def _prepare_slots(preparer: Preparer) -> asyncio.Semaphore:
     slots = _slots.get(preparer)
     if slots is None:
         slots = _slots[preparer] = asyncio.Semaphore(MAX_CONCURRENT_PREPARES)
     return slots
 
 
-async def prepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
+async def prepare_all(preparer: Preparer, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
     """Prepare claims concurrently (their API reads overlap, keeping well under the kubelet's 45 s;
     at most ``MAX_CONCURRENT_PREPARES`` at a time); any failure of one claim becomes that claim's error
     text, never a failure of the whole call. Answers are keyed by UID, so of two claims sharing one UID
@@ -134,7 +150,7 @@ async def prepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> di
     return {ref.uid: outcomes[ref] for ref in claims}
 
 
-async def unprepare_all(preparer: ClaimPreparer, claims: Sequence[ClaimRef]) -> dict[str, str]:
+async def unprepare_all(preparer: Preparer, claims: Sequence[ClaimRef]) -> dict[str, str]:
     """Unprepare claims one by one; only the UID matters (the claim may be gone from the API server)."""
     out: dict[str, str] = {}
     for ref in claims:
@@ -160,7 +176,7 @@ def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef
 
 
 class DraPluginV1(v1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer) -> None:
+    def __init__(self, preparer: Preparer) -> None:
         self.preparer = preparer
         self.rpc_observer = preparer.metrics.rpc.observer(preparer.driver)
 
@@ -197,7 +213,7 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
 
 
 class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer) -> None:
+    def __init__(self, preparer: Preparer) -> None:
         self.preparer = preparer
         self.rpc_observer = preparer.metrics.rpc.observer(preparer.driver)
 

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from lightkube.resources.core_v1 import Node
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, dropped_fields, holds_plan, plan_digest, slice_key
-from fakegpu.kube.backoff import retry_note
+from fakegpu.kube.backoff import jittered_pause, retry_note
 from fakegpu.kube.client import ApiTarget, api_failure, client_target
 from fakegpu.kube.discovery import (
     SLICE_KINDS,
@@ -48,6 +48,17 @@ from fakegpu.kube.watch_loop import list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.node import Node as InventoryNode
+
+SpecBuilder = Callable[[InventoryNode, SliceOptions, Mapping[str, int | None]], list[dict[str, Any]]]
+"""The slice specs of a node's pool (pool generation 0) from the node, the options and the unhealthy UUIDs."""
+FIRST_PUBLISH_RETRY = 0.5
+"""A driver that starts before its API server is reachable tries again soon, then backs off."""
+
+
+def _gpu_specs(node: InventoryNode, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    return build_slice_specs(node, opts, dict(unhealthy), generation=0)
+
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +115,23 @@ def log_publish_failure(exc: Exception, attempt: int, pause: float, target: ApiT
     return error
 
 
+async def start_when_reachable(
+    publisher: SlicePublisher, on_failure: Callable[[str], None], first_pause: float = FIRST_PUBLISH_RETRY
+) -> None:
+    """Start ``publisher``, retrying with backoff until the API server takes the slices; ``on_failure``
+    gets each attempt's error (the readiness answer's last error)."""
+    failures = 0
+    while True:
+        try:
+            await publisher.start()
+            return
+        except Exception as exc:  # the API server may be unreachable or refuse for a while
+            failures += 1
+            pause = jittered_pause(failures, first=first_pause)
+            on_failure(log_publish_failure(exc, failures, pause, client_target(publisher.client)))
+            await asyncio.sleep(pause)
+
+
 class SlicePublisher:
     def __init__(
         self,
@@ -115,8 +143,11 @@ class SlicePublisher:
         auto_server_version: bool = True,
         resync_interval: float = 30.0,
         metrics: DraMetrics | None = None,
+        build_specs: SpecBuilder = _gpu_specs,
     ) -> None:
+        """``build_specs``: what the pool holds (the GPU driver's devices unless another driver's are given)."""
         self.client = client
+        self.build_specs = build_specs
         self.live = live
         self.options = options
         self.metrics = metrics
@@ -204,7 +235,7 @@ class SlicePublisher:
         plan = self._plan
         if plan is not None and plan.inventory is inventory and plan.inputs == inputs:
             return plan
-        specs = build_slice_specs(inventory.node, self.options, dict(inputs[0]), generation=0)
+        specs = self.build_specs(inventory.node, self.options, dict(inputs[0]))
         digest = plan_digest([self.node_uid or "", *(_serialised(spec) for spec in specs)])
         self._plan = _Plan(inventory, inputs, specs, digest)
         return self._plan

@@ -25,6 +25,7 @@ import pytest
 from fakegpu.cli.cleanup_command import run_cleanup
 from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
+from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
@@ -35,8 +36,8 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
-from tests.apiserver import FakeApiServer, RequestRecord, serving
-from tests.claim_builders import allocated_claim
+from tests.apiserver import FakeApiServer, RequestRecord
+from tests.claim_builders import allocated_claim, channel_claim, compute_domain
 from tests.daemon_tasks import stop_and_wait
 from tests.deploy.manifests import one, render
 from tests.dra_kubelet_client import prepare, unprepare
@@ -207,8 +208,13 @@ def grants(rules: list[Rule]) -> set[Access]:
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    with serving(NODE, strict=False) as server:
+    """With NVIDIA's CRDs, for ``fakegpu dra --compute-domains`` (``exercise_compute_domains``)."""
+    server = FakeApiServer(nvidia_crds=True).start()
+    server.add_node(NODE)
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
@@ -297,6 +303,44 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         await annotations.prefetch({("default", "user")})
         assert annotations("default", "user") == {"fakegpu.io/gpu-utilization": "50"}
         await annotations.close()
+    finally:
+        await driver.stop()
+    await exercise_compute_domains(apiserver, root)
+
+
+async def exercise_compute_domains(apiserver: FakeApiServer, root: Path) -> None:
+    """``fakegpu dra --compute-domains`` on a node of an NVLink clique (the emulated daemon writes its
+    ComputeDomainClique) and on one without (it writes the domain's status), each preparing a channel claim
+    until the node is Ready and unpreparing it (the node label set and cleared)."""
+    domain = apiserver.create_direct(compute_domain("cd"))["metadata"]["uid"]
+    fabric = (
+        "version: v1\nfabric: {clusterUUID: 1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10, cliqueID: 1}\ngpus: [{model: b200}]\n"
+    )
+    plain = "version: v1\ngpus: [{model: h100-80gb}]\n"
+    for i, node_spec in enumerate((fabric, plain)):
+        await _compute_domain_round(apiserver, root, i, node_spec, domain)
+
+
+async def _compute_domain_round(apiserver: FakeApiServer, root: Path, i: int, node_spec: str, domain: str) -> None:
+    spec = root / f"cd-node-{i}.yaml"
+    spec.write_text(node_spec)
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
+    settings = DraSettings(cdi_root=root / "cdi", compute_domains=ComputeDomainSettings(start_delay=0.0))
+    driver = DraDriver(live, KubeletPaths(root / f"kubelet-cd-{i}"), settings, apiserver.client)
+    plugin = driver.compute_domains
+    assert plugin is not None
+    await driver.start()
+    try:
+        await plugin.wait_published()
+        claim = apiserver.create_direct(channel_claim(f"wl-{i}", NODE, domain))
+        ref = ("default", f"wl-{i}", claim["metadata"]["uid"])
+
+        async def ready() -> bool:
+            return (await prepare(plugin.plugin.dra_socket, [ref])).claims[ref[2]].error == ""
+
+        await eventually(ready, "channel claim prepared")
+        await unprepare(plugin.plugin.dra_socket, [ref])
+        await eventually(lambda: plugin.daemon.joined is None, "the emulated daemon left the domain")
     finally:
         await driver.stop()
 
@@ -400,7 +444,13 @@ COMPONENTS = {
     "dra": (
         Component(
             "dra",
-            ("fakegpu/dra", "fakegpu/kube/client.py", "fakegpu/kube/discovery.py", "fakegpu/kube/pod_annotations.py"),
+            (
+                "fakegpu/dra",
+                "fakegpu/kube/client.py",
+                "fakegpu/kube/discovery.py",
+                "fakegpu/kube/pod_annotations.py",
+                "fakegpu/kube/node_watch.py",
+            ),
         ),
         exercise_dra,
     ),

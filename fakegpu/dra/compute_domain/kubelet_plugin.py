@@ -1,0 +1,156 @@
+"""The compute-domain kubelet plugin (``compute-domain.nvidia.com``), run next to the GPU plugin.
+
+NVIDIA ships two kubelet plugins in one DaemonSet pod (``gpu-kubelet-plugin`` and
+``compute-domain-kubelet-plugin``); fakegpu runs the second in the GPU driver's process
+(``fakegpu dra --compute-domains``) so both read one inventory and one health state. Like the GPU plugin
+it has its own DRA socket and registration socket, its own ResourceSlice (one pool named after the node,
+``channel-0`` and ``daemon``, ``fakegpu.dra.compute_domain.devices``), its own checkpoint in
+``<plugins dir>/compute-domain.nvidia.com/``, and it serves DRAPlugin v1 and v1beta1 (no health stream:
+NVIDIA's compute-domain plugin has none). It also stands in for the node's IMEX daemon
+(``fakegpu.dra.compute_domain.daemon_emulation``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from lightkube import AsyncClient
+
+from fakegpu.dra.claim_preparer import LightkubeClaimReader
+from fakegpu.dra.compute_domain.cdi_edits import write_base_spec
+from fakegpu.dra.compute_domain.claim_preparer import ComputeDomainPreparer
+from fakegpu.dra.compute_domain.daemon_emulation import DEFAULT_START_DELAY, ImexDaemonEmulation
+from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
+from fakegpu.dra.compute_domain.domain_api import DomainApi
+from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
+from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
+from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.dra.resource_slices import SliceOptions
+from fakegpu.dra.slice_publisher import SlicePublisher, start_when_reachable
+from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
+from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.directories import ensure_dir
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.node import Node
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "nvidia-dra-driver-gpu"
+"""NVIDIA's chart's namespace: where the ComputeDomainCliques (and the daemons) live."""
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+@dataclass(frozen=True)
+class ComputeDomainSettings:
+    namespace: str = DEFAULT_NAMESPACE
+    """The driver's namespace (``--namespace``): where the daemons' ComputeDomainCliques are."""
+    start_delay: float = DEFAULT_START_DELAY
+    """``--imex-daemon-start-delay``: seconds from the node's label to its emulated daemon being Ready."""
+
+
+def compute_domain_specs(node: Node, opts: SliceOptions, _unhealthy: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    """The pool's one slice; health does not change it (NVIDIA taints no channel)."""
+    return [compute_domain_slice_spec(node.name, opts.api_version, generation=0)]
+
+
+class ComputeDomainPlugin:
+    """Publisher, kubelet plugin, preparer and emulated IMEX daemon of the compute-domain driver."""
+
+    def __init__(
+        self,
+        live: LiveInventory,
+        paths: KubeletPaths,
+        client: AsyncClient,
+        *,
+        cdi_root: Path,
+        settings: ComputeDomainSettings,
+        api_version: str | None = None,
+        server_minor: int | None = None,
+        resync_interval: float = 30.0,
+    ) -> None:
+        self.live = live
+        self.paths = paths
+        self.cdi_root = cdi_root
+        self.plugin_dir = paths.dra_plugin_dir(COMPUTE_DOMAIN_DRIVER)
+        options = SliceOptions(
+            driver=COMPUTE_DOMAIN_DRIVER,
+            mig_mode="static",
+            server_minor=server_minor or 36,
+            api_version=api_version or "resource.k8s.io/v1",
+        )
+        self.publisher = SlicePublisher(
+            client,
+            live,
+            options,
+            auto_api_version=api_version is None,
+            auto_server_version=server_minor is None,
+            resync_interval=resync_interval,
+            build_specs=compute_domain_specs,
+        )
+        self.api = DomainApi(client, live.inventory.node.name, settings.namespace)
+        self.daemon = ImexDaemonEmulation(client, self.api, live, start_delay=settings.start_delay)
+        self.reader = LightkubeClaimReader(client, options.api_version)
+        self.preparer = ComputeDomainPreparer(
+            self.reader,
+            live,
+            self.api,
+            cdi_root=cdi_root,
+            plugin_dir=self.plugin_dir,
+            checkpoint=PreparedClaims.in_dir(self.plugin_dir),
+            on_label=self.daemon.wake,
+        )
+        self.plugin = DraKubeletPlugin(COMPUTE_DOMAIN_DRIVER, paths, self._add_services, services=SERVICES)
+        self.publish_error = ""
+        self._publish_task: asyncio.Task[None] | None = None
+
+    def _add_services(self, server: grpc.aio.Server) -> None:
+        v1_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer), server)
+        v1beta1_grpc.add_DRAPluginServicer_to_server(DraPluginV1beta1(self.preparer), server)
+
+    async def start(self) -> None:
+        ensure_dir(self.plugin_dir)
+        write_base_spec(self.cdi_root)
+        self.preparer.recover()
+        await self.plugin.start()
+        self.daemon.start()
+        self._publish_task = asyncio.create_task(self._start_publishing(), name="compute-domain-publish")
+
+    async def _start_publishing(self) -> None:
+        await start_when_reachable(self.publisher, self._publish_failed)
+        self.reader.api_version = self.publisher.options.api_version
+
+    def _publish_failed(self, error: str) -> None:
+        self.publish_error = error
+
+    def not_ready(self) -> list[str]:
+        """Why the scheduler cannot use this driver's devices yet (``DraDriver.not_ready`` joins them)."""
+        missing: list[str] = []
+        task = self._publish_task
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            error = f" (last error: {self.publish_error})" if self.publish_error else ""
+            missing.append(f"the {COMPUTE_DOMAIN_DRIVER} ResourceSlice is not published yet{error}")
+        registered = self.plugin.registration_service.registered
+        if registered is None:
+            missing.append(f"the kubelet has not registered {COMPUTE_DOMAIN_DRIVER} yet (no NotifyRegistrationStatus)")
+        elif not registered:
+            error = self.plugin.registration_service.error
+            missing.append(f"the kubelet refused to register {COMPUTE_DOMAIN_DRIVER}: {error}")
+        return missing
+
+    async def wait_published(self, timeout: float = 10.0) -> None:
+        if self._publish_task is not None:
+            await asyncio.wait_for(asyncio.shield(self._publish_task), timeout)
+
+    async def stop(self) -> None:
+        await cancel_and_wait([self._publish_task])
+        await self.publisher.stop()
+        await self.daemon.stop()
+        await self.plugin.stop()
