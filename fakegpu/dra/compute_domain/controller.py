@@ -57,6 +57,7 @@ STATUS_SYNC_INTERVAL = 2.0
 """Seconds between status syncs, as NVIDIA's ``cdStatusSyncInterval``."""
 NOT_FOUND = 404
 ALREADY_EXISTS = 409
+CONFLICT = 409
 TEMPLATE_KINDS: dict[str, Any] = {
     "resource.k8s.io/v1": resource_v1.ResourceClaimTemplate,
     "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaimTemplate,
@@ -120,7 +121,13 @@ class ComputeDomainController:
             self._task = None
 
     async def _run_task(self) -> None:
-        await self.run()
+        try:
+            await self.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug, not the API server (whose failures are retried): say so loudly
+            log.exception("compute-domain controller stopped")
+            raise
 
     async def run(self) -> NoReturn:
         """Follow the domains and keep each as it should be, for good."""
@@ -221,20 +228,31 @@ class ComputeDomainController:
                 await self._sync_domain(uid, namespace, name)
             except asyncio.CancelledError:
                 raise
+            except ApiError as exc:
+                if exc.status.code != CONFLICT:
+                    self._failed(uid, namespace, name, exc)
+                    continue
+                # Written meanwhile (the watch will say so too): read it again on the next pass, no backoff.
+                log.debug("ComputeDomain %s/%s changed while syncing; syncing again", namespace, name)
+                self._dirty.set()
             except Exception as exc:
-                failures = self._failures[uid] = self._failures.get(uid, 0) + 1
-                pause = jittered_pause(failures)
-                self._retry_at[uid] = loop.time() + pause
-                log.warning(
-                    "ComputeDomain %s/%s: %s (%s)",
-                    namespace,
-                    name,
-                    api_failure(exc, client_target(self._client)),
-                    retry_note(failures, pause),
-                )
+                self._failed(uid, namespace, name, exc)
             else:
                 self._failures.pop(uid, None)
                 self._retry_at.pop(uid, None)
+
+    def _failed(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
+        loop = asyncio.get_running_loop()
+        failures = self._failures[uid] = self._failures.get(uid, 0) + 1
+        pause = jittered_pause(failures)
+        self._retry_at[uid] = loop.time() + pause
+        log.warning(
+            "ComputeDomain %s/%s: %s (%s)",
+            namespace,
+            name,
+            api_failure(exc, client_target(self._client)),
+            retry_note(failures, pause),
+        )
 
     async def _sync_domain(self, uid: str, namespace: str, name: str) -> None:
         try:
