@@ -4,9 +4,13 @@ with the ComputeDomain CRDs installed (deploy/overlays/compute-domains). Runs un
 from __future__ import annotations
 
 import argparse
+import re
 
 from fakegpu.cli.slice_commands import API_VERSIONS
-from fakegpu.kube.client import KUBECONFIG_HELP
+from fakegpu.dra.compute_domain.controller import ComputeDomainController
+from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
+from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 
 DESCRIPTION = """\
 Keep NVIDIA ComputeDomains as NVIDIA's compute-domain controller does (driver 25.12): add the finalizer
@@ -18,6 +22,18 @@ plays each node's daemon."""
 
 DEFAULT_NAMESPACE = "fakegpu"
 """The namespace deploy/ runs fakegpu in, where NVIDIA's chart puts the daemon templates and cliques."""
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespace(text: str) -> str:
+    if not _DNS_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and "
+            "ending with a letter or digit)"
+        )
+    return text
 
 
 def _positive_seconds(text: str) -> float:
@@ -39,6 +55,7 @@ def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argpars
     parser.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     parser.add_argument(
         "--namespace",
+        type=_namespace,
         default=DEFAULT_NAMESPACE,
         help="the driver's namespace: daemon templates and ComputeDomainCliques live here (default %(default)s)",
     )
@@ -58,9 +75,6 @@ def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argpars
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from fakegpu.dra.compute_domain.controller import ComputeDomainController
-    from fakegpu.kube.client import client_factory
-    from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 
     client = client_factory(args.kubeconfig)()
     controller = ComputeDomainController(
@@ -79,6 +93,4 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def run_compute_domain_controller_command(args: argparse.Namespace) -> int:
-    from fakegpu.runtime.bounded_run import run_bounded
-
     return run_bounded(_serve(args))

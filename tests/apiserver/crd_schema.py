@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import yaml
 
 from tests.apiserver import k8s_validation as val
@@ -106,7 +106,10 @@ def _field_error(error: jsonschema.ValidationError) -> val.FieldError:
         return val.FieldError(where, "Unsupported value", error.instance, f"supported values: {allowed}")
     if error.validator == "minimum":
         return val.FieldError(
-            where, "Invalid value", error.instance, f"{where} in body should be greater than or equal to {error.validator_value}"
+            where,
+            "Invalid value",
+            error.instance,
+            f"{where} in body should be greater than or equal to {error.validator_value}",
         )
     if error.validator == "type":
         return val.FieldError(

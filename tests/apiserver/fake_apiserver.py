@@ -80,10 +80,9 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
-from . import crd_schema
+from . import crd_schema, schema_cache
 from . import k8s_selectors as sel
 from . import k8s_validation as val
-from . import schema_cache
 from .stored_object import StoredObject
 
 JSON = dict[str, Any]

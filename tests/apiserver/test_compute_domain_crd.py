@@ -145,7 +145,9 @@ async def test_status_nodes_are_validated_and_keyed_by_name(client: AsyncClient)
         ([{**node, "status": "Failed"}], 'status.nodes[0].status: Unsupported value: "Failed"'),
     ):
         with pytest.raises(ApiError) as info:
-            await client.replace(ComputeDomain.Status.from_dict({**created, "status": {"status": "Ready", "nodes": nodes}}))
+            await client.replace(
+                ComputeDomain.Status.from_dict({**created, "status": {"status": "Ready", "nodes": nodes}})
+            )
         assert info.value.status.code == 422
         assert message in str(info.value.status.message)
 

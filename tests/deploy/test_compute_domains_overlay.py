@@ -128,7 +128,9 @@ def test_deployment_runs_the_controller_with_its_account_and_namespace() -> None
     spec = pod_spec(deployment)
     account = one(objs, "ServiceAccount", spec["serviceAccountName"])
     binding = one(objs, "ClusterRoleBinding", "fakegpu-compute-domain-controller")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
     assert one(objs, "ClusterRole", binding["roleRef"]["name"])
     args = parse_cli(fakegpu_argv(only_container(deployment)))
     assert args.command == "compute-domain-controller"
@@ -137,7 +139,9 @@ def test_deployment_runs_the_controller_with_its_account_and_namespace() -> None
 
 def test_cluster_role_grants_what_the_controller_calls() -> None:
     role = one(render_dir(OVERLAY), "ClusterRole", "fakegpu-compute-domain-controller")
-    grants = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    grants = {
+        (g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
     assert grants == {
         ("resource.nvidia.com", "computedomains"): {"get", "list", "watch", "update"},
         ("resource.nvidia.com", "computedomains/status"): {"update"},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, AsyncClient
@@ -96,7 +96,7 @@ async def write_clique(client: AsyncClient, server: FakeApiServer, uid: str, dae
     """As a node plugin (standing in for an IMEX daemon) writes its clique: ``<uid>.<clique>`` in the driver's
     namespace, labelled with the domain and the clique."""
     name = f"{uid}.cluster-a.1"
-    body = {
+    body: Obj = {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomainClique",
         "metadata": {
@@ -234,9 +234,11 @@ async def test_spec_update_is_refused(
     server: FakeApiServer, client: AsyncClient, controller: ComputeDomainController
 ) -> None:
     await create_domain(client, numNodes=1)
-    await eventually(lambda: FINALIZER in (stored_domain(server) or {}).get("metadata", {}).get("finalizers", []), "finalizer", 10)
+    await eventually(
+        lambda: FINALIZER in (stored_domain(server) or {}).get("metadata", {}).get("finalizers", []), "finalizer", 10
+    )
     current = await client.get(ComputeDomain, "cd", namespace=NS)
-    changed = current.to_dict()
+    changed: Obj = dict(current.to_dict())  # type: ignore[no-untyped-call]
     changed["spec"]["numNodes"] = 3
     with pytest.raises(ApiError) as info:
         await client.replace(ComputeDomain.from_dict(changed))
@@ -258,6 +260,7 @@ async def test_deletion_cleans_up_and_removes_the_finalizer(
     assert server.objects("computedomaincliques") == []
     n1 = await client.get(Node, "n1")
     n2 = await client.get(Node, "n2")
+    assert n1.metadata is not None and n2.metadata is not None
     assert n1.metadata.labels is not None and n2.metadata.labels is not None
     assert LABEL not in n1.metadata.labels and n1.metadata.labels["keep"] == "me"
     assert n2.metadata.labels[LABEL] == "another-domain", "another domain's node label is left alone"
@@ -286,9 +289,11 @@ async def test_a_taken_template_name_keeps_the_domain_not_ready(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "cd-channel", "namespace": NS},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+        },
     }
-    await client.create(ResourceClaimTemplate.from_dict(squatter))
+    await client.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict(squatter)))
     await create_domain(client)
     warning = await eventually(lambda: events(server, "ResourceClaimTemplateExists"), "a collision event", 10)
     assert "already exists and belongs to no ComputeDomain" in warning[0]["message"]

@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn
+from collections.abc import AsyncIterable, Sequence
+from typing import Any, NoReturn, cast
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -70,6 +70,15 @@ Obj = dict[str, Any]
 
 def _missing(exc: ApiError) -> bool:
     return exc.status.code == NOT_FOUND
+
+
+def _as_dict(obj: Any) -> Obj:
+    """A lightkube object as the plain dict the API server sent."""
+    return dict(obj.to_dict())
+
+
+def _name(obj: Any) -> str:
+    return str(obj.metadata.name)
 
 
 class TemplateCollision(Exception):
@@ -165,7 +174,7 @@ class ComputeDomainController:
     async def _list_domains(self) -> tuple[list[Any], str]:
         return await collect(self._client.list(ComputeDomain, namespace="*"))
 
-    def _watch_domains(self, version: str) -> AsyncIterator[tuple[str, Any]]:
+    def _watch_domains(self, version: str) -> AsyncIterable[tuple[str, Any]]:
         return self._client.watch(ComputeDomain, namespace="*", resource_version=version)
 
     async def _follow_domains(self) -> NoReturn:
@@ -256,7 +265,7 @@ class ComputeDomainController:
 
     async def _sync_domain(self, uid: str, namespace: str, name: str) -> None:
         try:
-            domain: Obj = (await self._client.get(ComputeDomain, name, namespace=namespace)).to_dict()
+            domain = _as_dict(await self._client.get(ComputeDomain, name, namespace=namespace))
         except ApiError as exc:
             if not _missing(exc):
                 raise
@@ -273,7 +282,7 @@ class ComputeDomainController:
             return
         if COMPUTE_DOMAIN_FINALIZER not in finalizers:
             domain["metadata"]["finalizers"] = [*finalizers, COMPUTE_DOMAIN_FINALIZER]
-            domain = (await self._client.replace(ComputeDomain.from_dict(domain))).to_dict()
+            domain = _as_dict(await self._client.replace(ComputeDomain.from_dict(domain)))
         if uid not in self._announced:
             self._announced.add(uid)
             log.info(
@@ -283,9 +292,8 @@ class ComputeDomainController:
                 name,
                 uid,
             )
-        if uid in self._setup_needed:
-            if await self._ensure_templates(domain):
-                self._setup_needed.discard(uid)
+        if uid in self._setup_needed and await self._ensure_templates(domain):
+            self._setup_needed.discard(uid)
         await self._sync_status(domain, blocked=uid in self._setup_needed)
 
     # ----------------------------------------------------------------------------------- templates
@@ -360,7 +368,9 @@ class ComputeDomainController:
                 if _missing(exc):
                     return
                 raise
-            current.metadata.finalizers = [f for f in current.metadata.finalizers or [] if f != COMPUTE_DOMAIN_FINALIZER]
+            current.metadata.finalizers = [
+                f for f in current.metadata.finalizers or [] if f != COMPUTE_DOMAIN_FINALIZER
+            ]
             try:
                 await self._client.replace(current)
             except ApiError as exc:
@@ -377,10 +387,12 @@ class ComputeDomainController:
         await self._remove_template(self._namespace, daemon_template_name(uid), uid)
         async for node in self._client.list(Node, labels={COMPUTE_DOMAIN_LABEL: uid}):
             patch = {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: None}}}
-            await self._client.patch(Node, node.metadata.name, patch, patch_type=PatchType.MERGE)
-        async for clique in self._client.list(ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}):
+            await self._client.patch(Node, _name(node), patch, patch_type=PatchType.MERGE)
+        async for clique in self._client.list(
+            ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
+        ):
             try:
-                await self._client.delete(ComputeDomainClique, clique.metadata.name, namespace=self._namespace)
+                await self._client.delete(ComputeDomainClique, _name(clique), namespace=self._namespace)
             except ApiError as exc:
                 if not _missing(exc):
                     raise
@@ -397,8 +409,10 @@ class ComputeDomainController:
     async def _sync_status(self, domain: Obj, *, blocked: bool) -> None:
         uid = domain["metadata"]["uid"]
         cliques = [
-            c.to_dict()
-            async for c in self._client.list(ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid})
+            _as_dict(c)
+            async for c in self._client.list(
+                ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
+            )
         ]
         current: Obj = domain.get("status") or {}
         num_nodes = int(domain["spec"].get("numNodes") or 0)
@@ -413,11 +427,13 @@ class ComputeDomainController:
             ready = desired["status"] == READY
             message = f"ComputeDomain is {desired['status']}: {describe_nodes(nodes, num_nodes)}"
             log.info("ComputeDomain %s/%s: %s", domain["metadata"]["namespace"], domain["metadata"]["name"], message)
-            await self._record(domain_event(domain, READY_REASON if ready else NOT_READY_REASON, message, warning=not ready))
+            await self._record(
+                domain_event(domain, READY_REASON if ready else NOT_READY_REASON, message, warning=not ready)
+            )
 
     async def _record(self, event: Obj) -> None:
         """Events are a courtesy: one that cannot be written is logged, never retried."""
         try:
-            await self._client.create(Event.from_dict(event))
+            await self._client.create(cast(Event, Event.from_dict(event)))
         except ApiError as exc:
             log.warning("could not record event %s: %s", event["reason"], exc.status.message)
