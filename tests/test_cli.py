@@ -248,3 +248,39 @@ def test_virtual_nodes_gpu_mode_mistakes_are_one_line_naming_the_flag(capsys, ar
     code, out, err = run(capsys, "virtual-nodes", "--kubeconfig", "/nonexistent/kubeconfig", *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and flag in err and says in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--status-interval", "0"], "argument --status-interval: must be more than 0 seconds, got '0'"),
+        (["--status-interval", "soon"], "argument --status-interval: expected seconds (a number), got 'soon'"),
+        (["--namespace", "Driver_NS"], "argument --namespace: 'Driver_NS' is not a namespace name"),
+        (["--resource-api-version", "resource.k8s.io/v2"], "argument --resource-api-version: invalid choice"),
+    ],
+)
+def test_compute_domain_controller_refuses_bad_options(capsys, argv, error):
+    with pytest.raises(SystemExit) as info:
+        main(["compute-domain-controller", *argv])
+    assert info.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_compute_domain_controller_names_a_missing_kubeconfig(capsys, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    code, _, err = run(capsys, "compute-domain-controller", "--kubeconfig", str(missing))
+    assert code == 2
+    assert str(missing) in err and "fakegpu: error:" in err
+
+
+def test_deviceclasses_add_the_compute_domain_classes_on_request(capsys):
+    _, plain, _ = run(capsys, "deviceclasses", "-o", "json")
+    _, with_cd, _ = run(capsys, "deviceclasses", "--compute-domains", "-o", "json")
+    names = [c["metadata"]["name"] for c in json.loads(with_cd)["items"]]
+    assert names == [
+        "gpu.nvidia.com",
+        "mig.nvidia.com",
+        "compute-domain-daemon.nvidia.com",
+        "compute-domain-default-channel.nvidia.com",
+    ]
+    assert json.loads(with_cd)["items"][:2] == json.loads(plain)["items"]

@@ -148,6 +148,11 @@ COMMANDS: dict[str, Command] = {
         "fakegpu.cli.scenario_command:run_scenario_command",
         parser="fakegpu.cli.scenario_command:add_scenario_parser",
     ),
+    "compute-domain-controller": Command(
+        "run NVIDIA's compute-domain controller (ComputeDomain templates, status, cleanup)",
+        "fakegpu.cli.compute_domain_controller_command:run_compute_domain_controller_command",
+        parser="fakegpu.cli.compute_domain_controller_command:add_compute_domain_controller_parser",
+    ),
     "cleanup": Command(
         "remove the labels, annotation, node-status resources and host files fakegpu left on a node",
         "fakegpu.cli.cleanup_command:run_cleanup_command",

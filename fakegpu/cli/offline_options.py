@@ -49,6 +49,12 @@ def add_deviceclasses(classes: argparse.ArgumentParser) -> None:
         help="the extended resource the gpu class serves (resource.k8s.io/v1 only, as NVIDIA's chart does; "
         "'' for none; default %(default)s)",
     )
+    classes.add_argument(
+        "--compute-domains",
+        action="store_true",
+        help="also print NVIDIA's ComputeDomain classes compute-domain-daemon.nvidia.com and "
+        "compute-domain-default-channel.nvidia.com (driver compute-domain.nvidia.com)",
+    )
     add_output_option(classes, SLICE_OUTPUT_FORMATS, "yaml")
 
 

@@ -36,7 +36,11 @@ def run_slices(args: argparse.Namespace) -> int:
 def run_deviceclasses(args: argparse.Namespace) -> int:
     sys.stdout.write(
         render_device_classes(
-            args.driver_name, args.resource_api_version, args.extended_resource_name or None, args.output
+            args.driver_name,
+            args.resource_api_version,
+            args.extended_resource_name or None,
+            args.output,
+            compute_domains=args.compute_domains,
         )
     )
     return 0

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fakegpu.cli.yaml_output import dump_yaml_documents
-from fakegpu.dra.device_classes import device_classes
+from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
 from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR, SUPPORTED_API_VERSIONS
@@ -150,8 +150,19 @@ def render_slices(
     return render_objects(objects, fmt)
 
 
-def render_device_classes(driver: str, api_version: str, extended_resource_name: str | None, fmt: str = "yaml") -> str:
-    return render_objects(device_classes(driver, api_version, extended_resource_name), fmt)
+def render_device_classes(
+    driver: str,
+    api_version: str,
+    extended_resource_name: str | None,
+    fmt: str = "yaml",
+    *,
+    compute_domains: bool = False,
+) -> str:
+    """The GPU driver's classes, then (``compute_domains``) NVIDIA's two ComputeDomain classes."""
+    classes = device_classes(driver, api_version, extended_resource_name)
+    if compute_domains:
+        classes += compute_domain_device_classes(api_version)
+    return render_objects(classes, fmt)
 
 
 def render_objects(objects: list[dict[str, Any]], fmt: str) -> str:

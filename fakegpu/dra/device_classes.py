@@ -1,13 +1,16 @@
 """DeviceClasses matching NVIDIA's Helm chart, so claims written for NVIDIA's driver work unchanged.
 
 A claim names a class (``gpu.nvidia.com`` for whole GPUs, ``mig.nvidia.com`` for MIG devices); the
-class's CEL selector picks this driver's devices by their ``type`` attribute.
+class's CEL selector picks this driver's devices by their ``type`` attribute. NVIDIA's compute-domain
+driver has two more (``compute_domain_device_classes``), for ComputeDomains' IMEX daemons and channels.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fakegpu.dra.compute_domain.devices import CHANNEL_TYPE, COMPUTE_DOMAIN_DRIVER, DAEMON_TYPE
+from fakegpu.dra.compute_domain.resources import DAEMON_CLASS, DEFAULT_CHANNEL_CLASS
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.label_syntax import key_problem
@@ -60,3 +63,31 @@ def device_classes(
             spec["extendedResourceName"] = extended_resource_name
         classes.append({"apiVersion": api_version, "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec})
     return classes
+
+
+COMPUTE_DOMAIN_CLASSES = (DAEMON_CLASS, DEFAULT_CHANNEL_CLASS)
+"""The DeviceClasses of NVIDIA's compute-domain driver (its chart's ``deviceclass-compute-domain-*.yaml``)."""
+
+
+def compute_domain_device_classes(api_version: str = "resource.k8s.io/v1") -> list[dict[str, Any]]:
+    """NVIDIA's two ComputeDomain DeviceClasses: ``compute-domain-daemon.nvidia.com`` (a node's IMEX daemon
+    device) and ``compute-domain-default-channel.nvidia.com`` (IMEX channel 0, the workload template's class).
+    Selectors exactly as the chart's; no config, no extended resource (research notes §5)."""
+    if api_version not in SUPPORTED_API_VERSIONS:
+        raise ValueError(
+            f"unsupported API version {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}"
+        )
+    driver = COMPUTE_DOMAIN_DRIVER
+    expressions = {
+        DAEMON_CLASS: selector_expression(driver, DAEMON_TYPE),
+        DEFAULT_CHANNEL_CLASS: f"{selector_expression(driver, CHANNEL_TYPE)} && device.attributes['{driver}'].id == 0",
+    }
+    return [
+        {
+            "apiVersion": api_version,
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expressions[name]}}]},
+        }
+        for name in COMPUTE_DOMAIN_CLASSES
+    ]

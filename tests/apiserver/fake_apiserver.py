@@ -34,6 +34,11 @@ Objects are kept as metadata plus compact JSON (:mod:`tests.apiserver.stored_obj
 counts and bytes received per verb (for a client in another process; :mod:`tests.apiserver.standalone`
 runs the server in a process of its own).
 
+With ``nvidia_crds=True`` NVIDIA's ComputeDomain and ComputeDomainClique (and core/v1 ``events``) are served,
+``/apis`` lists resource.nvidia.com, and their writes are pruned, defaulted and validated against the CRDs'
+own schemas in deploy/overlays/compute-domains (:mod:`tests.apiserver.crd_schema`), immutable-spec rule
+included; a ComputeDomain's ``status`` is written only through ``/status``.
+
 Limitations: no conversion between resource.k8s.io versions. Objects are stored once per resource (the
 name space is shared by all versions, as in a real cluster) in the version they were written with, and a
 get/list/watch through another version returns them unchanged, with their own ``apiVersion``. No authn/
@@ -75,9 +80,9 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
+from . import crd_schema, schema_cache
 from . import k8s_selectors as sel
 from . import k8s_validation as val
-from . import schema_cache
 from .stored_object import StoredObject
 
 JSON = dict[str, Any]
@@ -161,6 +166,8 @@ NVIDIA_VERSION = "v1beta1"
 #: NVIDIA's DRA driver's custom resources (served once their CRDs are installed: ``nvidia_crds=True``)
 COMPUTE_DOMAINS = ResourceType(NVIDIA_GROUP, "computedomains", "ComputeDomain", namespaced=True, has_status=True)
 COMPUTE_DOMAIN_CLIQUES = ResourceType(NVIDIA_GROUP, "computedomaincliques", "ComputeDomainClique", namespaced=True)
+#: core/v1 Events, served with the NVIDIA kinds (the compute-domain controller records its transitions)
+EVENTS = ResourceType("", "events", "Event", namespaced=True)
 _TYPES = {
     t.plural: t
     for t in (
@@ -172,6 +179,7 @@ _TYPES = {
         RESOURCE_CLAIM_TEMPLATES,
         COMPUTE_DOMAINS,
         COMPUTE_DOMAIN_CLIQUES,
+        EVENTS,
     )
 }
 
@@ -643,6 +651,7 @@ class FakeApiServer:
             self._served[(NVIDIA_GROUP, NVIDIA_VERSION)] = {
                 t.plural: t for t in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES)
             }
+            self._served[("", "v1")][EVENTS.plural] = EVENTS
         self._lock = threading.RLock()
         # Stored objects are immutable (tests/apiserver/stored_object.py): responses, watch events and the
         # history share them without copies.
@@ -955,9 +964,13 @@ class FakeApiServer:
             )
         if segs == ["apis"]:
             groups = [self._group_doc()] if self.resource_api_versions else []
+            if (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
+                groups.append(self._nvidia_group_doc())
             return _Response(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         if segs == ["apis", RESOURCE_GROUP] and self.resource_api_versions:
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._group_doc()})
+        if segs == ["apis", NVIDIA_GROUP] and (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
+            return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._nvidia_group_doc()})
         if segs == ["api", "v1"]:
             return _Response(200, self._resource_list("", "v1"))
         if len(segs) == 3 and segs[0] == "apis" and (segs[1], segs[2]) in self._served:
@@ -984,6 +997,11 @@ class FakeApiServer:
     def _group_doc(self) -> JSON:
         versions = [{"groupVersion": f"{RESOURCE_GROUP}/{v}", "version": v} for v in self.resource_api_versions]
         return {"name": RESOURCE_GROUP, "versions": versions, "preferredVersion": versions[0]}
+
+    @staticmethod
+    def _nvidia_group_doc() -> JSON:
+        version = {"groupVersion": f"{NVIDIA_GROUP}/{NVIDIA_VERSION}", "version": NVIDIA_VERSION}
+        return {"name": NVIDIA_GROUP, "versions": [version], "preferredVersion": version}
 
     def _resource_list(self, group: str, version: str) -> JSON:
         resources: list[JSON] = []
@@ -1278,8 +1296,10 @@ class FakeApiServer:
             "managedFields",
         ):
             meta.pop(field_name, None)
-        if rtype is RESOURCE_CLAIMS:
+        if rtype is RESOURCE_CLAIMS or (rtype.group == NVIDIA_GROUP and rtype.has_status):
             obj.pop("status", None)  # status can only be written through /status
+        if rtype.group == NVIDIA_GROUP:
+            crd_schema.crd_schemas()[rtype.plural].normalize(obj)
         with self._lock:
             if not meta.get("name"):
                 if not meta.get("generateName"):
@@ -1392,6 +1412,10 @@ class FakeApiServer:
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(new, old, _version_of(new["apiVersion"]), self.feature_gates)
         errors = val.validate_immutable(rtype.plural, new, old)
+        if rtype.group == NVIDIA_GROUP:
+            schema = crd_schema.crd_schemas()[rtype.plural]
+            schema.normalize(new)
+            errors += schema.transition_errors(new, old)
         added = set(new["metadata"].get("finalizers") or []) - set(old_meta.get("finalizers") or [])
         if old_meta.get("deletionTimestamp") and added:
             errors.append(
@@ -1613,7 +1637,9 @@ class FakeApiServer:
             errors += val.validate_resource_claim(obj, version)
         elif rtype is NODES:
             errors += val.validate_node(obj)
-        if not self.validate_schema or rtype.group == NVIDIA_GROUP:  # custom resources: not in kubernetes-validate
+        if rtype.group == NVIDIA_GROUP:  # custom resources: their CRD's own schema, always (it is cheap)
+            return errors + crd_schema.crd_schemas()[rtype.plural].errors(obj)
+        if not self.validate_schema:
             return errors
         try:
             schema_cache.validate(obj, self._validate_version, strict=True)

@@ -12,11 +12,20 @@ from fakegpu.cli.main import main
 from tests.deploy.manifests import DEPLOY, SHARED_DEVICE_CLASSES, find, load_docs, render_dir
 
 
-def cli_device_classes(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    assert main(["deviceclasses"]) == 0
+def cli_device_classes(capsys: pytest.CaptureFixture[str], *flags: str) -> list[dict[str, Any]]:
+    assert main(["deviceclasses", "--compute-domains", *flags]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
-    assert len(docs) == 2
+    assert len(docs) == 4
     return docs
+
+
+def test_compute_domain_classes_come_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """The overlay holds NVIDIA's GPU classes and, since ComputeDomains, its two compute-domain classes
+    (``--compute-domains``); without the flag ``fakegpu deviceclasses`` prints the GPU classes alone."""
+    assert main(["deviceclasses"]) == 0
+    plain = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
+    assert [d["metadata"]["name"] for d in plain] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert cli_device_classes(capsys)[:2] == plain
 
 
 def test_committed_device_classes_equal_the_cli_output(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,3 +41,35 @@ def test_rendered_device_classes_keep_name_and_spec(capsys: pytest.CaptureFixtur
         assert cls["apiVersion"] == expected[name]["apiVersion"]
         assert cls["spec"] == expected[name]["spec"]
         assert "namespace" not in cls["metadata"]
+
+
+def test_compute_domain_classes_select_as_nvidia_chart(capsys: pytest.CaptureFixture[str]) -> None:
+    """The selectors of NVIDIA's chart (templates/deviceclass-compute-domain-*.yaml, as rendered in
+    nvidia-dra-driver-gpu), character for character; no config and no extended resource."""
+    classes = {c["metadata"]["name"]: c for c in cli_device_classes(capsys)}
+    assert classes["compute-domain-daemon.nvidia.com"]["spec"] == {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'compute-domain.nvidia.com' && "
+                    "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"
+                }
+            }
+        ]
+    }
+    assert classes["compute-domain-default-channel.nvidia.com"]["spec"] == {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'compute-domain.nvidia.com' && "
+                    "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
+                    "device.attributes['compute-domain.nvidia.com'].id == 0"
+                }
+            }
+        ]
+    }
+
+
+def test_compute_domain_classes_follow_the_resource_api_version(capsys: pytest.CaptureFixture[str]) -> None:
+    classes = cli_device_classes(capsys, "--resource-api-version", "resource.k8s.io/v1beta1")
+    assert {c["apiVersion"] for c in classes} == {"resource.k8s.io/v1beta1"}

@@ -1,0 +1,96 @@
+"""``fakegpu compute-domain-controller``: NVIDIA's compute-domain controller, emulated, against an API server
+with the ComputeDomain CRDs installed (deploy/overlays/compute-domains). Runs until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from fakegpu.cli.slice_commands import API_VERSIONS
+from fakegpu.dra.compute_domain.controller import ComputeDomainController
+from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
+from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
+
+DESCRIPTION = """\
+Keep NVIDIA ComputeDomains as NVIDIA's compute-domain controller does (driver 25.12): add the finalizer
+resource.nvidia.com/computeDomain, create the workload ResourceClaimTemplate the domain names (in its
+namespace) and the daemon template computedomain-daemon-<uid> (in --namespace), fold the domain's
+ComputeDomainCliques into status.nodes and status.status every --status-interval, and clean all of it up
+when the domain is deleted. No IMEX daemon pods are created: fakegpu's compute-domain kubelet plugin
+plays each node's daemon."""
+
+DEFAULT_NAMESPACE = "fakegpu"
+"""The namespace deploy/ runs fakegpu in, where NVIDIA's chart puts the daemon templates and cliques."""
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespace(text: str) -> str:
+    if not _DNS_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and "
+            "ending with a letter or digit)"
+        )
+    return text
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "compute-domain-controller",
+        help="run NVIDIA's compute-domain controller (ComputeDomain templates, status, cleanup)",
+        description=DESCRIPTION,
+    )
+    parser.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    parser.add_argument(
+        "--namespace",
+        type=_namespace,
+        default=DEFAULT_NAMESPACE,
+        help="the driver's namespace: daemon templates and ComputeDomainCliques live here (default %(default)s)",
+    )
+    parser.add_argument(
+        "--status-interval",
+        type=_positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between status syncs, as NVIDIA's controller (default %(default)s)",
+    )
+    parser.add_argument(
+        "--resource-api-version",
+        choices=API_VERSIONS,
+        default=None,
+        help="resource.k8s.io version of the templates (default: the newest the server serves)",
+    )
+
+
+async def _serve(args: argparse.Namespace) -> int:
+
+    client = client_factory(args.kubeconfig)()
+    controller = ComputeDomainController(
+        client,
+        args.namespace,
+        status_interval=args.status_interval,
+        resource_api_version=args.resource_api_version,
+    )
+    try:
+        async with DaemonLifecycle() as daemon:
+            await daemon.serve(controller)
+            await daemon.wait()
+    finally:
+        await client.close()
+    return 0
+
+
+def run_compute_domain_controller_command(args: argparse.Namespace) -> int:
+    return run_bounded(_serve(args))
