@@ -144,8 +144,9 @@ def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--namespace",
-        default="nvidia-dra-driver-gpu",
-        help="the driver's namespace, where the ComputeDomainCliques live (default %(default)s)",
+        default="fakegpu",
+        help="the driver's namespace, where the ComputeDomainCliques live; the compute-domain controller's "
+        "--namespace must match (default %(default)s)",
     )
     group.add_argument(
         "--imex-daemon-start-delay",

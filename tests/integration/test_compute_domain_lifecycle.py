@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
+from fakegpu.dra.compute_domain.resources import ComputeDomain
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -99,16 +101,16 @@ async def nodes(server: FakeApiServer, root: Path) -> AsyncIterator[list[Node]]:
             await kubelet.start()
             started.append(Node(driver, kubelet, live))
             await driver.wait_published()
-            registered = (GPU_DRIVER, COMPUTE_DOMAIN_DRIVER)
-            await eventually(
-                lambda k=kubelet: all(d in k.dra_plugins.plugins for d in registered),
-                f"both DRA plugins of {name} to register with its kubelet",
-            )
+            await eventually(partial(registered, kubelet), f"both DRA plugins of {name} to register with its kubelet")
         yield started
     finally:
         for node in started:
             await node.kubelet.stop()
             await node.driver.stop()
+
+
+def registered(kubelet: KubeletEmulator) -> bool:
+    return all(d in kubelet.dra_plugins.plugins for d in (GPU_DRIVER, COMPUTE_DOMAIN_DRIVER))
 
 
 def domain(server: FakeApiServer) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def worker_claims(server: FakeApiServer, worker: int, node: str) -> list[PodClai
         node,
         ["channel-0"],
         driver=COMPUTE_DOMAIN_DRIVER,
-        config=config,
+        config=[{"source": "FromClaim", **c} for c in config],
         reserved_for=[pod],
         request=request["name"],
         device_class=request["exactly"]["deviceClassName"],
@@ -157,14 +159,18 @@ def readme_block() -> str:
 
 async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(server, controller, nodes):
     out: list[str] = []
-    server.create_direct(
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train-16gpu", "namespace": NS},
-            "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": "train-16gpu-imex"}}},
-        }
+    client = server.client()
+    await client.create(
+        ComputeDomain.from_dict(
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomain",
+                "metadata": {"name": "train-16gpu", "namespace": NS},
+                "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": "train-16gpu-imex"}}},
+            }
+        )
     )
+    await client.close()
     uid = domain(server)["metadata"]["uid"]
     await eventually(
         lambda: server.get_object("resourceclaimtemplates", "train-16gpu-imex", NS) is not None,
@@ -183,12 +189,18 @@ async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(s
     pods = []
     for worker, (name, node) in enumerate(zip(NODES, nodes, strict=True)):
         claims = worker_claims(server, worker, name)
-        pods.append(await node.kubelet.run_pod(f"pod-{worker}", {"worker": {}}, name=f"train-16gpu-{worker}", claims=claims))
+        pods.append(
+            await node.kubelet.run_pod(f"pod-{worker}", {"worker": {}}, name=f"train-16gpu-{worker}", claims=claims)
+        )
     first = nodes[0].kubelet.pods["pod-0"]
-    out.append(f"pod/train-16gpu-0 on {NODES[0]}: {first.state}")
+    assert (first.phase, first.reason) == ("Pending", "ContainerCreating"), first
+    out.append(f"pod/train-16gpu-0 on {NODES[0]}: {first.phase} ({first.reason})")
+    out.append(
+        f"  FailedPrepareDynamicResources: ... error asserting {first.prepare_error.split('error asserting ')[-1]}"
+    )
 
     async def all_running() -> None:
-        states = [n.kubelet.pods[f"pod-{i}"].state for i, n in enumerate(nodes)]
+        states = [n.kubelet.pods[f"pod-{i}"].phase for i, n in enumerate(nodes)]
         assert states == ["Running"] * 4, states
 
     await eventually(all_running, "every worker's claims prepared once its node's IMEX daemon is Ready", 20.0)
@@ -199,16 +211,20 @@ async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(s
         channel = [d for d in devices if d.startswith("k8s.compute-domain.nvidia.com/claim=")]
         gpus = [d for d in devices if d.startswith("k8s.gpu.nvidia.com/claim=")]
         assert len(channel) == 1 and channel[0].endswith("-channel-0") and len(gpus) == 4, devices
-        assert (server.get_object("nodes", NODES[i]) or {})["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == uid
+        assert (server.get_object("nodes", NODES[i]) or {})["metadata"]["labels"][
+            "resource.nvidia.com/computeDomain"
+        ] == uid
     first = nodes[0].kubelet.pods["pod-0"]
     out.append(f"pod/train-16gpu-0 on {NODES[0]}: Running after {first.prepare_attempts} prepare attempt(s)")
-    out.append("  CDI devices: 4 x k8s.gpu.nvidia.com/claim=<uid>-gpu-N, k8s.compute-domain.nvidia.com/claim=<uid>-channel-0")
+    out.append(
+        "  CDI devices: 4 x k8s.gpu.nvidia.com/claim=<uid>-gpu-N, k8s.compute-domain.nvidia.com/claim=<uid>-channel-0"
+    )
     out.append(status_line(server))
     for entry in sorted(domain(server)["status"]["nodes"], key=lambda e: e["index"]):
         out.append(f"  {entry['name']}  index {entry['index']}  clique {entry['cliqueID']}  {entry['status']}")
 
     nodes[2].live.inject_xid("0", 79)
-    out.append(f"$ fakegpu ctl --dra inject-xid 0 79   # on {NODES[2]}: GPU 0 fell off the bus")
+    out.append(f"$ fakegpu ctl --dra xid 0 79   # on {NODES[2]}: its GPU 0 falls off the bus")
     await eventually(
         lambda: (domain(server).get("status") or {}).get("status") == "NotReady",
         "an XID on a node of the domain to take the domain NotReady",
@@ -220,7 +236,8 @@ async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(s
     out.append(f"  {entry['name']}  index {entry['index']}  clique {entry['cliqueID']}  {entry['status']}")
     events = [e for e in server.objects("events") if e.get("involvedObject", {}).get("uid") == uid]
     assert events, "the controller records the domain's Ready / NotReady transitions as Events"
-    out.append(f"event: {events[-1]['reason']}: {events[-1]['message']}")
+    last = max(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+    out.append(f"event: {last['type']} {last['reason']}: {last['message']}")
 
     transcript = "\n".join(out) + "\n"
     print(transcript)

@@ -28,6 +28,7 @@ from fakegpu.dra.compute_domain.claim_preparer import ComputeDomainPreparer
 from fakegpu.dra.compute_domain.daemon_emulation import DEFAULT_START_DELAY, ImexDaemonEmulation
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
 from fakegpu.dra.compute_domain.domain_api import DomainApi
+from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaims
@@ -43,8 +44,7 @@ from fakegpu.sharing.node import Node
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "nvidia-dra-driver-gpu"
-"""NVIDIA's chart's namespace: where the ComputeDomainCliques (and the daemons) live."""
+DEFAULT_NAMESPACE = DRIVER_NAMESPACE
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 

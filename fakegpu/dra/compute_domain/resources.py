@@ -32,3 +32,8 @@ DEFAULT_CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
 READY = "Ready"
 NOT_READY = "NotReady"
+
+DRIVER_NAMESPACE = "fakegpu"
+"""Where the ComputeDomainCliques and daemon templates live by default: the namespace deploy/ installs fakegpu
+in (NVIDIA's chart uses its release namespace, e.g. ``nvidia-dra-driver-gpu``). The controller and the node
+plugins must agree on it."""
