@@ -31,8 +31,11 @@ async def reconcile_forever(
     """
     failures = 0
     while True:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that arrives as
+        # its timeout fires, and the loop would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(dirty.wait(), resync_interval)
+            async with asyncio.timeout(resync_interval):
+                await dirty.wait()
         dirty.clear()
         try:
             await reconcile()

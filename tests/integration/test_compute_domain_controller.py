@@ -172,7 +172,7 @@ async def test_a_new_domain_gets_finalizer_templates_and_ready_status(
     assert daemon_template["metadata"]["labels"] == {LABEL: uid, "resource.nvidia.com/computeDomainTarget": "Daemon"}
     assert daemon_template["metadata"]["finalizers"] == [FINALIZER]
     assert daemon_template["spec"] == daemon_spec
-    (ready,) = events(server, "ComputeDomainReady")
+    (ready,) = await eventually(lambda: events(server, "ComputeDomainReady"), "the Ready event (after the status)")
     assert ready["involvedObject"]["uid"] == uid and ready["type"] == "Normal"
     assert server.rejections == []
 
@@ -200,7 +200,7 @@ async def test_status_waits_for_num_nodes_ready_daemons(
         {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "cluster-a.1", "index": 0, "status": "Ready"},
         {"name": "n2", "ipAddress": "10.0.0.2", "cliqueID": "cluster-a.1", "index": 1, "status": "Ready"},
     ]
-    (ready,) = events(server, "ComputeDomainReady")
+    (ready,) = await eventually(lambda: events(server, "ComputeDomainReady"), "the Ready event (after the status)")
     assert "ready: n1, n2" in ready["message"]
     await write_clique(client, server, uid, [daemon("n1", "Ready", 0), daemon("n2", "NotReady", 1)])
     await eventually(lambda: status_of(server) == "NotReady", "ComputeDomain NotReady again", 10)
@@ -237,13 +237,20 @@ async def test_spec_update_is_refused(
     await eventually(
         lambda: FINALIZER in (stored_domain(server) or {}).get("metadata", {}).get("finalizers", []), "finalizer", 10
     )
-    current = await client.get(ComputeDomain, "cd", namespace=NS)
-    changed: Obj = dict(current.to_dict())  # type: ignore[no-untyped-call]
-    changed["spec"]["numNodes"] = 3
-    with pytest.raises(ApiError) as info:
-        await client.replace(ComputeDomain.from_dict(changed))
-    assert info.value.status.code == 422
-    assert 'spec: Invalid value: "object": A computeDomain.spec is immutable' in str(info.value.status.message)
+
+    async def replace_refused() -> ApiError:
+        """The refusal of a spec change; a 409 (the controller wrote the status in between) is "not yet"."""
+        current = await client.get(ComputeDomain, "cd", namespace=NS)
+        changed: Obj = dict(current.to_dict())  # type: ignore[no-untyped-call]
+        changed["spec"]["numNodes"] = 3
+        with pytest.raises(ApiError) as info:
+            await client.replace(ComputeDomain.from_dict(changed))
+        assert info.value.status.code != 409, "conflict with the controller's write: read again"
+        return info.value
+
+    refused = await eventually(replace_refused, "the spec change refused", 10)
+    assert refused.status.code == 422
+    assert 'spec: Invalid value: "object": A computeDomain.spec is immutable' in str(refused.status.message)
 
 
 async def test_deletion_cleans_up_and_removes_the_finalizer(
@@ -297,7 +304,7 @@ async def test_a_taken_template_name_keeps_the_domain_not_ready(
     await create_domain(client)
     warning = await eventually(lambda: events(server, "ResourceClaimTemplateExists"), "a collision event", 10)
     assert "already exists and belongs to no ComputeDomain" in warning[0]["message"]
-    assert status_of(server) == "NotReady"
+    await eventually(lambda: status_of(server) == "NotReady", "the domain NotReady while its template name is taken")
     await client.delete(ResourceClaimTemplate, "cd-channel", namespace=NS)
     await eventually(lambda: status_of(server) == "Ready", "Ready once the name is free", 10)
     template = server.get_object("resourceclaimtemplates", "cd-channel", NS)

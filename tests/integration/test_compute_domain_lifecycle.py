@@ -234,9 +234,16 @@ async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(s
     entry = next(e for e in domain(server)["status"]["nodes"] if e["name"] == NODES[2])
     assert entry["status"] == "NotReady"
     out.append(f"  {entry['name']}  index {entry['index']}  clique {entry['cliqueID']}  {entry['status']}")
-    events = [e for e in server.objects("events") if e.get("involvedObject", {}).get("uid") == uid]
-    assert events, "the controller records the domain's Ready / NotReady transitions as Events"
-    last = max(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def latest_event() -> dict[str, Any]:
+        """The controller records each Ready / NotReady transition as an Event, just after the status."""
+        events = [e for e in server.objects("events") if e.get("involvedObject", {}).get("uid") == uid]
+        assert events, "no event about the domain yet"
+        last: dict[str, Any] = max(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+        assert f"not ready: {NODES[2]}" in last["message"], last["message"]
+        return last
+
+    last = await eventually(latest_event, "the NotReady event naming the node")
     out.append(f"event: {last['type']} {last['reason']}: {last['message']}")
 
     transcript = "\n".join(out) + "\n"
