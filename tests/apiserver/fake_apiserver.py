@@ -809,6 +809,8 @@ class FakeApiServer:
             if key in self._objects:
                 raise ValueError(f"{rtype.plural} {key[1]}/{key[2]} already exists")
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            if rtype.group == NVIDIA_GROUP:  # a real server defaults what it reads from storage, too
+                crd_schema.crd_schemas()[rtype.plural].normalize(new)
             if validate:
                 self._raise_direct(rtype, new)
             return self._commit_put(rtype, key, new)

@@ -180,3 +180,28 @@ async def test_without_the_crds_the_group_is_not_served() -> None:
             groups = (await http.get("/apis")).json()["groups"]
             assert [g["name"] for g in groups] == ["resource.k8s.io"]
             assert (await http.get("/apis/resource.nvidia.com")).status_code == 404
+
+
+async def test_an_object_stored_behind_the_apis_back_is_defaulted_as_one_written_through_it() -> None:
+    """A real API server defaults what it reads from storage; so a domain the test stores directly can be
+    updated (finalizer added) without its missing defaults reading as a spec change."""
+    with FakeApiServer("1.36", nvidia_crds=True) as server:
+        stored = server.create_direct(
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomain",
+                "metadata": {"name": "cd", "namespace": "default"},
+                "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}},
+            }
+        )
+        assert stored["spec"] == {
+            "numNodes": 0,
+            "channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "Single"},
+        }
+        client = server.client()
+        body = (await client.get(ComputeDomain, "cd", namespace="default")).to_dict()  # type: ignore[no-untyped-call]
+        body["metadata"]["finalizers"] = ["resource.nvidia.com/computeDomain"]
+        await client.replace(ComputeDomain.from_dict(body))
+        after = server.get_object("computedomains", "cd", "default")
+        assert after is not None and after["metadata"]["finalizers"] == ["resource.nvidia.com/computeDomain"]
+        await client.close()
