@@ -21,7 +21,7 @@ from fakegpu.cli.main import full_parser
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 # The overlays that run a workload, one each.
-OVERLAYS = ("device-plugin", "dra", "kwok")
+OVERLAYS = ("device-plugin", "dra", "kwok", "compute-domains")
 # Every directory users apply on its own (deploy/README.md): the shared namespace, the shared DeviceClasses and
 # the three faces. Each object belongs to exactly one, so `kubectl delete -k` of one face leaves the others.
 SHARED_NAMESPACE = "base"
@@ -33,7 +33,9 @@ EXAMPLES = DEPLOY / "examples"
 NAMESPACE = "fakegpu"
 PART_OF = ("app.kubernetes.io/part-of", "fakegpu")
 KUBERNETES_VERSION = "1.36.0"
-CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass"})
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass", "CustomResourceDefinition"}
+)
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment"})
 
 Obj = dict[str, Any]

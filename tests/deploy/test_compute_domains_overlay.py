@@ -66,6 +66,8 @@ def test_labels_and_namespaces_follow_the_other_overlays() -> None:
 def test_no_object_is_shared_with_another_applied_directory() -> None:
     ours = {(o["kind"], o["metadata"]["name"]) for o in render_dir(OVERLAY)}
     for directory in APPLIED:
+        if directory == OVERLAY:
+            continue
         theirs = {(o["kind"], o["metadata"]["name"]) for o in render_dir(directory)}
         assert not ours & theirs, directory
 
