@@ -149,8 +149,10 @@ class ImexDaemonEmulation:
                 log.warning(
                     "IMEX daemon emulation on node %s: API call failed (%s); retrying in %.1fs", self.node, exc, timeout
                 )
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the cancellation of stop().
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(timeout, 0.01))
+                async with asyncio.timeout(max(timeout, 0.01)):
+                    await self._wake.wait()
 
     async def reconcile(self) -> float:
         """One pass; returns when the next one is due without a change (the end of the start delay)."""
