@@ -33,6 +33,7 @@ from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause, retry_note
 from fakegpu.kube.client import api_failure, client_target
+from fakegpu.kube.event_wait import wait_event
 from fakegpu.kube.node_watch import NodeWatch
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.runtime.background_tasks import cancel_and_wait
@@ -122,9 +123,7 @@ async def initial_selection(
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), 2.0)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), pause)
-        if stop.is_set():
+        if await wait_event(stop, pause):
             return None
     chosen, selected = selection.inputs_for(inputs, label_value)
     return chosen, selected, label_value

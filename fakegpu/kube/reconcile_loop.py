@@ -8,10 +8,10 @@ one backoff policy (``fakegpu.kube.backoff``) until it succeeds, without hammeri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause
+from fakegpu.kube.event_wait import wait_event
 
 
 async def reconcile_forever(
@@ -31,11 +31,7 @@ async def reconcile_forever(
     """
     failures = 0
     while True:
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that arrives as
-        # its timeout fires, and the loop would then never stop.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(resync_interval):
-                await dirty.wait()
+        await wait_event(dirty, resync_interval)
         dirty.clear()
         try:
             await reconcile()

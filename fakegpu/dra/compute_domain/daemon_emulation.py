@@ -20,7 +20,6 @@ API failures are logged and retried with backoff; nothing here ever stops the pl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from fakegpu.dra.compute_domain.resources import (
     ComputeDomainClique,
 )
 from fakegpu.kube.backoff import jittered_pause
+from fakegpu.kube.event_wait import wait_event
 from fakegpu.kube.node_watch import NodeWatch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -149,10 +149,7 @@ class ImexDaemonEmulation:
                 log.warning(
                     "IMEX daemon emulation on node %s: API call failed (%s); retrying in %.1fs", self.node, exc, timeout
                 )
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the cancellation of stop().
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(timeout, 0.01)):
-                    await self._wake.wait()
+            await wait_event(self._wake, max(timeout, 0.01))
 
     async def reconcile(self) -> float:
         """One pass; returns when the next one is due without a change (the end of the start delay)."""
