@@ -208,7 +208,7 @@ def opaque_configs(entries: Any, driver: str, claim_name: str) -> list[OpaqueCon
     return by_source["FromClass"] + by_source["FromClaim"]
 
 
-def _matches(requests: Sequence[str], request: str) -> bool:
+def names_request(requests: Sequence[str], request: str) -> bool:
     """``requests`` names ``request`` itself or, for a prioritized-list result ``main/sub``, ``main``."""
     return request in requests or request.split("/", 1)[0] in requests
 
@@ -218,7 +218,7 @@ def pick_config(configs: Sequence[OpaqueConfig], request: str, device: str, kind
     request must fit the device type (else error), an all-requests config of the wrong type is skipped."""
     for entry in reversed((*_DEFAULTS, *configs)):
         config, requests, where = entry.config, entry.requests, entry.where
-        if requests and _matches(requests, request):
+        if requests and names_request(requests, request):
             if config.device_kind != kind:
                 raise ClaimError(
                     f"{where}: cannot apply {config.kind} to device {device!r} of type {kind!r} (request {request})"

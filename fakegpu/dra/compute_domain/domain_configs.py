@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.compute_domain.resources import API_VERSION, CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
+from fakegpu.dra.opaque_config import names_request
 
 ALLOCATION_MODES: Final = ("Single", "All")
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -121,9 +122,8 @@ def pick_config(configs: Sequence[ConfigEntry], request: str, kind: str) -> Doma
     """The config for a result of ``request`` that needs ``kind``: the highest-precedence entry naming the
     request (of the wrong kind: ``cannot apply <kind> to request: <request>``), else the highest-precedence
     all-requests entry of the right kind."""
-    base = request.split("/", 1)[0]
     for entry in reversed(configs):
-        if entry.requests and (request in entry.requests or base in entry.requests):
+        if entry.requests and names_request(entry.requests, request):
             if entry.config.kind != kind:
                 raise ClaimError(f"cannot apply {entry.config.kind} to request: {request}")
             return entry.config
