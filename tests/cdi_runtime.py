@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from fakegpu.runtime.cdi_spec import qualified_name, validate_spec
+from fakegpu.runtime.cdi_spec_model import qualified_name, validate_spec
 
 
 class UnresolvableDevice(LookupError):

@@ -31,7 +31,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
-from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor
+from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, cdi_vendor
 from fakegpu.fakeplugin.allocate_response import CDI_VENDOR
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded

@@ -34,7 +34,7 @@ def control_daemon_id(claim_uid: str, uuids: Sequence[str]) -> str:
 
 
 def pipe_directory_env() -> str:
-    """The variable every device of an MPS group gets (``claim_preparation`` puts it in the device's env)."""
+    """The variable every device of an MPS group gets (``prepare_plan`` puts it in the device's env)."""
     return f"{PIPE_DIRECTORY_ENV}={CONTAINER_PIPE_DIR}"
 
 

@@ -23,8 +23,8 @@ import grpc
 
 from fakegpu.control.injected_faults import apply_fault
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.claim_preparation import PreparedResult
 from fakegpu.dra.metrics import DraMetrics
+from fakegpu.dra.prepare_plan import PreparedResult
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as v1
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
@@ -40,8 +40,8 @@ Outcome = tuple[tuple[PreparedResult, ...], str]
 
 
 class Preparer(Protocol):
-    """What the service needs of a driver's preparer: the GPU driver's (``fakegpu.dra.claim_preparer``) or the
-    compute-domain driver's (``fakegpu.dra.compute_domain.claim_preparer``)."""
+    """What the service needs of a driver's preparer: the GPU driver's (``fakegpu.dra.gpu_prepare``) or the
+    compute-domain driver's (``fakegpu.dra.compute_domain.domain_prepare``)."""
 
     driver: str
     metrics: DraMetrics

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult
+from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
 from fakegpu.runtime.atomic_files import atomic_write
 from fakegpu.runtime.directories import ensure_dir
 
@@ -75,9 +75,9 @@ class PreparedClaim:
         return self.state == PREPARE_COMPLETED
 
     @property
-    def preparation(self) -> ClaimPreparation:
+    def preparation(self) -> PreparePlan:
         """The stored preparation: what to return for a completed claim, or what to undo for a started one."""
-        return ClaimPreparation(
+        return PreparePlan(
             uid=self.uid,
             namespace=self.namespace,
             name=self.name,
@@ -252,7 +252,7 @@ class PreparedClaims:
         with self._lock:
             return [self._state()[uid] for uid in sorted(self._state())]
 
-    def start(self, claim: ClaimRef, prep: ClaimPreparation) -> PreparedClaim:
+    def start(self, claim: ClaimRef, prep: PreparePlan) -> PreparedClaim:
         """Record ``PrepareStarted`` with the devices about to be prepared; call before any side effect.
 
         A completed claim is refused: the contract is to return its stored devices, not to redo it.

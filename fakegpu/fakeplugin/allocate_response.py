@@ -16,7 +16,7 @@ from fakegpu.fakeplugin.allocation_error import AllocationError
 from fakegpu.fakeplugin.imex_channels import imex_channels
 from fakegpu.fakeplugin.preferred_allocation import shown_id
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
-from fakegpu.runtime.cdi_spec import qualified_name
+from fakegpu.runtime.cdi_spec_model import qualified_name
 from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.sharing.inventory import Device, Inventory, Resource
 from fakegpu.sharing.node import MigInstance
@@ -139,7 +139,7 @@ def device_paths(
 
 def additional_cdi_classes(config: PluginConfig) -> list[str]:
     """NVIDIA's ``additionalModes``, in its order (``internal/cdi/cdi.go`` ``New``): gdrcopy, gds, mofed.
-    Each is a CDI class with one device ``all``; the plugin's spec defines them (``fakeplugin.cdi_spec_files``)."""
+    Each is a CDI class with one device ``all``; the plugin's spec defines them (``fakeplugin.plugin_cdi_specs``)."""
     enabled = {"gdrcopy": config.gdrcopy_enabled, "gds": config.gds_enabled, "mofed": config.mofed_enabled}
     return [cdi_class for cdi_class, on in enabled.items() if on]
 

@@ -18,11 +18,11 @@ from lightkube import AsyncClient
 
 from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
-from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.imex_channels import check_imex_channels
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
+from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
 from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import PodAnnotations
@@ -94,7 +94,7 @@ async def run_plugin_daemon(
     kubelet's PodResources, and/or the kubelet's probes from the start (``PluginManager.not_ready``; none by
     default).
     With ``cdi_root``, write the plugin's CDI specs there whenever a CDI deviceListStrategy is configured
-    (``fakegpu.fakeplugin.cdi_spec_files``; none by default, ``fakegpu plugin`` passes ``/var/run/cdi``).
+    (``fakegpu.fakeplugin.plugin_cdi_specs``; none by default, ``fakegpu plugin`` passes ``/var/run/cdi``).
     """
     node = node or NodeSettings()
     telemetry = telemetry or TelemetrySettings()

@@ -14,8 +14,8 @@ import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.slice_commands import dra_feature_gates, slice_options
-from fakegpu.dra.claim_preparation import claim_preparation
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.prepare_plan import prepare_plan
 from fakegpu.dra.resource_slices import build_slice_specs, spec_devices
 from fakegpu.sharing.inputs import load_inventory, load_node
 from fakegpu.sharing.node import Node
@@ -232,7 +232,7 @@ def test_claim_selects_published_devices_and_prepares(name: str) -> None:
     }
     # With the overlay's feature gates: a sharing strategy whose gate the overlay lacks fails here, as it
     # would in NodePrepareResources (kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1/sharing.go).
-    preparation = claim_preparation(claim, DRIVER, node.name, published_devices(node, args.mig_mode), args.gates)
+    preparation = prepare_plan(claim, DRIVER, node.name, published_devices(node, args.mig_mode), args.gates)
     assert [r.device for r in preparation.results] == [r["device"] for r in results]
     by_name = published_devices(node, args.mig_mode)
     for result in preparation.results:

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 
-from fakegpu.dra import claim_preparer
+from fakegpu.dra import gpu_prepare
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.dra.mps_control_files import control_daemon_id
@@ -334,11 +334,11 @@ async def test_unprepare_is_logged_at_info_like_prepare(apiserver, make_driver, 
     driver = await make_driver(apiserver, "2xh100-80gb")
     uid = apiserver.create_direct(allocated_claim("c1", NODE, ["gpu-1"]))["metadata"]["uid"]
     ref = ("default", "c1", uid)
-    caplog.set_level(logging.INFO, logger="fakegpu.dra.claim_preparer")
+    caplog.set_level(logging.INFO, logger="fakegpu.dra.gpu_prepare")
     await prepare(driver.plugin.dra_socket, [ref])
     await unprepare(driver.plugin.dra_socket, [ref])
     await unprepare(driver.plugin.dra_socket, [ref])
-    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fakegpu.dra.claim_preparer"]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fakegpu.dra.gpu_prepare"]
     assert lines == [
         ("INFO", f"prepared claim default/c1 ({uid}): gpu-1"),
         ("INFO", f"unprepared claim default/c1 ({uid}): gpu-1"),
@@ -385,7 +385,7 @@ async def test_restart_between_prepare_started_and_completed(apiserver, make_dri
     def crash(*args: Any, **kwargs: Any) -> None:
         raise OSError("simulated crash while writing the CDI spec")
 
-    monkeypatch.setattr(claim_preparer, "write_spec", crash)
+    monkeypatch.setattr(gpu_prepare, "write_spec", crash)
     response = await prepare(driver.plugin.dra_socket, [("default", "c", uid)])
     assert "simulated crash" in response.claims[uid].error
     checkpoint = PreparedClaims.in_dir(root / "kubelet/plugins/gpu.nvidia.com")

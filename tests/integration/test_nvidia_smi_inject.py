@@ -21,12 +21,12 @@ import pytest
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.main import full_parser
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
-from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.gpu_prepare import ClaimPreparer
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
-from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory

@@ -286,7 +286,7 @@ command's parser and run module is imported first); prints ``[[status, stderr], 
 _OPAQUE = (
     "import json, sys\n"
     "from fakegpu.dra.claim_error import ClaimError\n"
-    "from fakegpu.dra.claim_preparation import claim_preparation\n"
+    "from fakegpu.dra.prepare_plan import prepare_plan\n"
     "from fakegpu.dra.device_map import published_devices\n"
     "from fakegpu.dra.feature_gates import parse_feature_gates\n"
     "from fakegpu.sharing.inputs import InventoryInputs, load_inventory\n"
@@ -294,7 +294,7 @@ _OPAQUE = (
     "claim = json.loads(sys.argv[1])\n"
     "gates = parse_feature_gates('TimeSlicingSettings=true,MPSSupport=true')\n"
     "try:\n"
-    "    claim_preparation(claim, 'gpu.nvidia.com', 'node-a', published_devices(node, 'static'), gates)\n"
+    "    prepare_plan(claim, 'gpu.nvidia.com', 'node-a', published_devices(node, 'static'), gates)\n"
     "except ClaimError as exc:\n"
     "    sys.stderr.write(f'fakegpu: error: {exc}\\n')\n"
     "    sys.exit(2)\n"

@@ -21,7 +21,7 @@ CDI directory and the checkpoint always agree (at rest, a CDI spec always has a 
 the driver serves, they match exactly and nothing is left in ``PrepareStarted``). Kills land while idle,
 after prepares, inside NodePrepareResources before its first phase (delay fault), and between its two
 checkpoint phases: after ``PrepareStarted`` and after the CDI spec (the ``FAKEGPU_TEST_PREPARE_PHASE_PAUSE``
-hook of ``dra/claim_preparer.py`` holds each window open; the soak watches the files and kills inside it).
+hook of ``dra/gpu_prepare.py`` holds each window open; the soak watches the files and kills inside it).
 
 "Prepared twice" is counted from the daemons' own ``prepared claim`` log lines: a claim prepared once and
 then asked again must be answered from the checkpoint, not prepared anew.
@@ -52,8 +52,8 @@ import grpc
 import pytest
 
 from fakegpu.control.client import admin_call, admin_request
-from fakegpu.dra.cdi_specs import cdi_vendor, claim_spec_file_name
-from fakegpu.dra.claim_preparer import PHASE_PAUSE_ENV, phase_pause_from_env
+from fakegpu.dra.claim_cdi_specs import cdi_vendor, claim_spec_file_name
+from fakegpu.dra.gpu_prepare import PHASE_PAUSE_ENV, phase_pause_from_env
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim, PreparedClaims
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.plugin_watcher import PluginHandler, PluginWatcher, RegistrationRejected
@@ -824,7 +824,7 @@ async def test_dra_restarts_lose_no_claim_and_prepare_none_twice(profile: Profil
 def test_phase_pause_hook_is_off_unless_asked(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The soak's hook into dra/claim_preparer.py: unset means no pause; nonsense is refused, not obeyed."""
+    """The soak's hook into dra/gpu_prepare.py: unset means no pause; nonsense is refused, not obeyed."""
     monkeypatch.delenv(PHASE_PAUSE_ENV, raising=False)
     assert phase_pause_from_env() == 0.0
     monkeypatch.setenv(PHASE_PAUSE_ENV, "0.25")

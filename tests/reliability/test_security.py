@@ -44,14 +44,14 @@ import fakegpu.control.server as admin_server
 from fakegpu.control.client import admin_call
 from fakegpu.control.protocol import AdminError
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.claim_preparer import ClaimPreparer
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.feature_gates import parse_feature_gates
+from fakegpu.dra.gpu_prepare import ClaimPreparer
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from fakegpu.runtime.cdi_spec import validate_spec
+from fakegpu.runtime.cdi_spec_model import validate_spec
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from fakegpu.dra.cdi_specs import VOID_VISIBLE_DEVICES, cdi_vendor
+from fakegpu.dra.claim_cdi_specs import VOID_VISIBLE_DEVICES, cdi_vendor
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
-from fakegpu.runtime.cdi_spec import new_spec, spec_file_name, write_spec_file
+from fakegpu.runtime.cdi_spec_model import new_spec, spec_file_name, write_spec_file
 from fakegpu.sharing.nvlink_fabric import imex_channel_path
 
 VENDOR: Final = cdi_vendor(COMPUTE_DOMAIN_DRIVER)

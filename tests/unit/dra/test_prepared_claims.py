@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from fakegpu.dra.claim_preparation import ClaimPreparation, claim_preparation
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.prepare_plan import PreparePlan, prepare_plan
 from fakegpu.dra.prepared_claims import (
     CHECKPOINT_FILE,
     PREPARE_COMPLETED,
@@ -33,17 +33,17 @@ UID = "2e800b5e-0000-4000-8000-000000000001"
 UID2 = "7f11aa00-0000-4000-8000-000000000002"
 
 
-def preparation(uid: str = UID, devices: tuple[str, ...] = ("gpu-0",)) -> ClaimPreparation:
+def preparation(uid: str = UID, devices: tuple[str, ...] = ("gpu-0",)) -> PreparePlan:
     n = build_node(parse_node_spec({"gpus": [{"model": "h100-80gb", "count": 2}]}, "t"), NODE, source="t")
     results = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": d} for d in devices]
     claim = {
         "metadata": {"namespace": "default", "name": f"claim-{uid[:4]}", "uid": uid},
         "status": {"allocation": {"devices": {"results": results}}},
     }
-    return claim_preparation(claim, "gpu.nvidia.com", NODE, published_devices(n, "static"))
+    return prepare_plan(claim, "gpu.nvidia.com", NODE, published_devices(n, "static"))
 
 
-def ref(prep: ClaimPreparation) -> ClaimRef:
+def ref(prep: PreparePlan) -> ClaimRef:
     return ClaimRef(namespace=prep.namespace, name=prep.name, uid=prep.uid)
 
 
@@ -226,7 +226,7 @@ def test_prepared_result_json_round_trip():
         "metadata": {"namespace": "default", "name": "shared", "uid": UID},
         "status": {"allocation": {"devices": {"results": [shared]}}},
     }
-    (r,) = claim_preparation(claim, "gpu.nvidia.com", NODE, published_devices(n, "static")).results
+    (r,) = prepare_plan(claim, "gpu.nvidia.com", NODE, published_devices(n, "static")).results
     assert r.request_name == "main"
     assert result_json(r)["shareID"] == "abc"
     assert parse_result(result_json(r)) == r

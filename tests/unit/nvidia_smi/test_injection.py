@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.dra.cdi_specs import cdi_spec, write_spec
+from fakegpu.dra.claim_cdi_specs import claim_spec, write_spec
 from fakegpu.fakeplugin.allocate_response import container_allocate_response, validate_request
-from fakegpu.runtime.cdi_spec import minimum_version, validate_spec
+from fakegpu.runtime.cdi_spec_model import minimum_version, validate_spec
 from fakegpu.sharing.inputs import load_inventory
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_DRA_DIR, DEFAULT_PLUGIN_DIR
@@ -112,15 +112,15 @@ UID_DIGIT = "2e800b5e-1111-4000-8000-000000000002"
 
 
 def test_cdi_spec_without_the_option_is_unchanged():
-    spec = cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES)
+    spec = claim_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES)
     assert spec["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
     assert spec["devices"][0]["containerEdits"] == {"env": ["FAKEGPU_VISIBLE_DEVICES=GPU-a"]}
-    assert spec == cdi_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES, nvidia_smi_dir=None)
+    assert spec == claim_spec("k8s.gpu.nvidia.com", UID_LETTER, DEVICES, nvidia_smi_dir=None)
 
 
 @pytest.mark.parametrize(("uid", "version"), [(UID_LETTER, "0.3.0"), (UID_DIGIT, "0.5.0")])
 def test_cdi_spec_mounts_the_script_and_keeps_the_lowest_version(uid, version):
-    spec = cdi_spec("k8s.gpu.nvidia.com", uid, DEVICES, nvidia_smi_dir="/var/run/fakegpu/nvidia-smi/dra")
+    spec = claim_spec("k8s.gpu.nvidia.com", uid, DEVICES, nvidia_smi_dir="/var/run/fakegpu/nvidia-smi/dra")
     assert list(spec) == ["cdiVersion", "kind", "devices", "containerEdits"]
     assert spec["cdiVersion"] == version
     assert spec["devices"][0]["containerEdits"] == {"env": ["FAKEGPU_VISIBLE_DEVICES=GPU-a"]}
@@ -147,6 +147,6 @@ def test_cdi_spec_mounts_the_script_and_keeps_the_lowest_version(uid, version):
 
 
 def test_cdi_spec_with_mounts_is_written_and_reloads(tmp_path):
-    spec = cdi_spec("k8s.gpu.nvidia.com", UID_DIGIT, DEVICES, nvidia_smi_dir="/d")
+    spec = claim_spec("k8s.gpu.nvidia.com", UID_DIGIT, DEVICES, nvidia_smi_dir="/d")
     path = write_spec(tmp_path, spec, UID_DIGIT)
     assert yaml.safe_load(path.read_text()) == spec

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakegpu.dra.cdi_specs import (
-    cdi_spec,
+from fakegpu.dra.claim_cdi_specs import (
     cdi_vendor,
     claim_device_name,
+    claim_spec,
     claim_spec_file_name,
     remove_spec,
     write_spec,
 )
-from fakegpu.runtime.cdi_spec import render_spec, validate_spec
+from fakegpu.runtime.cdi_spec_model import render_spec, validate_spec
 from tests.cdi_runtime import UnresolvableDevice, resolve
 
 UID_DIGIT = "2e800b5e-1111-4000-8000-000000000002"  # most claim UIDs start with a digit
@@ -46,7 +46,7 @@ DEVICES = [Dev("gpu-0", ("FAKEGPU_VISIBLE_DEVICES=GPU-a",)), Dev("gpu-1", ("FAKE
 def test_spec_has_nvidia_common_edits_then_per_device_edits():
     """cdi.go: ``spec.WithDeviceSpecs`` and ``spec.WithEdits(commonEdits)``, commonEdits carrying
     ``NVIDIA_VISIBLE_DEVICES=void`` (nvcdi ``GetCommonEdits``)."""
-    spec = cdi_spec(cdi_vendor("gpu.nvidia.com"), UID_LETTER, DEVICES)
+    spec = claim_spec(cdi_vendor("gpu.nvidia.com"), UID_LETTER, DEVICES)
     assert spec == {
         "cdiVersion": "0.3.0",
         "kind": "k8s.gpu.nvidia.com/claim",
@@ -63,7 +63,7 @@ def test_mps_devices_mount_their_control_daemon_directories(tmp_path):
     """sharing.go ``GetCDIContainerEdits``: shm at /dev/shm, the pipe directory at /tmp/nvidia-mps, rw bind
     mounts, appended to the device's edits (cdi.go ``deviceEdits.Append``)."""
     mps = Dev("gpu-0", ("FAKEGPU_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"), None, "u-abcde")
-    spec = cdi_spec(VENDOR, UID_LETTER, [mps, DEVICES[1]], mps_root=tmp_path / "mps")
+    spec = claim_spec(VENDOR, UID_LETTER, [mps, DEVICES[1]], mps_root=tmp_path / "mps")
     options = ["rw", "nosuid", "nodev", "bind"]
     assert spec["devices"][0]["containerEdits"] == {
         "env": ["FAKEGPU_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
@@ -75,17 +75,17 @@ def test_mps_devices_mount_their_control_daemon_directories(tmp_path):
     assert "mounts" not in spec["devices"][1]["containerEdits"]
     assert spec["cdiVersion"] == "0.3.0"  # no mount type
     with pytest.raises(ValueError, match="no MPS root"):
-        cdi_spec(VENDOR, UID_LETTER, [mps])
+        claim_spec(VENDOR, UID_LETTER, [mps])
 
 
 def test_env_only_spec_declares_0_3_0_unless_a_name_starts_with_a_digit():
     assert UID_DIGIT[0].isdigit()
-    assert cdi_spec(VENDOR, UID_LETTER, DEVICES)["cdiVersion"] == "0.3.0"
-    assert cdi_spec(VENDOR, UID_DIGIT, DEVICES)["cdiVersion"] == "0.5.0"
+    assert claim_spec(VENDOR, UID_LETTER, DEVICES)["cdiVersion"] == "0.3.0"
+    assert claim_spec(VENDOR, UID_DIGIT, DEVICES)["cdiVersion"] == "0.5.0"
 
 
 def test_share_id_is_part_of_the_device_name():
-    spec = cdi_spec(VENDOR, UID_LETTER, [Dev("gpu-0", ("A=1",), share_id="s1")])
+    spec = claim_spec(VENDOR, UID_LETTER, [Dev("gpu-0", ("A=1",), share_id="s1")])
     assert spec["devices"][0]["name"] == f"{UID_LETTER}-gpu-0-s1"
 
 
@@ -100,7 +100,7 @@ def _files(root: Path) -> list[str]:
 def test_write_spec_writes_yaml_atomically_world_readable_and_leaves_no_temp_files(tmp_path):
     old = os.umask(0o077)
     try:
-        spec = cdi_spec(VENDOR, UID_DIGIT, DEVICES)
+        spec = claim_spec(VENDOR, UID_DIGIT, DEVICES)
         path = write_spec(tmp_path, spec, UID_DIGIT)
         path = write_spec(tmp_path, spec, UID_DIGIT)  # overwriting is fine
     finally:
@@ -113,7 +113,7 @@ def test_write_spec_writes_yaml_atomically_world_readable_and_leaves_no_temp_fil
 
 
 def test_a_runtime_resolves_every_device_with_the_common_edits(tmp_path):
-    spec = cdi_spec(VENDOR, UID_DIGIT, DEVICES)
+    spec = claim_spec(VENDOR, UID_DIGIT, DEVICES)
     write_spec(tmp_path, spec, UID_DIGIT)
     edits = resolve(tmp_path, [f"{VENDOR}/claim={UID_DIGIT}-gpu-1"])
     assert edits.env == {"NVIDIA_VISIBLE_DEVICES": "void", "FAKEGPU_VISIBLE_DEVICES": "GPU-b"}
@@ -125,10 +125,10 @@ def test_a_legacy_json_spec_is_replaced_and_removed(tmp_path):
     """Specs of fakegpu before NVIDIA's YAML: rewriting a claim's spec removes the JSON one (two specs
     defining one device make a runtime refuse both), and unprepare removes either."""
     legacy = tmp_path / f"k8s.gpu.nvidia.com-claim_{UID_LETTER}.json"
-    legacy.write_text(json.dumps(cdi_spec(VENDOR, UID_LETTER, DEVICES)))
-    write_spec(tmp_path, cdi_spec(VENDOR, UID_LETTER, DEVICES), UID_LETTER)
+    legacy.write_text(json.dumps(claim_spec(VENDOR, UID_LETTER, DEVICES)))
+    write_spec(tmp_path, claim_spec(VENDOR, UID_LETTER, DEVICES), UID_LETTER)
     assert _files(tmp_path) == [f"k8s.gpu.nvidia.com-claim_{UID_LETTER}.yaml"]
-    legacy.write_text(json.dumps(cdi_spec(VENDOR, UID_DIGIT, DEVICES)))
+    legacy.write_text(json.dumps(claim_spec(VENDOR, UID_DIGIT, DEVICES)))
     other = tmp_path / f"k8s.gpu.nvidia.com-claim_{UID_DIGIT}.json"
     legacy.rename(other)
     assert remove_spec(tmp_path, UID_DIGIT) is True
@@ -137,7 +137,7 @@ def test_a_legacy_json_spec_is_replaced_and_removed(tmp_path):
 
 
 def test_write_spec_refuses_devices_of_another_claim(tmp_path):
-    spec = cdi_spec(VENDOR, UID_LETTER, DEVICES)
+    spec = claim_spec(VENDOR, UID_LETTER, DEVICES)
     with pytest.raises(ValueError, match="does not belong to claim"):
         write_spec(tmp_path, spec, "b" + UID_LETTER[1:])
     assert _files(tmp_path) == []
@@ -170,8 +170,8 @@ def test_device_names_with_path_characters_are_rejected():
 
 
 def test_remove_spec_is_idempotent(tmp_path):
-    path = write_spec(tmp_path, cdi_spec(VENDOR, UID_LETTER, DEVICES), UID_LETTER)
-    other = write_spec(tmp_path, cdi_spec(VENDOR, UID_DIGIT, DEVICES), UID_DIGIT)
+    path = write_spec(tmp_path, claim_spec(VENDOR, UID_LETTER, DEVICES), UID_LETTER)
+    other = write_spec(tmp_path, claim_spec(VENDOR, UID_DIGIT, DEVICES), UID_DIGIT)
     assert remove_spec(tmp_path, UID_LETTER) is True
     assert not path.exists()
     assert remove_spec(tmp_path, UID_LETTER) is False

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from fakegpu.fakeplugin.allocate_response import container_allocate_response, control_device_paths, device_paths
-from fakegpu.fakeplugin.cdi_spec_files import PluginCdiSpecs, plugin_specs
-from fakegpu.runtime.cdi_spec import validate_spec
+from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs, plugin_specs
+from fakegpu.runtime.cdi_spec_model import validate_spec
 from fakegpu.sharing.inputs import load_inventory
 from fakegpu.sharing.inventory import Device, Inventory
 from fakegpu.sharing.live_inventory import LiveInventory

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from fakegpu.dra.cdi_specs import cdi_spec
+from fakegpu.dra.claim_cdi_specs import claim_spec
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.claim_preparation import claim_preparation
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
-from fakegpu.runtime.cdi_spec import validate_spec
+from fakegpu.dra.prepare_plan import prepare_plan
+from fakegpu.runtime.cdi_spec_model import validate_spec
 from fakegpu.sharing.identifiers import gpu_uuid, mig_uuid
 from fakegpu.sharing.node import Node, build_node
 from fakegpu.sharing.node_spec import parse_node_spec
@@ -76,7 +76,7 @@ SHARING = parse_feature_gates("TimeSlicingSettings=true,MPSSupport=true")
 
 
 def prepare(c: dict[str, Any], n: Node | None = None, mig_mode="static", gates: FeatureGates = SHARING):
-    return claim_preparation(c, DRIVER, NODE, published_devices(n or h100s(), mig_mode), gates)
+    return prepare_plan(c, DRIVER, NODE, published_devices(n or h100s(), mig_mode), gates)
 
 
 def env_of(prep, device: str) -> dict[str, str]:
@@ -180,7 +180,7 @@ def test_claim_without_our_results_prepares_nothing():
 
 def test_preparation_makes_a_valid_cdi_spec():
     prep = prepare(claim([result("gpu-0"), result("gpu-1")]))
-    spec = cdi_spec(prep.cdi_vendor, prep.uid, prep.results)
+    spec = claim_spec(prep.cdi_vendor, prep.uid, prep.results)
     validate_spec(spec)
     assert [d["name"] for d in spec["devices"]] == [r.cdi_device_name for r in prep.results]
     assert [f"{spec['kind']}={d['name']}" for d in spec["devices"]] == [r.cdi_ids[0] for r in prep.results]

@@ -19,13 +19,13 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 
-from fakegpu.dra.cdi_specs import cdi_spec, cdi_vendor, claim_spec_file_name, remove_spec, write_spec
+from fakegpu.dra.claim_cdi_specs import cdi_vendor, claim_spec, claim_spec_file_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult, claim_preparation
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
+from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, prepare_plan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
 from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -168,7 +168,7 @@ class ClaimPreparer:
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = claim_preparation(claim, self.driver, self.pool, devices, self.gates)
+        prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates)
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
@@ -191,18 +191,20 @@ class ClaimPreparer:
         )
         return prep.results
 
-    def _ensure_spec(self, uid: str, prep: ClaimPreparation) -> None:
+    def _ensure_spec(self, uid: str, prep: PreparePlan) -> None:
         """/var/run/cdi is a tmpfs: after a reboot the checkpoint remains but the spec is gone, and the
         runtime would fail with 'unresolvable CDI devices'. Write it again from the checkpoint."""
         if prep.results and not (self.cdi_root / claim_spec_file_name(prep.cdi_vendor, uid)).exists():
             self._write_spec(uid, prep)
             log.warning("re-created the missing CDI spec of prepared claim %s", uid)
 
-    def _write_spec(self, uid: str, prep: ClaimPreparation) -> None:
+    def _write_spec(self, uid: str, prep: PreparePlan) -> None:
         """The MPS directories the spec mounts first, then the spec (NVIDIA starts the daemon before)."""
         for daemon_id in _mps_daemon_ids(prep.results):
             create_dirs(self.mps_root, daemon_id)
-        spec = cdi_spec(prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir, mps_root=self.mps_root)
+        spec = claim_spec(
+            prep.cdi_vendor, uid, prep.results, nvidia_smi_dir=self._nvidia_smi_dir, mps_root=self.mps_root
+        )
         write_spec(self.cdi_root, spec, uid)
 
     def _remove_spec(self, uid: str, driver: str, devices: Sequence[PreparedResult]) -> None:

@@ -2,7 +2,7 @@
 
 The kubelet only sends a claim's identity; the driver reads the claim from the API server and works
 out, from ``status.allocation``, which of *its* devices were allocated and with which opaque config.
-Keeping that pure (claim dict in, ``ClaimPreparation`` out) makes prepare idempotent and testable: the
+Keeping that pure (claim dict in, ``PreparePlan`` out) makes prepare idempotent and testable: the
 same claim always yields the same CDI devices and environment, so a retried or restarted prepare can
 recompute instead of trusting half-written state.
 
@@ -10,7 +10,7 @@ Device names are NVIDIA's (``fakegpu.dra.device_map``); opaque configs are NVIDI
 ``MigDeviceConfig`` (``fakegpu.dra.opaque_config``).
 
 Environment each prepared device gets (one CDI device per allocation result; the claim's spec adds
-NVIDIA's common ``NVIDIA_VISIBLE_DEVICES=void``, ``fakegpu.dra.cdi_specs``):
+NVIDIA's common ``NVIDIA_VISIBLE_DEVICES=void``, ``fakegpu.dra.claim_cdi_specs``):
 
 * ``FAKEGPU_VISIBLE_DEVICES=<uuid>,<uuid>`` — what stands in for NVIDIA's per-device edits (the device
   nodes a fake GPU does not have): the UUIDs of the claim's devices allocated for the same request (a
@@ -38,13 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fakegpu.dra.cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name
+from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, cdi_vendor, check_claim_uid, claim_device_name
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import PublishedDevice
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, MPS_SUPPORT, TIME_SLICING_SETTINGS, FeatureGates
 from fakegpu.dra.mps_control_files import control_daemon_id, pipe_directory_env
 from fakegpu.dra.opaque_config import MPS, TIME_SLICING, SharingConfig, opaque_configs, pick_config
-from fakegpu.runtime.cdi_spec import qualified_name
+from fakegpu.runtime.cdi_spec_model import qualified_name
 from fakegpu.telemetry.nvidia_smi.injection import VISIBLE_DEVICES_ENV
 
 MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -76,7 +76,7 @@ class PreparedResult:
 
 
 @dataclass(frozen=True)
-class ClaimPreparation:
+class PreparePlan:
     """Everything prepare produces for one claim: the CDI devices to write and the devices to return."""
 
     uid: str
@@ -191,13 +191,13 @@ def check_sharing_gates(config: SharingConfig, gates: FeatureGates) -> None:
         )
 
 
-def claim_preparation(
+def prepare_plan(
     claim: Mapping[str, Any],
     driver: str,
     pool: str,
     devices: Mapping[str, PublishedDevice],
     gates: FeatureGates | None = None,
-) -> ClaimPreparation:
+) -> PreparePlan:
     """Work out this driver's devices, CDI names and environment for an allocated claim.
 
     ``claim`` is the ResourceClaim as the API server returns it (resource.k8s.io v1, v1beta2 or v1beta1:
@@ -276,4 +276,4 @@ def claim_preparation(
                 mps_daemon_id=mps_daemon_id,
             )
         )
-    return ClaimPreparation(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))
+    return PreparePlan(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))

@@ -2,7 +2,7 @@
 
 The kubelet only passes CDI device IDs (``k8s.gpu.nvidia.com/claim=<claimUID>-gpu-0``) to the runtime;
 the runtime resolves them through spec files in ``/var/run/cdi`` (the spec model, its checks and the
-atomic writing are ``fakegpu.runtime.cdi_spec``, shared with the device plugin's spec).
+atomic writing are ``fakegpu.runtime.cdi_spec_model``, shared with the device plugin's spec).
 
 Naming and layout mirror NVIDIA's kubelet plugin (``cmd/gpu-kubelet-plugin/cdi.go`` ``CreateClaimSpecFile``
 in kubernetes-sigs/dra-driver-nvidia-gpu): vendor ``k8s.<driver>``, class ``claim``, device names
@@ -14,7 +14,7 @@ a ``nvidia-container-runtime`` never injects devices a second time from an image
 unprepares cleanly.
 
 A fake GPU has no device nodes, so each device's edits name the devices the container gets in
-``FAKEGPU_VISIBLE_DEVICES`` (``fakegpu.dra.claim_preparation``) where NVIDIA's add ``/dev/nvidia<N>``;
+``FAKEGPU_VISIBLE_DEVICES`` (``fakegpu.dra.prepare_plan``) where NVIDIA's add ``/dev/nvidia<N>``;
 with ``--inject-nvidia-smi`` the common edits also bind-mount the fake nvidia-smi and devices.json
 read-only (``fakegpu.telemetry.nvidia_smi.injection``).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from fakegpu.dra.mps_control_files import cdi_mounts
-from fakegpu.runtime.cdi_spec import (
+from fakegpu.runtime.cdi_spec_model import (
     SpecFormat,
     check_device_name,
     new_spec,
@@ -54,7 +54,7 @@ MAX_CLAIM_UID_LENGTH: Final = 128
 
 
 class CdiDevice(Protocol):
-    """One prepared device as the spec writer needs it (``claim_preparation.PreparedResult`` fits)."""
+    """One prepared device as the spec writer needs it (``prepare_plan.PreparedResult`` fits)."""
 
     @property
     def device(self) -> str: ...
@@ -125,7 +125,7 @@ def _device_edits(device: CdiDevice, mps_root: Path | None) -> dict[str, Any]:
     return edits
 
 
-def cdi_spec(
+def claim_spec(
     vendor: str,
     claim_uid: str,
     prepared: Iterable[CdiDevice],

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.runtime.cdi_spec import (
+from fakegpu.runtime.cdi_spec_model import (
     minimum_version,
     new_spec,
     qualified_name,

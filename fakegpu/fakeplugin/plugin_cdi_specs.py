@@ -11,7 +11,7 @@ manager starts, that is at start and again on every restart of its plugins (SIGH
 even on shutdown: a container that restarts while the plugin is down or being updated still resolves its
 devices, and the next start rewrites them.
 
-What the specs hold, per class (the model and checks are ``fakegpu.runtime.cdi_spec``):
+What the specs hold, per class (the model and checks are ``fakegpu.runtime.cdi_spec_model``):
 
 * ``gpu``: a device per ID Allocate can name under the configured ``deviceIDStrategy`` (GPU or MIG UUID,
   replica suffix stripped, or the index form ``0`` / ``0:1``). NVIDIA's spec-wide edits set
@@ -49,7 +49,7 @@ from fakegpu.fakeplugin.allocate_response import (
     runtime_id,
 )
 from fakegpu.fakeplugin.imex_channels import imex_channels
-from fakegpu.runtime.cdi_spec import new_spec, render_spec, spec_file_name, write_spec_file
+from fakegpu.runtime.cdi_spec_model import new_spec, render_spec, spec_file_name, write_spec_file
 from fakegpu.runtime.change_stream import keep_current
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory

@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakegpu.dra.cdi_specs import CLAIM_CLASS, check_claim_uid, claim_device_name, remove_spec, write_spec
+from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, check_claim_uid, claim_device_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.claim_preparation import ClaimPreparation, PreparedResult
-from fakegpu.dra.claim_preparer import ClaimReader, read_claim
 from fakegpu.dra.compute_domain.cdi_edits import (
     BASE_CLASS,
     BASE_DEVICE,
@@ -46,9 +44,11 @@ from fakegpu.dra.compute_domain.devices import CHANNEL_DEVICE, COMPUTE_DOMAIN_DR
 from fakegpu.dra.compute_domain.domain_api import DomainApi, node_clique
 from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_configs, pick_config
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
+from fakegpu.dra.gpu_prepare import ClaimReader, read_claim
 from fakegpu.dra.metrics import DraMetrics
+from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
-from fakegpu.runtime.cdi_spec import qualified_name
+from fakegpu.runtime.cdi_spec_model import qualified_name
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.sharing.live_inventory import LiveInventory
 
@@ -145,7 +145,7 @@ class ComputeDomainPreparer:
             prepared.append(out)
             if edits is not None:
                 devices.append({"name": out.cdi_device_name, "containerEdits": edits})
-        prep = ClaimPreparation(ref.uid, ref.namespace, ref.name, self.driver, self.node, tuple(prepared))
+        prep = PreparePlan(ref.uid, ref.namespace, ref.name, self.driver, self.node, tuple(prepared))
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
