@@ -85,6 +85,23 @@ class TemplateCollision(Exception):
     """The workload template's name is taken by a template that is not this domain's."""
 
 
+def collision_message(namespace: str, name: str, owner: str | None) -> str:
+    """Why the domain stays NotReady while a template it needs is another's (``owner``: that template's
+    domain label, None or "" when it has none)."""
+    return (
+        f"ResourceClaimTemplate '{namespace}/{name}' already exists and belongs "
+        f"{f'to ComputeDomain {owner}' if owner else 'to no ComputeDomain'}; the domain stays NotReady "
+        "until it is gone"
+    )
+
+
+def status_event(domain: Obj, status: str, nodes: Sequence[Obj], num_nodes: int) -> Obj:
+    """The Event recorded when the domain's status turns to ``status``: Normal when Ready, else a Warning."""
+    ready = status == READY
+    message = f"ComputeDomain is {status}: {describe_nodes(nodes, num_nodes)}"
+    return domain_event(domain, READY_REASON if ready else NOT_READY_REASON, message, warning=not ready)
+
+
 class ComputeDomainController:
     """One controller for every ComputeDomain of the cluster; ``run()`` until cancelled (or ``start``/``stop``
     as a daemon service)."""
@@ -340,11 +357,7 @@ class ComputeDomainController:
                 return
         owner = (existing.metadata.labels or {}).get(COMPUTE_DOMAIN_LABEL)
         if owner != domain["metadata"]["uid"]:
-            raise TemplateCollision(
-                f"ResourceClaimTemplate '{meta['namespace']}/{meta['name']}' already exists and belongs "
-                f"{f'to ComputeDomain {owner}' if owner else 'to no ComputeDomain'}; the domain stays NotReady "
-                "until it is gone"
-            )
+            raise TemplateCollision(collision_message(meta["namespace"], meta["name"], owner))
 
     async def _remove_template(self, namespace: str, name: str, uid: str) -> None:
         """Delete the domain's template and drop its finalizer; a template of someone else is left alone."""
@@ -424,12 +437,10 @@ class ComputeDomainController:
         updated["status"] = desired
         await self._client.replace(ComputeDomain.Status.from_dict(updated))
         if desired["status"] != current.get("status"):
-            ready = desired["status"] == READY
-            message = f"ComputeDomain is {desired['status']}: {describe_nodes(nodes, num_nodes)}"
-            log.info("ComputeDomain %s/%s: %s", domain["metadata"]["namespace"], domain["metadata"]["name"], message)
-            await self._record(
-                domain_event(domain, READY_REASON if ready else NOT_READY_REASON, message, warning=not ready)
-            )
+            event = status_event(domain, desired["status"], nodes, num_nodes)
+            meta = domain["metadata"]
+            log.info("ComputeDomain %s/%s: %s", meta["namespace"], meta["name"], event["message"])
+            await self._record(event)
 
     async def _record(self, event: Obj) -> None:
         """Events are a courtesy: one that cannot be written is logged, never retried."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from lightkube import AsyncClient
@@ -71,6 +71,33 @@ def lowest_free_index(entries: list[dict[str, Any]]) -> int:
     while index in taken:
         index += 1
     return index
+
+
+def with_entry(daemons: Sequence[Mapping[str, Any]], entry: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The clique's daemons with ``entry`` as its node's one entry, or None when it is already exactly that. The
+    node keeps the index it holds; a node joining takes the lowest index the others leave free (``entry``'s own
+    ``index`` is ignored)."""
+    node = entry["nodeName"]
+    mine = [dict(e) for e in daemons if e.get("nodeName") == node]
+    others = [dict(e) for e in daemons if e.get("nodeName") != node]
+    placed = {**entry, "index": mine[0].get("index", 0) if mine else lowest_free_index(others)}
+    if mine == [placed]:
+        return None
+    return [*others, placed]
+
+
+def daemon_status(remaining: float, clique: str, unhealthy: Collection[str]) -> tuple[str, str]:
+    """The status the daemon reports and why: NotReady for ``remaining`` seconds of its start, then on a clique
+    NotReady while a GPU is ``unhealthy`` (``nvidia-imex-ctl -q`` stops answering READY), Ready otherwise; off
+    the fabric Ready whatever the GPUs' health (the probe is a no-op there)."""
+    if remaining > 0:
+        where = f"clique {clique}" if clique else "no clique"
+        return NOT_READY, f"started, {where}"
+    if clique and unhealthy:
+        return NOT_READY, f"GPU(s) unhealthy: {', '.join(sorted(unhealthy))}"
+    if clique:
+        return READY, "nvidia-imex-ctl -q answers READY"
+    return READY, "check succeeded (noop, clique ID is empty)"
 
 
 class ImexDaemonEmulation:
@@ -170,15 +197,7 @@ class ImexDaemonEmulation:
         return remaining if remaining > 0 else self.resync_interval
 
     def _wanted(self, remaining: float) -> tuple[str, str]:
-        if remaining > 0:
-            where = f"clique {self.clique}" if self.clique else "no clique"
-            return NOT_READY, f"started, {where}"
-        unhealthy = self.live.unhealthy()
-        if self.clique and unhealthy:
-            return NOT_READY, f"GPU(s) unhealthy: {', '.join(sorted(unhealthy))}"
-        if self.clique:
-            return READY, "nvidia-imex-ctl -q answers READY"
-        return READY, "check succeeded (noop, clique ID is empty)"
+        return daemon_status(remaining, self.clique, self.live.unhealthy())
 
     # -- fabric node: the ComputeDomainClique ----------------------------------------------------------
 
@@ -214,13 +233,8 @@ class ImexDaemonEmulation:
                     if exc.status.code == 409:
                         continue  # another node's daemon created it first: join it
                     raise
-            daemons = [dict(e) for e in found.get("daemons") or []]
-            mine = [e for e in daemons if e.get("nodeName") == self.node]
-            others = [e for e in daemons if e.get("nodeName") != self.node]
-            entry = self._entry(mine[0].get("index", 0) if mine else lowest_free_index(others), status)
-            if mine == [entry]:
-                return
-            if await self._patch_clique(found, [*others, entry]):
+            daemons = with_entry(found.get("daemons") or [], self._entry(0, status))
+            if daemons is None or await self._patch_clique(found, daemons):
                 return
         raise RuntimeError(f"too many conflicting writes to ComputeDomainClique {self.api.namespace}/{name}")
 

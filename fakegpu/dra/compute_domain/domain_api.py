@@ -41,6 +41,18 @@ def clique_object_name(domain_uid: str, clique: str) -> str:
     return f"{domain_uid}.{clique}"
 
 
+def ready_in_clique(clique: Mapping[str, Any] | None, node: str) -> bool:
+    """The node's daemon entry in its ComputeDomainClique (None: none written yet) says Ready."""
+    entries = (clique or {}).get("daemons") or []
+    return any(e.get("nodeName") == node and e.get("status") == READY for e in entries)
+
+
+def ready_in_status(domain: Mapping[str, Any], node: str) -> bool:
+    """The node's entry in the domain's ``status.nodes`` (a node without a clique) says Ready."""
+    nodes = (domain.get("status") or {}).get("nodes") or []
+    return any(n.get("name") == node and n.get("status") == READY for n in nodes)
+
+
 def _dict(obj: Any) -> dict[str, Any]:
     data: dict[str, Any] = obj.to_dict()
     return data
@@ -77,11 +89,8 @@ class DomainApi:
         """NVIDIA's ``AssertComputeDomainReady``: this node's daemon entry says Ready (in the clique object on
         a fabric node, in the domain's ``status.nodes`` on a node without a clique)."""
         if clique:
-            found = await self.clique(str(domain["metadata"]["uid"]), clique)
-            entries = (found or {}).get("daemons") or []
-            return any(e.get("nodeName") == self.node and e.get("status") == READY for e in entries)
-        nodes = (domain.get("status") or {}).get("nodes") or []
-        return any(n.get("name") == self.node and n.get("status") == READY for n in nodes)
+            return ready_in_clique(await self.clique(str(domain["metadata"]["uid"]), clique), self.node)
+        return ready_in_status(domain, self.node)
 
     async def node_label(self) -> str | None:
         node = await self.client.get(Node, self.node)

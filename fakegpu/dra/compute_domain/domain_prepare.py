@@ -59,10 +59,65 @@ DOMAINS_DIR = "domains"
 
 
 @dataclass(frozen=True)
-class _Result:
+class AllocatedDevice:
+    """One allocation result of this driver on this node: its request, device and the config it gets."""
+
     request: str
     device: str
     config: DomainConfig
+
+
+def allocated_devices(ref: ClaimRef, claim: Mapping[str, Any], *, driver: str, node: str) -> list[AllocatedDevice]:
+    """The claim's results of ``driver``, each with its validated config, before anything is asked of the API
+    server; a claim with more than one ``daemon`` result is refused (NVIDIA's one-daemon-per-claim check)."""
+    try:
+        check_claim_uid(ref.uid)
+    except ValueError as exc:
+        raise ClaimError(str(exc)) from None
+    results = _allocated(ref, claim, driver, node)
+    daemons = [r for r in results if r.device == DAEMON_DEVICE]
+    if len(daemons) > 1:
+        requests = sorted({r.request for r in daemons})
+        raise ClaimError(f"only expected 1 device for requests '{requests}' in claim '{ref.uid}'")
+    return results
+
+
+def _allocated(ref: ClaimRef, claim: Mapping[str, Any], driver: str, node: str) -> list[AllocatedDevice]:
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(f"no allocation set in ResourceClaim {ref.name} in namespace {ref.namespace}")
+    raw = allocation.get("devices") or {}
+    try:
+        configs = domain_configs(raw.get("config"), driver, f"{ref.namespace}/{ref.name}")
+    except ClaimError as exc:
+        raise ClaimError(f"prepare devices failed: {exc}") from None
+    out: list[AllocatedDevice] = []
+    for r in raw.get("results") or []:
+        if not isinstance(r, Mapping) or r.get("driver") != driver:
+            continue
+        device, request = str(r.get("device", "")), str(r.get("request", ""))
+        if r.get("pool") != node or device not in (CHANNEL_DEVICE, DAEMON_DEVICE):
+            raise ClaimError(f"prepare devices failed: requested device is not allocatable: {device}")
+        kind = CHANNEL_CONFIG_KIND if device == CHANNEL_DEVICE else DAEMON_CONFIG_KIND
+        try:
+            config = pick_config(configs, request, kind)
+            config.validate()
+        except ClaimError as exc:
+            raise ClaimError(f"prepare devices failed: {exc}") from None
+        out.append(AllocatedDevice(request, device, config))
+    return out
+
+
+def channel_count(allocation_mode: str, node_channels: int) -> int:
+    """How many IMEX channels a channel claim gets: channel 0 alone, or with ``allocationMode: All`` every
+    channel of the node; a node with none refuses either (``applyComputeDomainChannelConfigDriverManaged``)."""
+    wanted = node_channels if allocation_mode == "All" else 1
+    if wanted > node_channels or wanted == 0:
+        raise ClaimError(
+            f"applyComputeDomainChannelConfigDriverManaged: requested {max(wanted, 1)} channels, but node has "
+            f"{node_channels} IMEX channels"
+        )
+    return wanted
 
 
 class ComputeDomainPreparer:
@@ -123,15 +178,7 @@ class ComputeDomainPreparer:
             raise ClaimError(f"error preparing devices for claim '{claim_id}': {exc}") from None
 
     async def _prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> tuple[PreparedResult, ...]:
-        try:
-            check_claim_uid(ref.uid)
-        except ValueError as exc:
-            raise ClaimError(str(exc)) from None
-        results = self._results(ref, claim)
-        daemons = [r for r in results if r.device == DAEMON_DEVICE]
-        if len(daemons) > 1:
-            requests = sorted({r.request for r in daemons})
-            raise ClaimError(f"only expected 1 device for requests '{requests}' in claim '{ref.uid}'")
+        results = allocated_devices(ref, claim, driver=self.driver, node=self.node)
         prepared: list[PreparedResult] = []
         devices: list[dict[str, Any]] = []
         for result in results:
@@ -168,33 +215,8 @@ class ComputeDomainPreparer:
         )
         return tuple(prepared)
 
-    def _results(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[_Result]:
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not isinstance(allocation, Mapping):
-            raise ClaimError(f"no allocation set in ResourceClaim {ref.name} in namespace {ref.namespace}")
-        raw = allocation.get("devices") or {}
-        try:
-            configs = domain_configs(raw.get("config"), self.driver, f"{ref.namespace}/{ref.name}")
-        except ClaimError as exc:
-            raise ClaimError(f"prepare devices failed: {exc}") from None
-        out: list[_Result] = []
-        for r in raw.get("results") or []:
-            if not isinstance(r, Mapping) or r.get("driver") != self.driver:
-                continue
-            device, request = str(r.get("device", "")), str(r.get("request", ""))
-            if r.get("pool") != self.node or device not in (CHANNEL_DEVICE, DAEMON_DEVICE):
-                raise ClaimError(f"prepare devices failed: requested device is not allocatable: {device}")
-            kind = CHANNEL_CONFIG_KIND if device == CHANNEL_DEVICE else DAEMON_CONFIG_KIND
-            try:
-                config = pick_config(configs, request, kind)
-                config.validate()
-            except ClaimError as exc:
-                raise ClaimError(f"prepare devices failed: {exc}") from None
-            out.append(_Result(request, device, config))
-        return out
-
     def _result(
-        self, ref: ClaimRef, result: _Result, cdi_ids: tuple[str, ...], env: tuple[str, ...] = ()
+        self, ref: ClaimRef, result: AllocatedDevice, cdi_ids: tuple[str, ...], env: tuple[str, ...] = ()
     ) -> PreparedResult:
         return PreparedResult(
             request=result.request,
@@ -221,7 +243,7 @@ class ComputeDomainPreparer:
                     f"allocation failed: channel 0 already allocated by claim {other.uid} (according to checkpoint)"
                 )
 
-    async def _channel(self, ref: ClaimRef, result: _Result) -> tuple[PreparedResult, dict[str, Any] | None]:
+    async def _channel(self, ref: ClaimRef, result: AllocatedDevice) -> tuple[PreparedResult, dict[str, Any] | None]:
         """NVIDIA's ``applyComputeDomainChannelConfigDriverManaged``, in its order."""
         domain_id = result.config.domain_id
         self._assert_channel_free(ref)
@@ -238,16 +260,11 @@ class ComputeDomainPreparer:
         fabric = self.live.inventory.node.fabric
         if fabric is None:
             return self._result(ref, result, ()), None  # no clique: nothing to inject (notes §3.3 step 7)
-        wanted = fabric.imex_channels if result.config.allocation_mode == "All" else 1
-        if wanted > fabric.imex_channels or wanted == 0:
-            raise ClaimError(
-                f"applyComputeDomainChannelConfigDriverManaged: requested {max(wanted, 1)} channels, but node has "
-                f"{fabric.imex_channels} IMEX channels"
-            )
+        wanted = channel_count(result.config.allocation_mode, fabric.imex_channels)
         name = claim_device_name(ref.uid, result.device)
         return self._result(ref, result, (qualified_name(VENDOR, CLAIM_CLASS, name),)), channel_edits(wanted)
 
-    async def _daemon(self, ref: ClaimRef, result: _Result) -> tuple[PreparedResult, dict[str, Any]]:
+    async def _daemon(self, ref: ClaimRef, result: AllocatedDevice) -> tuple[PreparedResult, dict[str, Any]]:
         """NVIDIA's ``applyComputeDomainDaemonConfig``: environment and the domain's directory; never waits."""
         domain_id = result.config.domain_id
         domain = await self._domain(domain_id, "compute domain not found")
