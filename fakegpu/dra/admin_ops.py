@@ -14,19 +14,19 @@ Ops and their fields:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
 from fakegpu.control.health_ops import gpu_status, health_ops
+from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.dra.device_map import published_devices
-from fakegpu.dra.prepared_claims import CheckpointCorrupted
+from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim
 from fakegpu.dra.published_health import device_health
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra_v1
-
-if TYPE_CHECKING:
-    from fakegpu.dra.daemon import DraDriver
+from fakegpu.sharing.live_inventory import LiveInventory
 
 DRA_FAULTS = FaultableRpcs(
     kind="dra",
@@ -36,74 +36,146 @@ DRA_FAULTS = FaultableRpcs(
 """The RPCs a fault can name on this face: the ``DRAPlugin`` service's (the same in v1 and v1beta1)."""
 
 
-def dra_ops(driver: DraDriver) -> dict[str, Op]:
-    live = driver.live
+class DriverNames(Protocol):
+    """How the driver names what it publishes."""
+
+    @property
+    def driver(self) -> str: ...
+    @property
+    def mig_mode(self) -> Literal["static", "dynamic"]: ...
+
+
+class PublishCounts(Protocol):
+    @property
+    def publishes(self) -> int: ...
+    @property
+    def errors(self) -> list[str]: ...
+
+
+class PublishedSlices(Protocol):
+    """What status shows of the slice publisher."""
+
+    @property
+    def published_slices(self) -> list[str]: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def stats(self) -> PublishCounts: ...
+
+
+class ClaimCheckpoint(Protocol):
+    def claims(self) -> list[PreparedClaim]: ...
+
+
+class PreparedCounts(Protocol):
+    """What status shows of the claim preparer: the checkpoint's claims and the calls so far."""
+
+    @property
+    def checkpoint(self) -> ClaimCheckpoint: ...
+    @property
+    def prepares(self) -> int: ...
+    @property
+    def unprepares(self) -> int: ...
+
+
+class DraAdmin(Protocol):
+    """What the DRA driver's ops act on (``fakegpu.dra.daemon.DraDriver`` is one)."""
+
+    @property
+    def live(self) -> LiveInventory: ...
+    @property
+    def settings(self) -> DriverNames: ...
+    @property
+    def publisher(self) -> PublishedSlices: ...
+    @property
+    def preparer(self) -> PreparedCounts: ...
+
+
+def _health_now(driver: DraAdmin) -> dict[str, tuple[bool, str]]:
     settings = driver.settings
-
-    def health_now() -> dict[str, tuple[bool, str]]:
-        return {
-            name: (ok, message) for _pool, name, ok, message in device_health(live, settings.driver, settings.mig_mode)
-        }
-
-    def changed_by(change: Callable[[], object]) -> list[str]:
-        before = health_now()
-        change()
-        after = health_now()
-        return sorted(name for name, state in after.items() if before.get(name) != state)
-
-    def resolve(target: str) -> str:
-        """A published device name becomes its UUID; anything else is left to the live inventory."""
-        device = published_devices(live.inventory.node, settings.mig_mode).get(target)
-        if device is None:
-            return target
-        if device.uuid is None:
-            raise AdminError(
-                f"{target} is a dynamic MIG device that has no UUID until a claim prepares it; "
-                f"give its GPU ({device.parent_index}) instead"
-            )
-        return device.uuid
-
-    async def status() -> dict[str, Any]:
-        publisher = driver.publisher
-        try:
-            claims = driver.preparer.checkpoint.claims()
-            checkpoint_error = ""
-        except CheckpointCorrupted as exc:
-            claims, checkpoint_error = [], str(exc)
-        return {
-            "kind": DRA_FAULTS.kind,
-            "node": live.inventory.node.name,
-            "driver": settings.driver,
-            "mig_mode": settings.mig_mode,
-            "slices": {
-                "count": len(publisher.published_slices),
-                "generation": publisher.generation,
-                "publishes": publisher.stats.publishes,
-                "errors": publisher.stats.errors[-5:],
-            },
-            "devices": [
-                {"pool": pool, "name": name, "healthy": ok, "message": message}
-                for pool, name, ok, message in device_health(live, settings.driver, settings.mig_mode)
-            ],
-            "gpus": gpu_status(live),
-            "prepared": [
-                {
-                    "uid": c.uid,
-                    "namespace": c.namespace,
-                    "name": c.name,
-                    "state": c.state,
-                    "devices": [d.device for d in c.devices],
-                }
-                for c in claims
-            ],
-            "checkpoint_error": checkpoint_error,
-            "prepares": driver.preparer.prepares,
-            "unprepares": driver.preparer.unprepares,
-            "faults": fault_status(live.faults),
-        }
-
     return {
-        "status": status,
-        **health_ops(live, resolve, changed_by),
-        **fault_ops(live.faults, DRA_FAULTS, lambda: [settings.driver]),
+        name: (ok, message)
+        for _pool, name, ok, message in device_health(driver.live, settings.driver, settings.mig_mode)
+    }
+
+
+def changed_devices(driver: DraAdmin, change: Callable[[], object]) -> list[str]:
+    """The published devices whose health ``change`` changed."""
+    before = _health_now(driver)
+    change()
+    after = _health_now(driver)
+    return sorted(name for name, state in after.items() if before.get(name) != state)
+
+
+def resolve_device(driver: DraAdmin, target: str) -> str:
+    """A published device name becomes its UUID; anything else is left to the live inventory."""
+    device = published_devices(driver.live.inventory.node, driver.settings.mig_mode).get(target)
+    if device is None:
+        return target
+    if device.uuid is None:
+        raise AdminError(
+            f"{target} is a dynamic MIG device that has no UUID until a claim prepares it; "
+            f"give its GPU ({device.parent_index}) instead"
+        )
+    return device.uuid
+
+
+def _prepared(driver: DraAdmin) -> tuple[list[dict[str, Any]], str]:
+    """The checkpoint's claims as status shows them, and why the checkpoint cannot be read ("" when it can)."""
+    try:
+        claims = driver.preparer.checkpoint.claims()
+    except CheckpointCorrupted as exc:
+        return [], str(exc)
+    return [
+        {
+            "uid": c.uid,
+            "namespace": c.namespace,
+            "name": c.name,
+            "state": c.state,
+            "devices": [d.device for d in c.devices],
+        }
+        for c in claims
+    ], ""
+
+
+async def status(driver: DraAdmin) -> dict[str, Any]:
+    live, settings, publisher = driver.live, driver.settings, driver.publisher
+    prepared, checkpoint_error = _prepared(driver)
+    return {
+        "kind": DRA_FAULTS.kind,
+        "node": live.inventory.node.name,
+        "driver": settings.driver,
+        "mig_mode": settings.mig_mode,
+        "slices": {
+            "count": len(publisher.published_slices),
+            "generation": publisher.generation,
+            "publishes": publisher.stats.publishes,
+            "errors": publisher.stats.errors[-5:],
+        },
+        "devices": [
+            {"pool": pool, "name": name, "healthy": ok, "message": message}
+            for pool, name, ok, message in device_health(live, settings.driver, settings.mig_mode)
+        ],
+        "gpus": gpu_status(live),
+        "prepared": prepared,
+        "checkpoint_error": checkpoint_error,
+        "prepares": driver.preparer.prepares,
+        "unprepares": driver.preparer.unprepares,
+        "faults": fault_status(live.faults),
+    }
+
+
+DRA_OPS: Mapping[str, TargetOp[DraAdmin]] = {"status": status}
+"""The DRA driver's own ops; the health and fault ops are the ones both faces share."""
+
+
+def dra_ops(driver: DraAdmin) -> dict[str, Op]:
+    """Every op the DRA daemon serves: its own, then the shared health ops (in its published device names)
+    and fault ops (scoped to its driver name)."""
+    return {
+        **bind_ops(driver, DRA_OPS),
+        **health_ops(
+            driver.live, functools.partial(resolve_device, driver), functools.partial(changed_devices, driver)
+        ),
+        **fault_ops(driver.live.faults, DRA_FAULTS, lambda: [driver.settings.driver]),
     }

@@ -24,21 +24,64 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any, Protocol
 
+from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.protocol import AdminError, Op
-from fakegpu.kubelet.device_manager import UNHEALTHY
+from fakegpu.kubelet.clock import EmulatorClock
+from fakegpu.kubelet.device_manager import UNHEALTHY, DeviceManager
+from fakegpu.kubelet.dra_manager import DraManager
+from fakegpu.kubelet.dra_plugins import DraPluginRegistry
 from fakegpu.kubelet.dra_state import ClaimInfo
-from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
-from fakegpu.kubelet.pod_claims import parse_claim
+from fakegpu.kubelet.emulator import PodResult
+from fakegpu.kubelet.pod_claims import PodClaim, parse_claim
 from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
+from fakegpu.runtime.kubelet_paths import KubeletPaths
 
 KIND = "kubelet"
 """The ``kind`` of this daemon's status answer."""
 MAIN_CONTAINER = "main"
 INIT_CONTAINER = "init"
 SIDECAR_CONTAINER = "sidecar"
+
+
+class KubeletAdmin(Protocol):
+    """What the kubelet's ops act on: the emulator's parts they show, and the pod and restart actions
+    (``KubeletEmulator`` is one)."""
+
+    @property
+    def paths(self) -> KubeletPaths: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def starts(self) -> int: ...
+    @property
+    def clock(self) -> EmulatorClock: ...
+    @property
+    def manager(self) -> DeviceManager: ...
+    @property
+    def dra(self) -> DraManager: ...
+    @property
+    def dra_plugins(self) -> DraPluginRegistry: ...
+    @property
+    def pods(self) -> MutableMapping[str, PodResult]: ...
+    def capacity(self) -> dict[str, int]: ...
+    def allocatable(self) -> dict[str, int]: ...
+    def devices(self, resource: str) -> dict[str, str]: ...
+    async def run_pod(
+        self,
+        uid: str,
+        containers: Mapping[str, Mapping[str, int]],
+        *,
+        name: str | None = None,
+        namespace: str = "default",
+        init_containers: Sequence[ContainerSpec] = (),
+        claims: Sequence[PodClaim] = (),
+    ) -> PodResult: ...
+    async def remove_pod(self, uid: str) -> list[ClaimInfo]: ...
+    async def restart(self) -> None: ...
 
 
 def pod_uid(namespace: str, name: str) -> str:
@@ -62,7 +105,7 @@ def _response(response: api_pb2.ContainerAllocateResponse) -> dict[str, Any]:
     }
 
 
-def pod_view(kubelet: KubeletEmulator, pod: PodResult) -> dict[str, Any]:
+def pod_view(kubelet: KubeletAdmin, pod: PodResult) -> dict[str, Any]:
     """One pod as ``pods`` answers it: the devices are the device manager's (the checkpoint's after a
     restart), the rest what the plugins answered in Allocate, merged per container as CRI merges them."""
     responses = kubelet.manager.container_responses(pod.uid)
@@ -133,161 +176,179 @@ def claim_view(info: ClaimInfo) -> dict[str, Any]:
     }
 
 
-def _find(kubelet: KubeletEmulator, namespace: str, name: str) -> PodResult | None:
+def _find(kubelet: KubeletAdmin, namespace: str, name: str) -> PodResult | None:
     for pod in kubelet.pods.values():
         if (pod.namespace, pod.name) == (namespace, name) and pod.phase != "Failed":
             return pod
     return None
 
 
-def _pod_names(kubelet: KubeletEmulator) -> str:
+def _pod_names(kubelet: KubeletAdmin) -> str:
     names = [f"{p.namespace}/{p.name}" for p in kubelet.pods.values() if p.phase != "Failed"]
     return ", ".join(names) or "none"
 
 
-def kubelet_ops(kubelet: KubeletEmulator) -> dict[str, Op]:
-    def resources() -> list[dict[str, Any]]:
-        capacity, allocatable = kubelet.capacity(), kubelet.allocatable()
-        out = []
-        for name, state in sorted(kubelet.manager.resources.items()):
-            gone = None if state.stop_time is None else kubelet.clock.now() - state.stop_time
-            out.append(
-                {
-                    "name": name,
-                    "capacity": capacity.get(name, 0),
-                    "allocatable": allocatable.get(name, 0),
-                    "in_use": len(kubelet.manager.in_use(name)),
-                    "registered": state.endpoint is not None,
-                    "gone_for": gone,
-                    "devices": [{"id": i, "health": h} for i, h in kubelet.devices(name).items()],
-                }
-            )
-        return out
+def _resources(kubelet: KubeletAdmin) -> list[dict[str, Any]]:
+    capacity, allocatable = kubelet.capacity(), kubelet.allocatable()
+    out = []
+    for name, state in sorted(kubelet.manager.resources.items()):
+        gone = None if state.stop_time is None else kubelet.clock.now() - state.stop_time
+        out.append(
+            {
+                "name": name,
+                "capacity": capacity.get(name, 0),
+                "allocatable": allocatable.get(name, 0),
+                "in_use": len(kubelet.manager.in_use(name)),
+                "registered": state.endpoint is not None,
+                "gone_for": gone,
+                "devices": [{"id": i, "health": h} for i, h in kubelet.devices(name).items()],
+            }
+        )
+    return out
 
-    def pods_now() -> list[dict[str, Any]]:
-        return [pod_view(kubelet, p) for p in kubelet.pods.values() if p.phase != "Failed"]
 
-    async def status() -> dict[str, Any]:
-        return {
-            "kind": KIND,
-            "root": str(kubelet.paths.root),
-            "running": kubelet.running,
-            "starts": kubelet.starts,
-            "grace_period": kubelet.manager.grace_period,
-            "resources": resources(),
-            "dra_drivers": kubelet.dra_plugins.drivers(),
-            "claims": [claim_view(c) for c in kubelet.dra.claims.values()],
-            "unprepare_error": kubelet.dra.unprepare_error,
-            "pods": pods_now(),
-        }
+def _pods_now(kubelet: KubeletAdmin) -> list[dict[str, Any]]:
+    return [pod_view(kubelet, p) for p in kubelet.pods.values() if p.phase != "Failed"]
 
-    async def pods() -> list[dict[str, Any]]:
-        return pods_now()
 
-    async def run_pod(
-        name: str,
-        requests: list[str] | None = None,
-        init_requests: list[str] | None = None,
-        sidecar_requests: list[str] | None = None,
-        namespace: str = "default",
-        uid: str | None = None,
-        claims: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Admit a pod with one app container (``main``) and, when they request anything, one init
-        container (``init``) and one sidecar (``sidecar``), started in that order; ``claims`` are
-        prepared before they start."""
-        try:
-            app = parse_requests(requests or [], "requests")
-            init = parse_requests(init_requests or [], "init_requests")
-            sidecar = parse_requests(sidecar_requests or [], "sidecar_requests")
-            pod_claims = [parse_claim(c, "claims") for c in claims or []]
-        except ValueError as exc:
-            raise AdminError(str(exc)) from None
-        existing = _find(kubelet, namespace, name)
-        if existing is not None:
-            raise AdminError(f"pod {namespace}/{name} already exists (uid {existing.uid}); delete it first")
-        init_containers = []
-        if init_requests is not None:
-            init_containers.append(ContainerSpec(INIT_CONTAINER, init, "init"))
-        if sidecar_requests is not None:
-            init_containers.append(ContainerSpec(SIDECAR_CONTAINER, sidecar, "sidecar"))
-        uid = uid or pod_uid(namespace, name)
-        try:
-            result = await kubelet.run_pod(
-                uid,
-                {MAIN_CONTAINER: app},
-                name=name,
-                namespace=namespace,
-                init_containers=init_containers,
-                claims=pod_claims,
-            )
-        except ValueError as exc:
-            raise AdminError(str(exc)) from None
-        if result.phase == "Failed":
-            kubelet.pods.pop(uid, None)  # a rejected pod never ran: the same name may be tried again
-            raise AdminError(f"pod {namespace}/{name} was rejected: {result.reason}: {result.message}")
-        return pod_view(kubelet, result)
+def _registered(kubelet: KubeletAdmin) -> list[str]:
+    """The resources whose plugin is registered now."""
+    return sorted(n for n, s in kubelet.manager.resources.items() if s.endpoint is not None)
 
-    async def delete_pod(name: str, namespace: str = "default") -> dict[str, Any]:
-        pod = _find(kubelet, namespace, name)
-        if pod is None:
-            raise AdminError(f"no pod {namespace}/{name} on this kubelet; its pods: {_pod_names(kubelet)}")
-        released: dict[str, list[str]] = {}
-        for container in pod.containers:
-            for resource, ids in kubelet.manager.container_devices(pod.uid, container).items():
-                released.setdefault(resource, []).extend(i for i in ids if i not in released.get(resource, []))
-        unprepared = await kubelet.remove_pod(pod.uid)
-        return {
-            "uid": pod.uid,
-            "name": name,
-            "namespace": namespace,
-            "released": released,
-            "unprepared": [f"{c.namespace}/{c.name}" for c in unprepared],
-            "unprepare_error": kubelet.dra.unprepare_error,
-        }
 
-    async def restart_kubelet(wait: float = 10.0) -> dict[str, Any]:
-        """Restart as a kubelet does; answer once the plugins registered before are registered again
-        (and have sent their devices), or after ``wait`` seconds with the ones still missing."""
-        if wait < 0:
-            raise AdminError(f"wait must be 0 or more seconds, found {wait:g}")
-        before = sorted(n for n, s in kubelet.manager.resources.items() if s.endpoint is not None)
-        updates = kubelet.manager.updates
-        await kubelet.restart()
+def _registered_again(kubelet: KubeletAdmin, before: list[str]) -> list[str]:
+    """Those of ``before`` registered again."""
+    now = _registered(kubelet)
+    return [n for n in before if n in now]
 
-        def back() -> list[str]:
-            return [
-                n
-                for n in before
-                if (state := kubelet.manager.resources.get(n)) is not None and state.endpoint is not None
-            ]
 
-        deadline = time.monotonic() + wait
-        # Each plugin registered again sends its devices at least once (a ListAndWatch update).
-        while len(back()) < len(before) or kubelet.manager.updates < updates + len(before):
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(0.02)
-        registered = back()
-        return {
-            "starts": kubelet.starts,
-            "registered": registered,
-            "missing": [n for n in before if n not in registered],
-            "pods": len(pods_now()),
-        }
-
-    async def advance_clock(seconds: float) -> dict[str, Any]:
-        try:
-            kubelet.clock.advance(seconds)
-        except ValueError as exc:
-            raise AdminError(f"{exc}: seconds must be 0 or more, found {seconds:g}") from None
-        return {"advanced": seconds, "capacity": kubelet.capacity(), "allocatable": kubelet.allocatable()}
-
+async def status(kubelet: KubeletAdmin) -> dict[str, Any]:
     return {
-        "status": status,
-        "pods": pods,
-        "run-pod": run_pod,
-        "delete-pod": delete_pod,
-        "restart-kubelet": restart_kubelet,
-        "advance-clock": advance_clock,
+        "kind": KIND,
+        "root": str(kubelet.paths.root),
+        "running": kubelet.running,
+        "starts": kubelet.starts,
+        "grace_period": kubelet.manager.grace_period,
+        "resources": _resources(kubelet),
+        "dra_drivers": kubelet.dra_plugins.drivers(),
+        "claims": [claim_view(c) for c in kubelet.dra.claims.values()],
+        "unprepare_error": kubelet.dra.unprepare_error,
+        "pods": _pods_now(kubelet),
     }
+
+
+async def pods(kubelet: KubeletAdmin) -> list[dict[str, Any]]:
+    return _pods_now(kubelet)
+
+
+async def run_pod(
+    kubelet: KubeletAdmin,
+    name: str,
+    requests: list[str] | None = None,
+    init_requests: list[str] | None = None,
+    sidecar_requests: list[str] | None = None,
+    namespace: str = "default",
+    uid: str | None = None,
+    claims: list[str] | None = None,
+) -> dict[str, Any]:
+    """Admit a pod with one app container (``main``) and, when they request anything, one init
+    container (``init``) and one sidecar (``sidecar``), started in that order; ``claims`` are
+    prepared before they start."""
+    try:
+        app = parse_requests(requests or [], "requests")
+        init = parse_requests(init_requests or [], "init_requests")
+        sidecar = parse_requests(sidecar_requests or [], "sidecar_requests")
+        pod_claims = [parse_claim(c, "claims") for c in claims or []]
+    except ValueError as exc:
+        raise AdminError(str(exc)) from None
+    existing = _find(kubelet, namespace, name)
+    if existing is not None:
+        raise AdminError(f"pod {namespace}/{name} already exists (uid {existing.uid}); delete it first")
+    init_containers = []
+    if init_requests is not None:
+        init_containers.append(ContainerSpec(INIT_CONTAINER, init, "init"))
+    if sidecar_requests is not None:
+        init_containers.append(ContainerSpec(SIDECAR_CONTAINER, sidecar, "sidecar"))
+    uid = uid or pod_uid(namespace, name)
+    try:
+        result = await kubelet.run_pod(
+            uid,
+            {MAIN_CONTAINER: app},
+            name=name,
+            namespace=namespace,
+            init_containers=init_containers,
+            claims=pod_claims,
+        )
+    except ValueError as exc:
+        raise AdminError(str(exc)) from None
+    if result.phase == "Failed":
+        kubelet.pods.pop(uid, None)  # a rejected pod never ran: the same name may be tried again
+        raise AdminError(f"pod {namespace}/{name} was rejected: {result.reason}: {result.message}")
+    return pod_view(kubelet, result)
+
+
+async def delete_pod(kubelet: KubeletAdmin, name: str, namespace: str = "default") -> dict[str, Any]:
+    pod = _find(kubelet, namespace, name)
+    if pod is None:
+        raise AdminError(f"no pod {namespace}/{name} on this kubelet; its pods: {_pod_names(kubelet)}")
+    released: dict[str, list[str]] = {}
+    for container in pod.containers:
+        for resource, ids in kubelet.manager.container_devices(pod.uid, container).items():
+            released.setdefault(resource, []).extend(i for i in ids if i not in released.get(resource, []))
+    unprepared = await kubelet.remove_pod(pod.uid)
+    return {
+        "uid": pod.uid,
+        "name": name,
+        "namespace": namespace,
+        "released": released,
+        "unprepared": [f"{c.namespace}/{c.name}" for c in unprepared],
+        "unprepare_error": kubelet.dra.unprepare_error,
+    }
+
+
+async def restart_kubelet(kubelet: KubeletAdmin, wait: float = 10.0) -> dict[str, Any]:
+    """Restart as a kubelet does; answer once the plugins registered before are registered again
+    (and have sent their devices), or after ``wait`` seconds with the ones still missing."""
+    if wait < 0:
+        raise AdminError(f"wait must be 0 or more seconds, found {wait:g}")
+    before = _registered(kubelet)
+    updates = kubelet.manager.updates
+    await kubelet.restart()
+
+    deadline = time.monotonic() + wait
+    # Each plugin registered again sends its devices at least once (a ListAndWatch update).
+    while len(_registered_again(kubelet, before)) < len(before) or kubelet.manager.updates < updates + len(before):
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.02)
+    registered = _registered_again(kubelet, before)
+    return {
+        "starts": kubelet.starts,
+        "registered": registered,
+        "missing": [n for n in before if n not in registered],
+        "pods": len(_pods_now(kubelet)),
+    }
+
+
+async def advance_clock(kubelet: KubeletAdmin, seconds: float) -> dict[str, Any]:
+    try:
+        kubelet.clock.advance(seconds)
+    except ValueError as exc:
+        raise AdminError(f"{exc}: seconds must be 0 or more, found {seconds:g}") from None
+    return {"advanced": seconds, "capacity": kubelet.capacity(), "allocatable": kubelet.allocatable()}
+
+
+KUBELET_OPS: Mapping[str, TargetOp[KubeletAdmin]] = {
+    "status": status,
+    "pods": pods,
+    "run-pod": run_pod,
+    "delete-pod": delete_pod,
+    "restart-kubelet": restart_kubelet,
+    "advance-clock": advance_clock,
+}
+"""Every op of the kubelet emulator's admin socket."""
+
+
+def kubelet_ops(kubelet: KubeletAdmin) -> dict[str, Op]:
+    """The ops the kubelet emulator serves (``fakegpu kubelet --admin-socket``)."""
+    return bind_ops(kubelet, KUBELET_OPS)
