@@ -9,6 +9,7 @@ recorded at.
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from fakegpu.cli.catalog_command import render_boards_table
 from fakegpu.cli.main import COMMANDS, EXIT_USAGE, full_parser, main
+from fakegpu.cli.progress import progress
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
 from fakegpu.dra.resource_slices import MAX_DEVICES_PER_SLICE, MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
@@ -24,9 +26,12 @@ from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kube.page_sizes import NODE_PAGE
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.health import DEFAULT_IGNORED_XIDS
 from fakegpu.sharing.mps_daemon import MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_LEGACY
+from fakegpu.sharing.node_spec import DEFAULT_GPUS
 from fakegpu.sharing.nvidia_config import MAX_TIME_SLICING_REPLICAS
+from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK
 from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
 from tests.reliability import test_kubelet_restarts, test_rpc_fuzz
@@ -35,6 +40,8 @@ from tests.reliability.profile import LONG, SHORT
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 CORPUS = ROOT / "tests" / "reliability" / "corpus"
+SPOKEN_SECONDS = {1.0: "second"}
+"""An interval as the README says it in words."""
 
 
 def flat(text: str) -> str:
@@ -69,7 +76,17 @@ def figures() -> list[str]:
     corpus = sorted(p.name for p in CORPUS.iterdir() if p.name != "README.md")
     fuzz_ids, fuzz_bytes = test_rpc_fuzz.BIG_COUNTS[-1], test_rpc_fuzz.LONG_SIZES[-1]
     assert SHORT.kubelet_restarts == LONG.kubelet_restarts, "the README gives one count for both profiles"
+    ticks = inspect.signature(progress).parameters
+    default_gpus = CATALOG[DEFAULT_GPUS.split("x", 1)[1]]
     return [
+        f"on a default node ({DEFAULT_GPUS.split('x', 1)[0]}x {default_gpus.product_name.removeprefix('NVIDIA ')})",
+        f"Default: `{DEFAULT_GPUS}`.",
+        f'driverVersion: "{DEFAULT_DRIVER_VERSION}" # default',
+        f'cudaDriverVersion: "{DEFAULT_CUDA_DRIVER_VERSION}" # default',
+        f"imexChannels: {IMEX_CHANNEL_COUNT} # /dev/nvidia-caps-imex-channels/channel0..{IMEX_CHANNEL_COUNT - 1} "
+        "(the driver's count, default)",
+        f"rate every {SPOKEN_SECONDS.get(ticks['interval'].default, 'N/A')} (elsewhere a plain line every "
+        f"{ticks['plain_every'].default:g} s)",
         f"({numbers(xids, ' and ')} are ignored by default)",
         f"ignored XIDs {numbers(xids)})",
         f"unhealthy unless ignored ({numbers(xids)}, DP_*)",
