@@ -1,5 +1,5 @@
-"""Text that names the tree names what is there: README's layout names every room, and no doc or docstring
-names a module or a repository path that does not exist, nor cites a note outside the repository.
+"""Text that names the tree names what is there: README's layout names every room, and no doc, docstring or
+comment names a module or a repository path that does not exist, nor cites a note outside the repository.
 
 Everything is read at test time, so a module added, renamed or removed by a later change is judged against
 the tree as it is then.
@@ -8,7 +8,9 @@ the tree as it is then.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +74,13 @@ def docstrings(path: Path) -> Iterator[tuple[int, str]]:
             text = ast.get_docstring(node, clean=False)
             if text is not None:
                 yield node.body[0].lineno, text
+
+
+def comments(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every ``#`` comment."""
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
 
 
 def top_level_names(module: Path) -> set[str]:
@@ -146,14 +155,14 @@ def test_docs_name_only_modules_and_paths_that_exist(doc):
     assert problems_in(doc.read_text()) == [], f"{doc.relative_to(ROOT)} names what is not in the tree"
 
 
-def test_docstrings_name_only_modules_and_paths_that_exist():
+def test_docstrings_and_comments_name_only_modules_and_paths_that_exist():
     found = [
         f"{path.relative_to(ROOT)}:{line}: {problem}"
         for path in python_files()
-        for line, text in docstrings(path)
+        for line, text in (*docstrings(path), *comments(path))
         for problem in problems_in(text)
     ]
-    assert found == [], "docstrings name modules or paths that do not exist:\n" + "\n".join(found)
+    assert found == [], "docstrings or comments name modules or paths that do not exist:\n" + "\n".join(found)
 
 
 def package_names(package: Path) -> set[str]:
