@@ -1,4 +1,5 @@
-"""``fakegpu catalog``: the boards fakegpu can emulate, with their numbers and what is unverified."""
+"""``fakegpu catalog``: the boards fakegpu can emulate, with their numbers and what is unverified, and the
+README's Boards table (``--markdown``)."""
 
 from __future__ import annotations
 
@@ -35,4 +36,19 @@ def render_catalog(verbose: bool) -> str:
                 )
             for note in (*m.unverified, *f.unverified):
                 lines.append(f"    unverified: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def render_boards_table() -> str:
+    """The README's "Boards" table, generated so it cannot drift from the catalog (a test compares them)."""
+    lines = [
+        "| key | board | product name (nvidia-smi) | memory MiB | SMs | CC | MIG |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in CATALOG.values():
+        cc = f"{m.compute_capability[0]}.{m.compute_capability[1]}"
+        mig = f"{len(m.mig_profiles)} profiles, {m.compute_slices} compute slices" if m.mig_capable else "no"
+        lines.append(
+            f"| `{m.key}` | {m.board} | {m.product_name} | {m.memory_mib} | {m.multiprocessors} | {cc} | {mig} |"
+        )
     return "\n".join(lines) + "\n"

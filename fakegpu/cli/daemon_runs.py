@@ -1,4 +1,5 @@
-"""What the long-running ``fakegpu`` commands do once parsed: ``demo``, ``plugin``, ``dra``, ``kubelet``.
+"""What the long-running ``fakegpu`` commands do once parsed: ``demo``, ``plugin``, ``dra`` (``kubelet`` has
+its own module, ``fakegpu.cli.kubelet_command``).
 
 Loaded only when one of them runs (``fakegpu.cli.main``), so nothing else pays for grpc and lightkube.
 """

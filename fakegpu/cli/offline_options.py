@@ -72,4 +72,8 @@ def add_labels(labels: argparse.ArgumentParser) -> None:
 
 
 def add_catalog(catalog: argparse.ArgumentParser) -> None:
-    catalog.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
+    shape = catalog.add_mutually_exclusive_group()
+    shape.add_argument("-v", "--verbose", action="store_true", help="show MIG profiles and unverified numbers")
+    shape.add_argument(
+        "--markdown", action="store_true", help="print the README's Boards table (a test checks the README has it)"
+    )

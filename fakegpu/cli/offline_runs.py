@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fakegpu.cli.catalog_command import render_catalog
+from fakegpu.cli.catalog_command import render_boards_table, render_catalog
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
 from fakegpu.cli.slice_commands import render_device_classes, render_slices, slice_options
@@ -22,7 +22,7 @@ def _warn(warnings: Sequence[str]) -> None:
 
 
 def run_catalog(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_catalog(args.verbose))
+    sys.stdout.write(render_boards_table() if args.markdown else render_catalog(args.verbose))
     return 0
 
 

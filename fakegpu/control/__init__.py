@@ -6,9 +6,10 @@
 - ``client``: ``admin_request``/``admin_call``, what ``fakegpu ctl`` and the live scenario runner send with.
 - ``op_table``: ``bind_ops``, a face's op functions (its target first, then the request's fields) as served.
 - ``operations``: the ops as one table: each op's fields as ``fakegpu ctl`` takes them and its answer's line.
-- ``status_text``: the ``status`` answer of either daemon as ``fakegpu ctl status`` prints it.
-- ``health_ops``: ``health``, ``xid``, ``off-bus`` and the GPUs' health, on the live inventory.
-- ``fault_ops``: ``fault`` and ``clear-faults`` checked against the face's ``FaultableRpcs``, and fault status.
+- ``status_text``: the status answer of either daemon as ``fakegpu ctl status`` prints it.
+- ``pods_text``: the kubelet emulator's pods as ``fakegpu ctl pods`` prints them.
+- ``health_ops``: the health, xid and off-bus ops and the GPUs' health, on the live inventory.
+- ``fault_ops``: the fault and clear-faults ops checked against the face's ``FaultableRpcs``, and fault status.
 - ``injected_faults``: a planned fault applied inside a gRPC handler.
 
 Each face (``fakegpu.fakeplugin.admin_ops``, ``fakegpu.dra.admin_ops``) adds its own ops, module-level

@@ -72,7 +72,7 @@ COMPUTE_DOMAIN_CLASSES = (DAEMON_CLASS, DEFAULT_CHANNEL_CLASS)
 def compute_domain_device_classes(api_version: str = "resource.k8s.io/v1") -> list[dict[str, Any]]:
     """NVIDIA's two ComputeDomain DeviceClasses: ``compute-domain-daemon.nvidia.com`` (a node's IMEX daemon
     device) and ``compute-domain-default-channel.nvidia.com`` (IMEX channel 0, the workload template's class).
-    Selectors exactly as the chart's; no config, no extended resource (research notes §5)."""
+    Selectors exactly as the chart's; no config, no extended resource."""
     if api_version not in SUPPORTED_API_VERSIONS:
         raise ValueError(
             f"unsupported API version {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}"

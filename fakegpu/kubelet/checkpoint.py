@@ -8,7 +8,7 @@ JSON and compute the same checksum. Sources (kubernetes/kubernetes):
 
 The checksum is ``fnv32a(spew.Sprintf("%#v", cp.Data))`` where ``cp.Data`` is the *value* of the
 unexported Go struct ``checkpoint.checkpointData`` (``BootID`` and ``Checksum`` are outside it), with
-spew's ``SortKeys``/``DisableMethods`` config. For the golden checkpoint that renders as::
+spew's ``SortKeys``/``DisableMethods`` config. For a checkpoint a real kubelet wrote that renders as::
 
     (checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)[{PodUID:(string)<uid>
     ContainerName:(string)c ResourceName:(string)example.com/gpu DeviceIDs:(checkpoint.DevicesPerNUMA)map[0:[id]]

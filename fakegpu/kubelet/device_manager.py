@@ -1,7 +1,7 @@
 """The kubelet's device manager: capacity versus allocatable, allocation, grace period, checkpoint.
 
-Behaviour and texts follow the kubelet (pkg/kubelet/cm/devicemanager) as the reference and the
-golden readings describe it: every ListAndWatch update replaces a resource's devices; healthy devices
+Behaviour and texts follow the kubelet (kubernetes ``pkg/kubelet/cm/devicemanager``) and what a real
+kubelet (v1.36.2) was seen to do: every ListAndWatch update replaces a resource's devices; healthy devices
 are allocatable, all are capacity; a plugin whose stream ends has every device marked unhealthy and is
 forgotten after the grace period; allocation asks GetPreferredAllocation for a hint, then Allocate.
 """

@@ -20,7 +20,7 @@ DEVICE_PLUGIN_TYPE = "DevicePlugin"
 
 def registry_socket_name(plugin_name: str) -> str:
     """``nvidia.com/gpu`` -> ``nvidia.com-gpu-reg.sock``; ``gpu.nvidia.com`` -> ``gpu.nvidia.com-reg.sock``
-    (the names real plugins use, see the golden readings)."""
+    (the names real plugins use on a real kubelet)."""
     return plugin_name.replace("/", "-") + "-reg.sock"
 
 

@@ -49,7 +49,8 @@ NODE_ALLOCATABLE = "DRANodeAllocatableResources"
 
 
 def default_feature_gates(minor: int) -> dict[str, bool]:
-    """Defaults of a stock cluster (reference §1.5): these DRA gates are beta (on) from 1.36, alpha before."""
+    """Defaults of a stock cluster (kubernetes ``pkg/features/kube_features.go``): these DRA gates are beta (on)
+    from 1.36, alpha before."""
     beta = minor >= 36
     return {
         PARTITIONABLE: beta,

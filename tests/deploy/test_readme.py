@@ -81,7 +81,8 @@ def built_name(engine: str, tag: str) -> str:
 
 
 def test_name_normalisation_reproduces_the_err_image_pull_reading() -> None:
-    # /work/shared/golden/real-cluster-deploy.md: buildah's -t fakegpu:dev never reached a pod asking for it.
+    # Seen on a real cluster (v1.36.2, containerd 2.3): buildah's -t fakegpu:dev never reached a pod asking for it
+    # (ErrImagePull): containerd held localhost/fakegpu:dev, the pod asked for docker.io/library/fakegpu:dev.
     assert built_name("buildah", "fakegpu:dev") != kubelet_name("fakegpu:dev")
     assert built_name("docker", "fakegpu:dev") == kubelet_name("fakegpu:dev") == "docker.io/library/fakegpu:dev"
 

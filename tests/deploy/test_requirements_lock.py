@@ -2,7 +2,7 @@
 installs through it (no network here: the lock is read, not resolved).
 
 Not NVIDIA behaviour: NVIDIA's images install Go binaries. The pattern follows pip's secure installs
-(pypa/pip docs/html/topics/secure-installs.md: --require-hashes with every requirement pinned).
+(pypa/pip/docs/html/topics/secure-installs.md: --require-hashes with every requirement pinned).
 """
 
 from __future__ import annotations

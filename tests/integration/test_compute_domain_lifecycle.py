@@ -6,7 +6,7 @@ reads each pod's claims from the API server and prepares them as the kubelet doe
 Only the scheduler and the resource-claim controller are played by the test: it writes each worker's claims
 already allocated (4 GPUs and ``channel-0`` of its node), with the channel request and config copied from the
 template the controller created, as the resource-claim controller copies it. The flow is NVIDIA's
-(kubernetes-sigs/dra-driver-nvidia-gpu, /work/notes/research17-cd.md §0): a worker's channel prepare labels
+(kubernetes-sigs/dra-driver-nvidia-gpu at commit 0807eed): a worker's channel prepare labels
 its node for the domain and fails, retryably, until the node's IMEX daemon is Ready; the kubelet retries; the
 domain turns Ready when all four nodes have joined. An XID on one node's GPU takes that node's daemon and the
 domain to NotReady.

@@ -3,7 +3,7 @@ API server with NVIDIA's CRDs, and its emulated IMEX daemon.
 
 Behaviour followed: ``kubernetes-sigs/dra-driver-nvidia-gpu`` ``cmd/compute-domain-kubelet-plugin/
 device_state.go`` (prepare order and error texts), ``computedomain.go`` (node label), ``cdi.go`` (spec and
-device names) and ``cmd/compute-domain-daemon`` (clique entries), as /work/notes/research17-cd.md §3-§4 give them.
+device names) and ``cmd/compute-domain-daemon`` (clique entries), at commit 0807eed.
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ async def test_a_node_without_a_clique_joins_the_domain_status_and_gets_no_devic
     answer = await prepare_until_ready(socket_of(driver), claim)
     assert answer.error == ""
     (device,) = answer.devices
-    assert list(device.cdi_device_ids) == []  # notes §3.3 step 7: nothing to inject without a clique
+    assert list(device.cdi_device_ids) == []  # nothing to inject without a clique, as NVIDIA's prepare
     assert not claim_spec_path(root / "cdi", claim[2], VENDOR).exists()
     stored = apiserver.get_object("computedomains", "cd", "default")
     assert stored is not None

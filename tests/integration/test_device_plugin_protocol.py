@@ -198,7 +198,7 @@ async def test_nvlink_aware_preference_for_whole_gpus(fakegpu_node):
 
 async def test_fail_requests_greater_than_one_gives_the_kubelets_admission_error(fakegpu_node):
     """NVIDIA/k8s-device-plugin internal/plugin/server.go: Allocate returns a plain Go error, which
-    grpc-go sends as Unknown; the kubelet copies the code (/work/shared/golden/real-kubelet.md)."""
+    grpc-go sends as Unknown; the kubelet copies the code (as a real kubelet v1.36.2 did)."""
     node = await fakegpu_node("2xa100-40gb", config=ts(2, failRequestsGreaterThanOne=True))
     pod = await node.run_pod("p", {"c": {GPU: 2}})
     assert pod.phase == "Failed" and pod.reason == "UnexpectedAdmissionError"

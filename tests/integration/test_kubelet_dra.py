@@ -1,8 +1,8 @@
 """The kubelet emulator's DRA face against fakegpu's own DRA driver, over real sockets.
 
 What a real kubelet does (kubernetes ``pkg/kubelet/cm/dra/manager.go`` and
-``pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go``, v1.36; /work/shared/golden/real-kubelet.md "DRA
-kubelet plugin: the calls a real kubelet makes"): GetInfo and NotifyRegistrationStatus on the plugin's
+``pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go``, v1.36, and the calls a real
+kubelet v1.36.2 made to a DRA test driver): GetInfo and NotifyRegistrationStatus on the plugin's
 registration socket, nothing else until a pod needs a claim; one NodePrepareResources per pod and driver
 carrying only claim identities; one NodeUnprepareResources once no pod uses the claim; the claim info
 cache in ``dra_manager_state`` keeps prepared claims across a kubelet restart.

@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import io
 import math
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -692,6 +693,19 @@ def test_an_api_error_names_the_server_and_the_kubeconfig(server, tmp_path, caps
 # -- rack scale: a virtual GB200 NVL72 fleet ---------------------------------------------------------------
 
 NVL72 = ("--gpus", "4xgb200", "--racks", "4", "--nodes-per-rack", "18")
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def without_rates(text: str) -> str:
+    """A run's output without its timing (``in 1.29 s (56/s)``), which differs from run to run."""
+    return re.sub(r" in [0-9.]+ s \([0-9]+/s\)", " in N s (N/s)", text)
+
+
+def readme_fleet_transcript() -> str:
+    """The output the README's "Rack scale" section shows for its fleet command, without the command line."""
+    text = README.read_text()
+    start = text.index("$ fakegpu virtual-nodes " + " ".join((*NVL72, "--gpu-mode", "dra")))
+    return text[text.index("\n", start) + 1 : text.index("\n```", start) + 1]
 
 
 async def test_a_72_node_nvl72_fleet_comes_up_in_one_run_and_goes_with_delete(server, run):
@@ -703,6 +717,7 @@ async def test_a_72_node_nvl72_fleet_comes_up_in_one_run_and_goes_with_delete(se
     the server against the ResourceSlice schema."""
     result = await run(*NVL72, "--gpu-mode", "dra")
     assert result.code == 0, result.err
+    assert without_rates(result.out) == without_rates(readme_fleet_transcript()), "README's transcript drifted"
     assert (
         "72 created" in result.out and "ResourceSlices: 144 created, 0 updated, 0 deleted on 72 node(s)" in result.out
     )

@@ -26,7 +26,7 @@ from fakegpu.runtime.cdi_spec_model import (
     write_spec_file,
 )
 
-# The spec the Kubernetes DRA test driver wrote on a real kubelet (shared/golden/real-kubelet.md).
+# The spec the Kubernetes DRA test driver (test-driver.cdi.k8s.io) wrote on a real kubelet, v1.36.2.
 GOLDEN_SPEC = json.loads(
     '{"cdiVersion":"0.3.0","kind":"test-driver.cdi.k8s.io/test","devices":[{"name":'
     '"claim-83cfdcca-a33b-45d1-932c-a04c970c9600-dev","containerEdits":{"env":'

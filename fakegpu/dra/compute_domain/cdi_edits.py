@@ -1,6 +1,7 @@
 """The compute-domain plugin's CDI specs: the base spec (device ``all``) and the per-claim specs.
 
-NVIDIA's ``cmd/compute-domain-kubelet-plugin/cdi.go`` and ``computedomain.go`` (notes §3.4, §3.6): vendor
+NVIDIA's ``cmd/compute-domain-kubelet-plugin/cdi.go`` and ``computedomain.go`` (kubernetes-sigs/dra-driver-nvidia-gpu
+at commit 0807eed): vendor
 ``k8s.compute-domain.nvidia.com``; a base spec ``k8s.compute-domain.nvidia.com-device_base`` written at start
 with device ``all`` (``NVIDIA_VISIBLE_DEVICES=void``); one claim spec
 ``k8s.compute-domain.nvidia.com-claim_<claimUID>`` with a device ``<claimUID>-channel-0`` (the IMEX channel

@@ -79,7 +79,7 @@ def _template(
 def workload_template(domain: dict[str, Any], api_version: str) -> dict[str, Any]:
     """The template the domain's pods claim channel 0 through, in the domain's namespace under the name its
     ``spec.channel.resourceClaimTemplate.name`` gives. ``allocationMode`` is copied from the domain (the
-    exact upstream template line is UNVERIFIED: research notes §2.3)."""
+    exact upstream template line is UNVERIFIED)."""
     meta, channel = domain["metadata"], domain["spec"]["channel"]
     return _template(
         api_version=api_version,

@@ -1,13 +1,13 @@
 """The node's IMEX daemon, emulated: what NVIDIA's ``compute-domain-daemon`` pod writes to the API server.
 
 Upstream, a channel claim labels the node ``resource.nvidia.com/computeDomain=<domain UID>``, the domain's
-DaemonSet (that label is its nodeSelector) starts a daemon pod on the node, and the daemon announces the
-node (``cmd/compute-domain-daemon``, KS @3fe9487, notes §4): on a node of an NVLink clique it upserts its
-entry ``{nodeName, ipAddress, cliqueID, index, status}`` in the ComputeDomainClique ``<domain UID>.<clique>``
-of the driver's namespace (the lowest free index, ``NotReady`` first, ``Ready`` once its pod is Ready, back
-to ``NotReady`` when its readiness probe fails) and removes it when the pod goes away; on a node without a
-clique it does nothing and the controller writes the node into the domain's ``status.nodes`` from the pod
-(``cliqueID: ""``, ``index: -1``, Ready with the pod).
+DaemonSet (that label is its nodeSelector) starts a daemon pod on the node, and the daemon announces the node
+(``cmd/compute-domain-daemon`` of kubernetes-sigs/dra-driver-nvidia-gpu at commit 3fe9487): on a node of an
+NVLink clique it upserts its entry ``{nodeName, ipAddress, cliqueID, index, status}`` in the
+ComputeDomainClique ``<domain UID>.<clique>`` of the driver's namespace (the lowest free index, ``NotReady``
+first, ``Ready`` once its pod is Ready, back to ``NotReady`` when its readiness probe fails) and removes it
+when the pod goes away; on a node without a clique it does nothing and the controller writes the node into the
+domain's ``status.nodes`` from the pod (``cliqueID: ""``, ``index: -1``, Ready with the pod).
 
 fakegpu runs no such pod: while the node carries the label, this object is the daemon. It becomes Ready
 ``start_delay`` seconds after it joined (the pod's start and first probe), is NotReady while any GPU of the

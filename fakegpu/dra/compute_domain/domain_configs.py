@@ -1,7 +1,7 @@
 """The compute-domain driver's opaque configs: ``ComputeDomainChannelConfig`` and ``ComputeDomainDaemonConfig``.
 
-Follows NVIDIA's ``api/nvidia.com/resource/v1beta1`` config types (``computedomainconfig.go``; exact file
-name UNVERIFIED, see notes §3.8) and ``cmd/compute-domain-kubelet-plugin/device_state.go``: strict decoding
+Follows NVIDIA's ``api/nvidia.com/resource/v1beta1`` config types (kubernetes-sigs/dra-driver-nvidia-gpu at
+commit 0807eed) and ``cmd/compute-domain-kubelet-plugin/device_state.go``: strict decoding
 (an unknown field or kind is a permanent ``error decoding config parameters: ...``), class configs before claim
 configs (later wins), an empty ``requests`` list matching every request, and NVIDIA's defaults at the lowest
 precedence: a default channel config and a default daemon config, both with an empty ``domainID``, so a

@@ -1,6 +1,7 @@
 """NodePrepareResources / NodeUnprepareResources of the compute-domain driver (``compute-domain.nvidia.com``).
 
-Follows NVIDIA's ``cmd/compute-domain-kubelet-plugin/device_state.go`` (KS @0807eed; notes §3.3, §3.4):
+Follows NVIDIA's ``cmd/compute-domain-kubelet-plugin/device_state.go`` (kubernetes-sigs/dra-driver-nvidia-gpu at
+commit 0807eed):
 
 * a **channel** claim (``channel-0``, config ``ComputeDomainChannelConfig``): at most one per node (the
   checkpoint says which claim holds channel 0); its ComputeDomain must exist and live in the claim's
@@ -259,7 +260,7 @@ class ComputeDomainPreparer:
             raise ClaimError("error asserting ComputeDomain Ready: current node not ready in ComputeDomain")
         fabric = self.live.inventory.node.fabric
         if fabric is None:
-            return self._result(ref, result, ()), None  # no clique: nothing to inject (notes §3.3 step 7)
+            return self._result(ref, result, ()), None  # no clique: nothing to inject, as NVIDIA's prepare
         wanted = channel_count(result.config.allocation_mode, fabric.imex_channels)
         name = claim_device_name(ref.uid, result.device)
         return self._result(ref, result, (qualified_name(VENDOR, CLAIM_CLASS, name),)), channel_edits(wanted)

@@ -1,7 +1,7 @@
 """Scripted scenarios: a YAML timeline run against the kubelet emulator and fakegpu's real device plugins.
 
 ``load_scenario`` validates a file (``model``), ``run_files``/``run_scenario`` run it (``runner``), and
-``expectations`` holds the checks of an ``expect`` step; ``live`` runs the inject steps against a live
+``expectations`` holds the checks of an ``expect:`` step; ``live`` runs the inject steps against a live
 daemon's admin socket instead (``run_files(..., socket=PATH)``). The step vocabulary is documented in
 ``scenarios/README.md``.
 """

@@ -1,7 +1,7 @@
 """The scenario file schema: a node to start and a timeline of steps, validated strictly.
 
 Every mistake in a file becomes one ``SpecError`` naming the file, the step and the field, e.g.
-``scenarios/x.yaml: steps[3].allocate.resources.nvidia.com/gpu: Input should be a valid integer (found '2')``.
+``scenarios/<file>.yaml: steps[3].allocate.resources.nvidia.com/gpu: Input should be a valid integer (found '2')``.
 Steps are numbered from 0, as the error locations and the runner's output number them.
 
 A ``fault`` step is checked against the face the scenario drives (:data:`FACES`): the embedded runner

@@ -10,7 +10,7 @@ import pytest
 
 from fakegpu.kubelet import checkpoint as cp
 
-# Verbatim from /work/shared/golden/real-kubelet.md, "Kubelet restart" (written by a real kubelet).
+# Verbatim as a real kubelet (v1.36.2) wrote it after a restart, for a plugin of example.com/gpu (2 GPUs x 2 replicas).
 GOLDEN = """{
   "Data": {
     "PodDeviceEntries": [

@@ -5,7 +5,7 @@ Readings quoted (the real tool; NVIDIA ships no source for it):
   ``internal/collector/gpu/testdata/h100-default-20260729/nvidia/mig-*.txt`` (MIG off) and
   ``.../h100-mig-mixed-20260729/nvidia/mig-*.txt`` (1g.10gb at slot 6, 3g.40gb at 0 with a ``1c`` compute
   instance, 1g.10gb+me at 4);
-- ``-lgip`` on 4x H100 SXM5 before driver 580 (stackhpc/ansible-slurm-appliance ``docs/mig.md``);
+- ``-lgip`` on 4x H100 SXM5 before driver 580 (``stackhpc/ansible-slurm-appliance/docs/mig.md``);
 - ``-lgi`` on H100 80GB before driver 580 (NVIDIA/DCGM#138);
 - ``No GPU instances found: Not Found`` (``-lgi`` with MIG on and no instance, A30 notes in the code corpus);
 - exit status 6 for ``mig --list-gpu-instance-profiles`` without MIG (a script in the code corpus tests it).
