@@ -28,6 +28,7 @@ from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import PodAnnotations
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
@@ -79,7 +80,7 @@ async def run_plugin_daemon(
     *,
     registration: RegistrationMode = "kubelet",
     pre_start_required: bool = False,
-    bug_modes: frozenset[str] = frozenset(),
+    bug_modes: frozenset[BugMode] = frozenset(),
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
@@ -119,7 +120,7 @@ async def run_plugin_daemon(
         inventory = load_inventory(inputs)
         for warning in inventory.warnings:
             log.warning("%s", warning)
-        if "random-device-ids" in bug_modes:
+        if BugMode.RANDOM_DEVICE_IDS in bug_modes:
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
             inventory = load_inventory(inputs)
         # A required IMEX channel the node lacks stops the start before any CDI spec is written, as NVIDIA's

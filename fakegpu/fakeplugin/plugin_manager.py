@@ -32,6 +32,7 @@ from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from fakegpu.runtime.unix_socket import SocketInUse, identity, listening_pid
+from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -377,7 +378,7 @@ class PluginManager:
         if changed_files:
             await self.reload()
         current = identity(self.paths.kubelet_socket)
-        if "no-reregistration" in self.live.bug_modes:
+        if BugMode.NO_REREGISTRATION in self.live.bug_modes:
             # Bug-compatible: an old plugin that never notices a kubelet restart.
             self._kubelet_identity = current
             return

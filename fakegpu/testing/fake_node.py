@@ -27,7 +27,7 @@ from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.dra_state import ClaimInfo
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
-from fakegpu.sharing.bug_modes import parse_bug_modes
+from fakegpu.sharing.bug_modes import BugMode, parse_bug_modes
 from fakegpu.sharing.faults import FaultSpec, PlannedFault
 from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
@@ -68,7 +68,7 @@ class FakeNode:
         pod claims given without drivers, the backoff paces retries of claims that fail to prepare."""
         self.root = root
         self.bug_modes = parse_bug_modes(bugs, "bugs")
-        if "random-device-ids" in self.bug_modes:
+        if BugMode.RANDOM_DEVICE_IDS in self.bug_modes:
             inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
         self.inputs = inputs
         self.kubelet = KubeletEmulator(
@@ -254,7 +254,7 @@ class FakeNode:
     async def start_plugins(self, timeout: float = 5.0) -> None:
         """Start the plugin servers (they register as their mode says); returns once the kubelet holds the
         devices of every plugin it accepted (a registration refused or faulted leaves nothing to wait for)."""
-        if "random-device-ids" in self.bug_modes:
+        if BugMode.RANDOM_DEVICE_IDS in self.bug_modes:
             self.inputs = dataclasses.replace(self.inputs, id_salt=uuid.uuid4().hex)
             self.live.replace(load_inventory(self.inputs))
         await self.plugins.start()
