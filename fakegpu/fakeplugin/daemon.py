@@ -10,30 +10,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from lightkube import AsyncClient
 
 from fakegpu.control.server import AdminServer
-from fakegpu.fakeplugin.admin_ops import RecentCalls, device_plugin_ops
+from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
-from fakegpu.fakeplugin.imex_channels import check_imex_channels
-from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.node_sync import ConfigSelection, PluginNodeSync, initial_selection
-from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
-from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from fakegpu.fakeplugin.plugin_manager import RegistrationMode
+from fakegpu.fakeplugin.plugin_stack import PluginStack
 from fakegpu.kube.client import client_factory
 from fakegpu.kube.pod_annotations import PodAnnotations
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.errors import SpecError
-from fakegpu.sharing.health import XidPolicy
-from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.telemetry.health_endpoint import Readiness
-from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
 log = logging.getLogger(__name__)
@@ -57,11 +52,6 @@ class NodeSettings:
         return self.label_node or self.selection is not None
 
 
-def watched_files(inputs: InventoryInputs) -> list[Path]:
-    config = inputs.config_file or inputs.env.get("CONFIG_FILE") or None
-    return [Path(p) for p in (config, inputs.node_spec, inputs.mig_config) if p]
-
-
 def pod_annotations(kubeconfig: str | None, make_client: Callable[[], AsyncClient] | None) -> PodAnnotations | None:
     """Where the DCGM exporter reads pods' fakegpu.io/gpu-utilization annotations: the API server, if any."""
     if make_client is None:
@@ -79,7 +69,7 @@ async def run_plugin_daemon(
     *,
     registration: RegistrationMode = "kubelet",
     pre_start_required: bool = False,
-    bug_modes: frozenset[str] = frozenset(),
+    bug_modes: frozenset[BugMode] = frozenset(),
     stop: asyncio.Event | None = None,
     admin_socket: Path | None = None,
     node: NodeSettings | None = None,
@@ -116,35 +106,19 @@ async def run_plugin_daemon(
                 return 0
             inputs, selected, label_value = chosen
             log.info("selected %s for node %s", selected, inputs.node_name)
-        inventory = load_inventory(inputs)
-        for warning in inventory.warnings:
-            log.warning("%s", warning)
-        if "random-device-ids" in bug_modes:
-            inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
-            inventory = load_inventory(inputs)
-        # A required IMEX channel the node lacks stops the start before any CDI spec is written, as NVIDIA's
-        # GetPlugins fails before CreateCDISpecFile (the plugin manager logs the channels it selects).
-        check_imex_channels(inventory)
-        live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
-        if cdi_root is not None:
-            # Before any Allocate names a CDI device, as NVIDIA's plugin manager; rewritten on every change.
-            daemon.cleanup(PluginCdiSpecs(cdi_root).follow(live))
-        if inputs.nvidia_smi_dir:
-            # Before any Allocate can mount them; rewritten on every inventory change.
-            daemon.cleanup(NvidiaSmiFiles(Path(inputs.nvidia_smi_dir)).follow(live))
-        current = CurrentInputs(inputs)
-        calls = RecentCalls()
-        metrics = DevicePluginMetrics(live)
-        manager = PluginManager(
-            live,
+        stack = PluginStack(
+            inputs,
             paths,
+            bug_modes=bug_modes,
             registration=registration,
             pre_start_required=pre_start_required,
-            reload_inventory=current.load,
-            watch_files=watched_files(inputs),
-            on_call=calls.record,
-            metrics=metrics,
+            cdi_root=cdi_root,
         )
+        # A required IMEX channel the node lacks stops the start before any CDI spec is written; the specs
+        # and the nvidia-smi files are then rewritten on every inventory change.
+        stack.write_files()
+        daemon.cleanup(stack.close)
+        live, manager, current = stack.live, stack.manager, stack.current
         readiness.follow(manager.not_ready)
         sync: PluginNodeSync | None = None
         if make_client is not None:
@@ -162,16 +136,21 @@ async def run_plugin_daemon(
             )
             sync.set_initial(selected, label_value)
         admin = (
-            AdminServer(admin_socket, device_plugin_ops(live, manager, calls, current, sync)) if admin_socket else None
+            AdminServer(admin_socket, device_plugin_ops(live, manager, stack.calls, current, sync))
+            if admin_socket
+            else None
         )
         daemon.on_reload(lambda: daemon.loop.create_task(manager.reload()))
         await daemon.serve(
-            *([manager] if sync is None else [manager, sync]),
+            *([stack] if sync is None else [stack, sync]),
             admin=admin,
             endpoints=telemetry.endpoints(
-                metrics.registry, live, paths.root, annotations=lambda: pod_annotations(node.kubeconfig, make_client)
+                stack.metrics.registry,
+                live,
+                paths.root,
+                annotations=lambda: pod_annotations(node.kubeconfig, make_client),
             ),
         )
-        log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", inventory.node.name)
+        log.info("serving %s for node %s", ", ".join(manager.wanted()) or "no resources", live.inventory.node.name)
         await daemon.wait()
     return 0

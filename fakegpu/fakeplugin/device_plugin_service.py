@@ -22,7 +22,7 @@ from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.preferred_allocation import preferred_allocation
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.runtime.change_stream import state_changes
-from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID, BugMode
 from fakegpu.sharing.inventory import Resource
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.rpc_metrics import current_rpc, observed_stream, observed_unary
@@ -52,7 +52,7 @@ def log_health_changes(
 def _lost_gpu_breaks_alignment(live: LiveInventory, resource: Resource) -> str | None:
     """Bug-compatible NVIDIA #2038: the aligned allocator asks NVML for the links of every GPU, so one
     GPU off the bus (XID 79) fails GetPreferredAllocation for whole-GPU requests on the node."""
-    if "preferred-allocation-fails-off-bus" not in live.bug_modes:
+    if BugMode.PREFERRED_ALLOCATION_FAILS_OFF_BUS not in live.bug_modes:
         return None
     if any(d.is_mig or d.replica is not None for d in resource.devices):
         return None

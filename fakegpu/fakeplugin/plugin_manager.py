@@ -32,6 +32,7 @@ from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.plugin_registration import RegistrationService, RegistryRegistration, registry_socket_name
 from fakegpu.runtime.unix_socket import SocketInUse, identity, listening_pid
+from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -368,63 +369,90 @@ class PluginManager:
                 log.exception("plugin watch step failed; continuing")
 
     async def _tick(self) -> None:
-        changed_files = False
+        """One step of the watch loop: reload on a changed input file, follow a kubelet restart, then keep
+        every server served and registered."""
+        if self._files_changed():
+            await self.reload()
+        current = identity(self.paths.kubelet_socket)
+        if await self._follow_kubelet(current):
+            return
+        async with self._lock:
+            await self._start_due_peers()
+            for name, server in list(self.servers.items()):
+                await self._keep_serving(name, server, current)
+
+    def _files_changed(self) -> bool:
+        """Whether a watched file changed since the last look (each one's stamp is updated)."""
+        changed = False
         for path, stamp in self._file_stamps.items():
             now = _mtime(path)
             if now != stamp:
                 self._file_stamps[path] = now
-                changed_files = True
-        if changed_files:
-            await self.reload()
-        current = identity(self.paths.kubelet_socket)
-        if "no-reregistration" in self.live.bug_modes:
+                changed = True
+        return changed
+
+    async def _follow_kubelet(self, current: tuple[int, int] | None) -> bool:
+        """React to ``kubelet.sock`` as NVIDIA's inotify watch does; True when this step ends here (every
+        plugin restarted, or the no-reregistration bug mode, which never looks further)."""
+        if BugMode.NO_REREGISTRATION in self.live.bug_modes:
             # Bug-compatible: an old plugin that never notices a kubelet restart.
             self._kubelet_identity = current
+            return True
+        if current == self._kubelet_identity:
+            return False
+        self._kubelet_identity = current
+        if current is None or self.registration != "kubelet":
+            return False
+        log.info("inotify: %s created, restarting.", self.paths.kubelet_socket)
+        await self.restart_all()
+        return True
+
+    async def _start_due_peers(self) -> None:
+        """Look again at the socket paths a live peer served: serve the ones freed that are still wanted."""
+        for name in self.peer_waits.due():
+            if name in self.wanted():
+                await self._start_one(name)
+            else:
+                self.peer_waits.done(name)
+
+    async def _keep_serving(self, name: str, server: ResourceServer, current: tuple[int, int] | None) -> None:
+        """Serve ``name`` again if its socket was removed, renew a removed registration socket, or retry a
+        failed registration once its retry time has come."""
+        if not server.socket_intact():
+            await self._serve_again(name, server)
+        elif name in self.registry and not self.registry[name].socket_intact():
+            await self._start_one_registry(name)
+        elif (
+            self.registration == "kubelet"
+            and not self.registered.get(name)
+            and current is not None
+            and time.monotonic() >= self._next_retry.get(name, 0.0)
+        ):
+            await self._register(name)
+
+    async def _serve_again(self, name: str, server: ResourceServer) -> None:
+        """``name``'s socket was removed: serve (and register) it again, unless a peer or the pacing says wait."""
+        if not await self._may_reserve(name, server.socket_path):
             return
-        if current != self._kubelet_identity:
-            self._kubelet_identity = current
-            if current is not None and self.registration == "kubelet":
-                log.info("inotify: %s created, restarting.", self.paths.kubelet_socket)
-                await self.restart_all()
+        log.info("socket of %s was removed, serving and registering again", name)
+        self.stats.reserves += 1
+        self.reserve_pacing.reserved(name)
+        if self.registration == "plugins-registry" and name in self.registry:
+            # The kubelet's watcher still knows the registration socket; serving the device plugin socket
+            # again is enough for it to reconnect. The metrics count the kubelet's NotifyRegistrationStatus
+            # instead (_registry_status_callback).
+            await server.stop()
+            try:
+                await server.start()
+            except SocketInUse as exc:
+                await self._stop_one(name)
+                self._wait_for_peer(name, exc.path, exc.pid)
                 return
-        async with self._lock:
-            for name in self.peer_waits.due():
-                if name in self.wanted():
-                    await self._start_one(name)
-                else:
-                    self.peer_waits.done(name)
-            for name, server in list(self.servers.items()):
-                if not server.socket_intact():
-                    if not await self._may_reserve(name, server.socket_path):
-                        continue
-                    log.info("socket of %s was removed, serving and registering again", name)
-                    self.stats.reserves += 1
-                    self.reserve_pacing.reserved(name)
-                    if self.registration == "plugins-registry" and name in self.registry:
-                        # The kubelet's watcher still knows the registration socket; serving the
-                        # device plugin socket again is enough for it to reconnect. The metrics count
-                        # the kubelet's NotifyRegistrationStatus instead (_registry_status_callback).
-                        await server.stop()
-                        try:
-                            await server.start()
-                        except SocketInUse as exc:
-                            await self._stop_one(name)
-                            self._wait_for_peer(name, exc.path, exc.pid)
-                            continue
-                        self.stats.registrations += 1
-                        self.stats.last_registered[name] = time.monotonic()
-                    else:
-                        await self._stop_one(name)
-                        await self._start_one(name)
-                elif name in self.registry and not self.registry[name].socket_intact():
-                    await self._start_one_registry(name)
-                elif (
-                    self.registration == "kubelet"
-                    and not self.registered.get(name)
-                    and current is not None
-                    and time.monotonic() >= self._next_retry.get(name, 0.0)
-                ):
-                    await self._register(name)
+            self.stats.registrations += 1
+            self.stats.last_registered[name] = time.monotonic()
+        else:
+            await self._stop_one(name)
+            await self._start_one(name)
 
     async def _may_reserve(self, name: str, path: Path) -> bool:
         """After ``name``'s socket was removed: serve it again now? Not while a live peer serves the path (stop

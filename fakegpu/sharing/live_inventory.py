@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
+from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.faults import FaultPlan
 from fakegpu.sharing.health import HEALTHY, UNHEALTHY, XidPolicy
 from fakegpu.sharing.inventory import Device, Inventory, Resource
@@ -28,7 +29,10 @@ class UnknownDeviceError(KeyError):
 
 class LiveInventory:
     def __init__(
-        self, inventory: Inventory, xid_policy: XidPolicy | None = None, bug_modes: frozenset[str] = frozenset()
+        self,
+        inventory: Inventory,
+        xid_policy: XidPolicy | None = None,
+        bug_modes: frozenset[BugMode] = frozenset(),
     ) -> None:
         self._base = inventory
         self._overrides: dict[str, str] = {}
@@ -98,7 +102,7 @@ class LiveInventory:
         physical = self._physical_uuids(target)
         if not devices and not physical:
             raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
-        if not healthy and "health-one-device-per-gpu" in self.bug_modes:
+        if not healthy and BugMode.HEALTH_ONE_DEVICE_PER_GPU in self.bug_modes:
             # NVIDIA #1929: the health map keeps one device per physical GPU.
             first_per_gpu: dict[str, Device] = {}
             for d in devices:

@@ -1,7 +1,8 @@
 """A whole fake GPU node in one process: the kubelet emulator plus fakegpu's device plugins.
 
 The demo, the pytest plugin and the integration tests all use it, so they exercise the real servers
-over real Unix sockets exactly as a kubelet would.
+over real Unix sockets exactly as a kubelet would, and the plugin the ``fakegpu plugin`` daemon runs: both
+build it with ``fakegpu.fakeplugin.plugin_stack``.
 
 Its actions return only once the kubelet has seen their effect (``set_health``, ``inject_xid``,
 ``reload``, ``restart_plugins``, ``end_streams``): the plugins push device updates in their own tasks, so a
@@ -11,17 +12,16 @@ check made right after a plain inventory change would read the kubelet's old sta
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lightkube import AsyncClient
 
-from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from fakegpu.fakeplugin.plugin_manager import RegistrationMode
+from fakegpu.fakeplugin.plugin_stack import PluginStack
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.dra_state import ClaimInfo
@@ -29,10 +29,8 @@ from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.sharing.bug_modes import parse_bug_modes
 from fakegpu.sharing.faults import FaultSpec, PlannedFault
-from fakegpu.sharing.health import XidPolicy
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.inventory import Inventory
-from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +49,10 @@ class CallLog:
 
 
 class FakeNode:
+    """The kubelet emulator and the device plugin the ``fakegpu plugin`` daemon runs, built by the same
+    ``PluginStack``: the same inputs (``CONFIG_FILE`` in ``env`` included) give the same devices, IDs,
+    reloads, CDI specs (in ``cdi_root``, by default ``<root>/cdi``) and fake nvidia-smi files."""
+
     def __init__(
         self,
         root: Path,
@@ -63,31 +65,40 @@ class FakeNode:
         bugs: Iterable[str] = (),
         api_client: AsyncClient | None = None,
         prepare_backoff: Backoff | None = None,
+        cdi_root: Path | None = None,
     ) -> None:
         """``api_client`` and ``prepare_backoff`` go to the kubelet emulator's DRA face: the client reads
-        pod claims given without drivers, the backoff paces retries of claims that fail to prepare."""
+        pod claims given without drivers, the backoff paces retries of claims that fail to prepare.
+        Raises ``SpecError`` if the inputs describe no valid inventory."""
         self.root = root
         self.bug_modes = parse_bug_modes(bugs, "bugs")
-        if "random-device-ids" in self.bug_modes:
-            inputs = dataclasses.replace(inputs, id_salt=uuid.uuid4().hex)
-        self.inputs = inputs
         self.kubelet = KubeletEmulator(
             root, grace_period=grace_period, api_client=api_client, prepare_backoff=prepare_backoff
         )
         self.with_kubelet = with_kubelet
         self.calls = CallLog()
-        inventory = load_inventory(inputs)
-        self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), self.bug_modes)
-        watch = [Path(p) for p in (inputs.config_file, inputs.node_spec, inputs.mig_config) if p]
-        self.plugins = PluginManager(
-            self.live,
+        self.cdi_root = cdi_root if cdi_root is not None else root / "cdi"
+        """Where the plugin writes its CDI specs (with a CDI deviceListStrategy): the daemon's ``--cdi-root``."""
+        self.stack = PluginStack(
+            inputs,
             self.kubelet.paths,
+            bug_modes=self.bug_modes,
             registration=registration,
             pre_start_required=pre_start_required,
-            reload_inventory=lambda: load_inventory(self.inputs),
-            watch_files=watch,
-            on_call=self.calls.record,
+            cdi_root=self.cdi_root,
+            calls=self.calls,
         )
+        self.live = self.stack.live
+        self.plugins = self.stack.manager
+
+    @property
+    def inputs(self) -> InventoryInputs:
+        """What the plugin serves from; set new inputs, then :meth:`reload` to serve them."""
+        return self.stack.current.inputs
+
+    @inputs.setter
+    def inputs(self, inputs: InventoryInputs) -> None:
+        self.stack.current.inputs = inputs
 
     @property
     def inventory(self) -> Inventory:
@@ -96,12 +107,14 @@ class FakeNode:
     async def start(self, timeout: float = 10.0) -> None:
         if self.with_kubelet:
             await self.kubelet.start()
-        await self.plugins.start()
+        self.stack.write_files()
+        await self.stack.start()
         if self.with_kubelet:
             await self.wait_synced(timeout)
 
     async def stop(self) -> None:
-        await self.plugins.stop()
+        await self.stack.stop()
+        self.stack.close()
         if self.kubelet.running:
             await self.kubelet.stop()
 
@@ -253,11 +266,10 @@ class FakeNode:
 
     async def start_plugins(self, timeout: float = 5.0) -> None:
         """Start the plugin servers (they register as their mode says); returns once the kubelet holds the
-        devices of every plugin it accepted (a registration refused or faulted leaves nothing to wait for)."""
-        if "random-device-ids" in self.bug_modes:
-            self.inputs = dataclasses.replace(self.inputs, id_salt=uuid.uuid4().hex)
-            self.live.replace(load_inventory(self.inputs))
-        await self.plugins.start()
+        devices of every plugin it accepted (a registration refused or faulted leaves nothing to wait for).
+        With ``random-device-ids`` the devices have fresh IDs, as after a restart of the buggy plugin."""
+        self.stack.write_files()
+        await self.stack.start()
         if self.kubelet.running:
             await self.wait_kubelet_current(timeout, "the plugins' devices")
 

@@ -1,0 +1,132 @@
+"""The device plugin as one node runs it, built in one place for the daemon and for the test fixture.
+
+``fakegpu plugin`` (``fakegpu.fakeplugin.daemon``) and the pytest fixture's ``FakeNode`` both build their
+plugin here, so a user's test runs the plugin a DaemonSet runs: the same inputs (``CONFIG_FILE`` from the
+environment included) give the same inventory, the same device IDs, the same watched files and the same
+reload, and the same CDI specs and fake nvidia-smi files next to it.
+
+Building reads the inputs and raises ``SpecError`` for a bad one, but touches nothing on the node; the files
+are written by :meth:`PluginStack.write_files` and the sockets served by :meth:`PluginStack.start`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from fakegpu.fakeplugin.admin_ops import RecentCalls
+from fakegpu.fakeplugin.imex_channels import check_imex_channels
+from fakegpu.fakeplugin.metrics import DevicePluginMetrics
+from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
+from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.bug_modes import BugMode
+from fakegpu.sharing.health import XidPolicy
+from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
+
+log = logging.getLogger(__name__)
+
+
+class CallRecorder(Protocol):
+    """Where the plugins' RPCs go (resource, method, device IDs): bounded in a daemon, every call in a test."""
+
+    @property
+    def calls(self) -> Iterable[tuple[str, str, tuple[str, ...]]]: ...
+
+    def record(self, resource: str, method: str, ids: Sequence[str]) -> None: ...
+
+
+def watched_files(inputs: InventoryInputs) -> list[Path]:
+    """The input files a change of which reloads the plugin: the config (``--config-file`` or, as NVIDIA's
+    plugin reads it, ``CONFIG_FILE`` from the environment), the node spec and the MIG config."""
+    config = inputs.config_file or inputs.env.get("CONFIG_FILE") or None
+    return [Path(p) for p in (config, inputs.node_spec, inputs.mig_config) if p]
+
+
+class PluginStack:
+    """One node's device plugin: its inputs, live inventory, plugin manager and the files it keeps current.
+
+    With the ``random-device-ids`` bug mode the device IDs are fresh when the stack is built (a process
+    start) and again at every later :meth:`start` (the plugins restarted), as the buggy plugin's.
+    """
+
+    def __init__(
+        self,
+        inputs: InventoryInputs,
+        paths: KubeletPaths,
+        *,
+        bug_modes: frozenset[BugMode] = frozenset(),
+        registration: RegistrationMode = "kubelet",
+        pre_start_required: bool = False,
+        cdi_root: Path | None = None,
+        calls: CallRecorder | None = None,
+    ) -> None:
+        """Raises ``SpecError`` if the inputs describe no valid inventory. With ``cdi_root``, the plugin's
+        CDI specs go there whenever a CDI deviceListStrategy is configured; ``calls`` records every RPC
+        (by default the last ones, as a daemon keeps them)."""
+        self.bug_modes = bug_modes
+        self.cdi_root = cdi_root
+        self.current = CurrentInputs(inputs)
+        if BugMode.RANDOM_DEVICE_IDS in bug_modes:
+            self.current.inputs = self.current.candidate(new_ids=True)
+        inventory = self.current.load()
+        for warning in inventory.warnings:
+            log.warning("%s", warning)
+        self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
+        self.calls: CallRecorder = calls if calls is not None else RecentCalls()
+        self.metrics = DevicePluginMetrics(self.live)
+        self.manager = PluginManager(
+            self.live,
+            paths,
+            registration=registration,
+            pre_start_required=pre_start_required,
+            reload_inventory=self.current.load,
+            watch_files=watched_files(self.current.inputs),
+            on_call=self.calls.record,
+            metrics=self.metrics,
+        )
+        self._following = False
+        self._unfollow: list[Callable[[], None]] = []
+        self._starts = 0
+
+    @property
+    def inputs(self) -> InventoryInputs:
+        """The inputs served now (a reload reads them again; a reconfiguration replaces them)."""
+        return self.current.inputs
+
+    def write_files(self) -> None:
+        """Before the plugins first serve: refuse a required IMEX channel the node lacks (as NVIDIA's
+        ``GetPlugins`` fails before ``CreateCDISpecFile``), then write the CDI specs and the fake nvidia-smi
+        files and rewrite them after every inventory change, until :meth:`close`. Once only."""
+        if self._following:
+            return
+        check_imex_channels(self.live.inventory)
+        self._following = True
+        if self.cdi_root is not None:
+            # Before any Allocate names a CDI device, as NVIDIA's plugin manager.
+            self._unfollow.append(PluginCdiSpecs(self.cdi_root).follow(self.live))
+        if self.inputs.nvidia_smi_dir:
+            # Before any Allocate can mount them.
+            self._unfollow.append(NvidiaSmiFiles(Path(self.inputs.nvidia_smi_dir)).follow(self.live))
+
+    async def start(self) -> None:
+        """Serve and register every resource (``PluginManager.start``); with ``random-device-ids`` every start
+        after the first serves fresh device IDs."""
+        if self._starts and BugMode.RANDOM_DEVICE_IDS in self.bug_modes:
+            self.current.inputs = self.current.candidate(new_ids=True)
+            self.live.replace(self.current.load())
+        self._starts += 1
+        await self.manager.start()
+
+    async def stop(self) -> None:
+        await self.manager.stop()
+
+    def close(self) -> None:
+        """Stop keeping the files current (they stay: NVIDIA's plugin never removes its CDI specs)."""
+        while self._unfollow:
+            self._unfollow.pop()()
+        self._following = False

@@ -1,0 +1,133 @@
+"""The pytest fixture's node runs the plugin the ``fakegpu plugin`` daemon runs (``fakeplugin.plugin_stack``).
+
+The daemon and a ``FakeNode`` get the same inputs, with the config named only by ``CONFIG_FILE`` in the
+environment as NVIDIA's DaemonSet names it; each serves its own kubelet emulator over real sockets. Both
+kubelets must see the same resources and device IDs, both must reload when the file changes, and both must
+write the same CDI specs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakegpu.fakeplugin.daemon import run_plugin_daemon
+from fakegpu.fakeplugin.plugin_stack import PluginStack
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.bug_modes import BugMode
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.inventory import Inventory
+from fakegpu.testing.fake_node import FakeNode
+from tests.daemon_tasks import stop_and_wait
+from tests.eventually import eventually
+
+GPU = "nvidia.com/gpu"
+GPU_SPEC = "k8s.device-plugin.nvidia.com-gpu.json"
+
+
+def config(id_strategy: str, replicas: int = 1) -> str:
+    plugin: dict[str, Any] = {
+        "version": "v1",
+        "flags": {"plugin": {"deviceListStrategy": "cdi-cri", "deviceIDStrategy": id_strategy}},
+    }
+    if replicas > 1:
+        plugin["sharing"] = {"timeSlicing": {"resources": [{"name": GPU, "replicas": replicas}]}}
+    return yaml.safe_dump(plugin)
+
+
+def device_ids(inventory: Inventory) -> set[str]:
+    return {d.id for r in inventory.resources for d in r.devices}
+
+
+def seen(kubelet: KubeletEmulator) -> dict[str, dict[str, str]]:
+    """Every resource the kubelet holds, with its devices' IDs and health."""
+    return {name: kubelet.devices(name) for name in sorted(kubelet.capacity())}
+
+
+def specs(cdi_root: Path) -> dict[str, str]:
+    """The spec files' content by file name."""
+    return {p.name: p.read_text() for p in sorted(cdi_root.iterdir())} if cdi_root.exists() else {}
+
+
+def gpu_names(cdi_root: Path) -> list[str]:
+    """The device names of the ``gpu`` class spec (none while it is not written)."""
+    path = cdi_root / GPU_SPEC
+    return sorted(d["name"] for d in json.loads(path.read_text())["devices"]) if path.exists() else []
+
+
+async def test_the_fixture_and_the_daemon_serve_and_reload_the_same_plugin(root: Path) -> None:
+    config_file = root / "plugin-config.yaml"
+    config_file.write_text(config("uuid"))
+    inputs = InventoryInputs(node_name="n1", gpus=("2xa100-40gb",), env={"CONFIG_FILE": str(config_file)})
+    daemon_cdi = root / "daemon-cdi"
+    kubelet = KubeletEmulator(root / "dk")
+    await kubelet.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "dk"), stop=stop, cdi_root=daemon_cdi))
+    node = FakeNode(root / "fk", inputs)
+    try:
+        await node.start()
+        assert node.cdi_root == root / "fk" / "cdi"
+        expected = load_inventory(inputs).resource(GPU)
+        assert expected is not None and len(expected.devices) == 2
+        want = {GPU: {d.id: "Healthy" for d in expected.devices}}
+
+        def both_serve(view: dict[str, dict[str, str]]) -> bool:
+            assert not task.done(), "the daemon exited"
+            assert seen(kubelet) == seen(node.kubelet) == view
+            return True
+
+        await eventually(lambda: both_serve(want), "both kubelets to see the two GPUs", 10.0)
+        assert specs(daemon_cdi) == specs(node.cdi_root) != {}
+        assert sorted(specs(daemon_cdi)) == [GPU_SPEC]
+
+        # The config file changes: both plugins reload it (index IDs, two replicas of each GPU).
+        config_file.write_text(config("index", replicas=2))
+        changed = load_inventory(inputs).resource(GPU)
+        assert changed is not None and len(changed.devices) == 4
+        want = {GPU: {d.id: "Healthy" for d in changed.devices}}
+        await eventually(lambda: both_serve(want), "both kubelets to see the reloaded devices", 10.0)
+        await eventually(
+            lambda: gpu_names(daemon_cdi) == gpu_names(node.cdi_root) == ["0", "1"],
+            "both plugins to write the spec of index device names",
+            detail=lambda: (gpu_names(daemon_cdi), gpu_names(node.cdi_root)),
+        )
+        assert specs(daemon_cdi) == specs(node.cdi_root)
+    finally:
+        try:
+            await node.stop()
+        finally:
+            try:
+                assert await stop_and_wait(stop, task) == [0]
+            finally:
+                await kubelet.stop()
+
+
+async def test_random_device_ids_are_fresh_at_build_and_at_every_later_start(root: Path) -> None:
+    """The stack owns the bug mode's salting: the daemon's process start and the fixture's ``start_plugins``."""
+    inputs = InventoryInputs(node_name="n1", gpus=("2xt4",))
+    stable = device_ids(load_inventory(inputs))
+
+    def ids(stack: PluginStack) -> set[str]:
+        return device_ids(stack.live.inventory)
+
+    paths = KubeletPaths(root)
+    paths.device_plugins.mkdir(parents=True)
+    stack = PluginStack(inputs, paths, bug_modes=frozenset({BugMode.RANDOM_DEVICE_IDS}), registration="none")
+    built = ids(stack)
+    assert built.isdisjoint(stable) and len(built) == 2
+    await stack.start()
+    try:
+        assert ids(stack) == built, "the first start serves the IDs taken when the process started"
+        await stack.stop()
+        await stack.start()
+        assert ids(stack).isdisjoint(built | stable) and len(ids(stack)) == 2
+        assert stack.inputs.id_salt not in ("", inputs.id_salt)
+    finally:
+        await stack.stop()
+    assert ids(PluginStack(inputs, paths)) == stable, "without the mode the IDs are stable"
