@@ -18,7 +18,6 @@ Ops and their fields:
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -48,17 +47,6 @@ RECENT_ALLOCATIONS = 50
 class CallRecord(Protocol):
     @property
     def calls(self) -> Iterable[tuple[str, str, tuple[str, ...]]]: ...
-
-
-class RecentCalls:
-    """The last RPCs the plugins received (resource, method, device IDs), bounded for a long-running
-    daemon; pass ``record`` as the PluginManager's ``on_call``."""
-
-    def __init__(self, limit: int = 500) -> None:
-        self.calls: deque[tuple[str, str, tuple[str, ...]]] = deque(maxlen=limit)
-
-    def record(self, resource: str, method: str, ids: Iterable[str]) -> None:
-        self.calls.append((resource, method, tuple(ids)))
 
 
 class PluginControl(Protocol):

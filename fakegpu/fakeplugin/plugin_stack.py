@@ -12,11 +12,10 @@ are written by :meth:`PluginStack.write_files` and the sockets served by :meth:`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
-from fakegpu.fakeplugin.admin_ops import RecentCalls
+from fakegpu.fakeplugin.call_log import DAEMON_CALL_LIMIT, CallLog
 from fakegpu.fakeplugin.imex_channels import check_imex_channels
 from fakegpu.fakeplugin.metrics import DevicePluginMetrics
 from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
@@ -29,15 +28,6 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 
 log = logging.getLogger(__name__)
-
-
-class CallRecorder(Protocol):
-    """Where the plugins' RPCs go (resource, method, device IDs): bounded in a daemon, every call in a test."""
-
-    @property
-    def calls(self) -> Iterable[tuple[str, str, tuple[str, ...]]]: ...
-
-    def record(self, resource: str, method: str, ids: Sequence[str]) -> None: ...
 
 
 def watched_files(inputs: InventoryInputs) -> list[Path]:
@@ -63,7 +53,7 @@ class PluginStack:
         registration: RegistrationMode = "kubelet",
         pre_start_required: bool = False,
         cdi_root: Path | None = None,
-        calls: CallRecorder | None = None,
+        calls: CallLog | None = None,
     ) -> None:
         """Raises ``SpecError`` if the inputs describe no valid inventory. With ``cdi_root``, the plugin's
         CDI specs go there whenever a CDI deviceListStrategy is configured; ``calls`` records every RPC
@@ -77,7 +67,7 @@ class PluginStack:
         for warning in inventory.warnings:
             log.warning("%s", warning)
         self.live = LiveInventory(inventory, XidPolicy.from_env(inputs.env), bug_modes)
-        self.calls: CallRecorder = calls if calls is not None else RecentCalls()
+        self.calls = calls if calls is not None else CallLog(DAEMON_CALL_LIMIT)
         self.metrics = DevicePluginMetrics(self.live)
         self.manager = PluginManager(
             self.live,

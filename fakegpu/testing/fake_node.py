@@ -15,11 +15,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from lightkube import AsyncClient
 
+from fakegpu.fakeplugin.call_log import CallLog
 from fakegpu.fakeplugin.plugin_manager import RegistrationMode
 from fakegpu.fakeplugin.plugin_stack import PluginStack
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
@@ -33,19 +33,6 @@ from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.inventory import Inventory
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CallLog:
-    """Every RPC the plugins received, in order: (resource, method, device IDs)."""
-
-    calls: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
-
-    def record(self, resource: str, method: str, ids: Sequence[str]) -> None:
-        self.calls.append((resource, method, tuple(ids)))
-
-    def methods(self, resource: str | None = None) -> list[str]:
-        return [m for r, m, _ in self.calls if resource is None or r == resource]
 
 
 class FakeNode:
