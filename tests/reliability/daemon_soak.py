@@ -427,15 +427,15 @@ class PluginSoak:
         uid = f"pod-{self.pods}"
         if action == "after-allocate":
             await self.admit(uid, self.free_resource())
-            await asyncio.sleep(self.rng.uniform(0, 0.05))
+            await asyncio.sleep(self.rng.uniform(0, 0.05))  # time passing: the kill lands at a seeded moment
         elif action == "mid-allocate":
             resource = self.free_resource()
             await admin_call(self.admin, "fault", method="Allocate", delay=FAULT_DELAY, resource=resource)
             pod_task = asyncio.create_task(self.kubelet.run_pod(uid, {"main": {resource: 1}}))
             await wait_fired(self.admin, "Allocate", daemon)
-            await asyncio.sleep(self.rng.uniform(0, 0.05))
+            await asyncio.sleep(self.rng.uniform(0, 0.05))  # time passing: the kill lands at a seeded moment
         else:
-            await asyncio.sleep(self.rng.uniform(0, 0.1))
+            await asyncio.sleep(self.rng.uniform(0, 0.1))  # time passing: the kill lands at a seeded moment
         usage = usage_of(daemon.pid)
         if self.figures.daemon_first is None:
             self.figures.daemon_first = usage
@@ -683,7 +683,7 @@ class DraSoak:
 
         if action == "mid-prepare-rpc":
             await wait_fired(self.admin, "NodePrepareResources", daemon)
-            await asyncio.sleep(self.rng.uniform(0, 0.05))
+            await asyncio.sleep(self.rng.uniform(0, 0.05))  # time passing: the kill lands at a seeded moment
         elif action == "after-prepare-started":
             await eventually(
                 lambda: daemon.still_running() and started(),
@@ -708,9 +708,9 @@ class DraSoak:
         task: asyncio.Task[Any] | None = None
         if action == "after-prepare":
             await self.prepare_new()
-            await asyncio.sleep(self.rng.uniform(0, 0.05))
+            await asyncio.sleep(self.rng.uniform(0, 0.05))  # time passing: the kill lands at a seeded moment
         elif action == "idle":
-            await asyncio.sleep(self.rng.uniform(0, 0.1))
+            await asyncio.sleep(self.rng.uniform(0, 0.1))  # time passing: the kill lands at a seeded moment
         else:
             task = await self.in_flight(daemon, action)
         usage = usage_of(daemon.pid)

@@ -53,7 +53,8 @@ async def test_kubelet_restart_under_a_pending_registration_costs_no_timeout(roo
         dead.bind(str(node.kubelet.paths.kubelet_socket))  # a socket file nobody accepts on
         dead.close()
         await node.kubelet.wait_for(lambda: node.plugins.stats.restarts > restarts, what="the plugins to restart")
-        await asyncio.sleep(0.2)  # Register is now backing off before its next connection attempt
+        # Time passing: the dead kubelet stays a while, so Register is backing off before its next dial.
+        await asyncio.sleep(0.2)
         await node.kubelet.start()
         took = await node.wait_synced(5.0)
         timing.within(took, REREGISTER_LIMIT, "re-registration after the crash loop")
