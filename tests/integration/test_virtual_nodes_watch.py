@@ -74,14 +74,15 @@ class Watching:
 
         await eventually(idle, "the watcher to look at every change and finish its repairs")
 
-    async def settled(self) -> None:
+    async def settled(self, rounds: int = 20) -> None:
         """Wait until the watcher is idle and a round of looking wrote nothing (a repair's own writes come
-        back as watch events, which must not cause more)."""
-        while True:
+        back as watch events, which must not cause more); fail if it still writes after ``rounds`` rounds."""
+        for _ in range(rounds):
             before = self.writes()
             await self.looked_at_everything()
             if self.writes() == before:
                 return
+        raise AssertionError(f"the watcher still writes after {rounds} rounds of looking: {self.out.getvalue()}")
 
     async def resynced(self, count: int) -> None:
         """Wait for ``count`` more periodic resyncs; the last one began after this call."""
