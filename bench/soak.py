@@ -1,8 +1,8 @@
 """Restart soak figures: the reliability suites' restart loops, run at the long profile, with their numbers.
 
 Run: ``.venv/bin/python bench/soak.py [--quick] [--seed N]``. ``--quick`` runs the short (CI) profile.
-It runs the same loops as ``tests/reliability/test_kubelet_restarts.py`` and
-``tests/reliability/test_daemon_restarts.py`` (see their docstrings for what each checks) and prints:
+It runs the same loops as the tests (``tests/reliability/kubelet_soak.py`` and
+``tests/reliability/daemon_soak.py``; see their docstrings for what each checks) and prints:
 
 - kubelet restarts (plugins in-process, registering on kubelet.sock and through plugins_registry, and a
   ``fakegpu plugin`` subprocess): re-registration p50/p99/max, fds/threads/RSS/tasks after the warm-up
@@ -32,10 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpc
 from percentiles import percentile  # bench/ is on sys.path when a script runs
 
-from tests.reliability.process_probe import Usage
-from tests.reliability.profile import LONG, SHORT, Profile
-from tests.reliability.test_daemon_restarts import DaemonSoakFigures, soak_dra_restarts, soak_plugin_restarts
-from tests.reliability.test_kubelet_restarts import (
+from tests.reliability.daemon_soak import DaemonSoakFigures, soak_dra_restarts, soak_plugin_restarts
+from tests.reliability.kubelet_soak import (
     FD_LIMIT,
     RSS_LIMIT,
     WARMUP,
@@ -43,7 +41,9 @@ from tests.reliability.test_kubelet_restarts import (
     PluginPlacement,
     soak_kubelet_restarts,
 )
-from tests.reliability.test_kubelet_restarts import SEED as DEFAULT_SEED
+from tests.reliability.kubelet_soak import SEED as DEFAULT_SEED
+from tests.reliability.process_probe import Usage
+from tests.reliability.profile import LONG, SHORT, Profile
 
 KUBELET_VARIANTS: tuple[tuple[PluginPlacement, str], ...] = (
     ("in-process", "kubelet"),

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -406,9 +406,11 @@ async def run_virtual_nodes(
     out: TextIO | None = None,
     err: TextIO | None = None,
     retry_pause: float = 0.2,
+    watching: Callable[[Watcher], object] = lambda watcher: None,
 ) -> int:
     """The whole command in the caller's event loop; tests pass their own ``client``, ``stop`` and a
-    short ``retry_pause`` (the first pause before retrying a failed request; it doubles each time)."""
+    short ``retry_pause`` (the first pause before retrying a failed request; it doubles each time), and
+    may follow the ``--watch`` loop's progress through ``watching``, called with it before it runs."""
     out = out or sys.stdout
     err = err or sys.stderr
 
@@ -457,6 +459,7 @@ async def run_virtual_nodes(
         if args.watch:
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
             watcher = Watcher(controller, resync_interval=resync)
+            watching(watcher)
             say("watching the virtual nodes; stop with Ctrl-C")
             own_stop = stop is None
             stop = stop or asyncio.Event()

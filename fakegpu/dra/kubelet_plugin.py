@@ -50,6 +50,8 @@ class DraKubeletPlugin:
         )
         self.poll_interval = poll_interval
         self.restarts = 0
+        self.watch_steps = 0
+        """Looks at the sockets finished: once it grew by two, one began after whatever came before."""
         self._task: asyncio.Task[None] | None = None
         self._peer: Path | None = None
         """The socket path another live process serves, while this driver waits for it."""
@@ -85,6 +87,7 @@ class DraKubeletPlugin:
                 self._peer = exc.path
             else:
                 self._peer = None
+            self.watch_steps += 1
 
     async def _serve_vanished(self) -> None:
         if not self._dra.socket_intact():

@@ -74,6 +74,9 @@ class NodeSyncStats:
     selections: int = 0
     selection_errors: list[str] = field(default_factory=list)
     selected: str = ""
+    syncs: int = 0
+    """Passes over the Node finished (on a change or a resync): once it grew by two, a pass began after
+    whatever came before (a test's barrier for "a resync looked and wrote nothing")."""
 
 
 async def initial_selection(
@@ -229,6 +232,7 @@ class PluginNodeSync:
             await self._select()
         if self.label_node and self.node is not None:
             await self._label()
+        self.stats.syncs += 1
 
     def _listing(self) -> tuple[tuple[str, int, int], ...]:
         """The configs and their file stamps: a config added to, or fixed in, the ConfigMap makes a failed

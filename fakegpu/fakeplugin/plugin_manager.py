@@ -57,6 +57,9 @@ class ManagerStats:
     reload_errors: list[str] = field(default_factory=list)
     last_registered: dict[str, float] = field(default_factory=dict)
     last_error: str = ""
+    watch_steps: int = 0
+    """Steps of the watch loop finished: once it grew by two, a step began after whatever came before
+    (a test's barrier for "the plugins looked and did nothing")."""
 
 
 class PluginManager:
@@ -367,6 +370,7 @@ class PluginManager:
                 raise
             except Exception:
                 log.exception("plugin watch step failed; continuing")
+            self.stats.watch_steps += 1
 
     async def _tick(self) -> None:
         """One step of the watch loop: reload on a changed input file, follow a kubelet restart, then keep

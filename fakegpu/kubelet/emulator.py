@@ -58,6 +58,7 @@ from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as podresources_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.eventually import eventually
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.socket_server import SocketServer
 from fakegpu.runtime.unix_socket import check_socket_path
@@ -68,6 +69,8 @@ CONTAINER_CREATING = "ContainerCreating"
 """The waiting reason of a pod's containers while its claims are not prepared."""
 FAILED_PREPARE_EVENT = "FailedPrepareDynamicResources"
 """The kubelet's event reason; its message is ``Failed to prepare dynamic resources: <error>``."""
+WAIT_INTERVAL = 0.005
+"""Seconds between two looks of ``wait_for``: short, since callers time what they wait for."""
 
 
 @dataclass
@@ -280,12 +283,13 @@ class KubeletEmulator:
         return {} if state is None else {i: d.health for i, d in sorted(state.devices.items())}
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> float:
-        """Poll ``predicate`` until true; returns the seconds it took; raises TimeoutError naming ``what``."""
+        """Poll ``predicate`` until true (through the one polling helper, ``fakegpu.runtime.eventually``);
+        returns the seconds it took; raises TimeoutError naming ``what`` and the last value seen."""
         start = time.monotonic()
-        while not predicate():
-            if time.monotonic() - start > timeout:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            await asyncio.sleep(0.005)
+        try:
+            await eventually(predicate, what, timeout, interval=WAIT_INTERVAL)
+        except AssertionError as exc:
+            raise TimeoutError(str(exc)) from None
         return time.monotonic() - start
 
     # -- pods --------------------------------------------------------------------------------

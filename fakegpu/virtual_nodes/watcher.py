@@ -72,6 +72,10 @@ class WorkQueue:
     def __len__(self) -> int:
         return self._queue.qsize()
 
+    def pending(self) -> int:
+        """Names queued or being worked on: 0 once every repair asked for is done."""
+        return len(self._dirty | self._processing)
+
 
 class Watcher:
     def __init__(self, controller: VirtualNodeController, *, resync_interval: float = 60.0) -> None:
@@ -82,6 +86,12 @@ class Watcher:
         self.stats: collections.Counter[str] = collections.Counter()
         """What the watch repaired: nodes re-applied, nodes gone, slices created/updated/deleted, errors."""
         self.queue = WorkQueue()
+        self.last_seen: dict[str, str] = {}
+        """Per followed kind (``nodes``, ``slices``): the resourceVersion of the last watch event looked at.
+        Each watch delivers its events in order, so once a change's version is reached, everything before
+        it was looked at too (a test's barrier; with ``queue.pending() == 0``, the watcher is idle)."""
+        self.resyncs = 0
+        """Periodic resyncs finished."""
         self._labelled: set[str] = set()
         """Names of the Nodes with the ownership label, as the node list and watch last showed them."""
 
@@ -132,6 +142,7 @@ class Watcher:
                 self._enqueue(name)
 
     def _slice_event(self, event: str, key: SliceKey) -> None:
+        self.last_seen["slices"] = key.resource_version
         name = key.node
         if not self.controller.managed(name):
             if name not in self._labelled:  # maybe a slice whose node is gone
@@ -147,6 +158,7 @@ class Watcher:
             self._enqueue(name)
 
     def _node_event(self, event: str, obj: JSON) -> None:
+        self.last_seen["nodes"] = str(obj["metadata"].get("resourceVersion", ""))
         name = str(obj["metadata"]["name"])
         if event == "DELETED":
             self._labelled.discard(name)
@@ -188,6 +200,8 @@ class Watcher:
                 log.warning("resync failed (%s); trying again in %.0f s", exc, self.resync_interval)
             except Exception:  # a bug must not end the resyncs silently
                 log.exception("resync failed; trying again in %.0f s", self.resync_interval)
+            else:
+                self.resyncs += 1
 
     async def resync(self) -> None:
         """List both kinds and queue whatever is not as planned."""

@@ -561,8 +561,10 @@ async def test_lightkube_rewatch_resumes_from_last_resource_version(server: Fake
     rewatch = [r.query for r in server.requests if r.query.get("watch") == "true"][1]
     assert created.metadata is not None
     assert rewatch["resourceVersion"] == created.metadata.resourceVersion
-    await asyncio.sleep(0.1)
-    assert len(watch.events) == 2
+    # The barrier: a later object's event; a replay repeated on the re-watch would have come before it.
+    server.create_direct(slice_dict(name="b"))
+    await watch.wait_for(3)
+    assert len(watch.events[: watch.events.index(("ADDED", "b"))]) == 2
     await watch.close()
 
 

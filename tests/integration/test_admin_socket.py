@@ -111,23 +111,23 @@ async def test_health_changes_reach_the_kubelet_and_recover(plugin_admin):
     node, sock = await plugin_admin("2xh100-80gb")
     gpu1 = node.inventory.node.gpus[1].uuid
     assert await admin_call(sock, "health", target="1", healthy=False, xid=79) == [gpu1]
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
     assert node.kubelet.devices(GPU)[gpu1] == "Unhealthy"
     assert node.capacity() == {GPU: 2}
     assert node.live.unhealthy() == {gpu1: 79}
     assert await admin_call(sock, "health", target=gpu1, healthy=True) == [gpu1]
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, 2.0, "allocatable to recover")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, what="allocatable to recover")
     assert node.kubelet.devices(GPU)[gpu1] == "Healthy"
 
 
 async def test_xid_events_honour_ignored_xids(plugin_admin):
     node, sock = await plugin_admin("2xh100-80gb")
     assert await admin_call(sock, "xid", target="0", xid=13) == []
-    await asyncio.sleep(0.2)
+    await node.wait_kubelet_current(what="the ignored XID")  # a wrong health change would show by now
     assert node.allocatable() == {GPU: 2}
     gpu0 = node.inventory.node.gpus[0].uuid
     assert await admin_call(sock, "xid", target="0", xid=48) == [gpu0]
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
     assert node.live.unhealthy() == {gpu0: 48}
 
 
@@ -135,12 +135,12 @@ async def test_xid_events_honour_dp_disable_healthchecks(plugin_admin):
     node, sock = await plugin_admin("2xh100-80gb", env={"DP_DISABLE_HEALTHCHECKS": "all"})
     assert await admin_call(sock, "xid", target="1", xid=79) == []
     assert await admin_call(sock, "off-bus", gpu="1") == []
-    await asyncio.sleep(0.2)
+    await node.wait_kubelet_current(what="the ignored events")  # a wrong health change would show by now
     assert node.allocatable() == {GPU: 2}
     assert node.live.unhealthy() == {}
     # Setting health directly is not an XID event: it still works with health checks disabled.
     assert len(await admin_call(sock, "health", target="1", healthy=False)) == 1
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
 
 
 async def test_off_bus_makes_every_replica_of_a_time_sliced_gpu_unhealthy(plugin_admin):
@@ -150,7 +150,7 @@ async def test_off_bus_makes_every_replica_of_a_time_sliced_gpu_unhealthy(plugin
     gpu1 = node.inventory.node.gpus[1].uuid
     changed = await admin_call(sock, "off-bus", gpu="1")
     assert sorted(changed) == [f"{gpu1}::{i}" for i in range(4)]
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 2.0, "the GPU's replicas to go")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, what="the GPU's replicas to go")
     unhealthy = {i for i, h in node.kubelet.devices(GPU).items() if h == "Unhealthy"}
     assert unhealthy == set(changed)
     status = await admin_call(sock, "status")
@@ -165,7 +165,7 @@ async def test_off_bus_takes_every_mig_device_of_the_gpu(plugin_admin):
     assert node.allocatable() == {mig: 4}
     gpu0 = node.inventory.node.gpus[0]
     assert sorted(await admin_call(sock, "off-bus", gpu=gpu0.uuid)) == sorted(m.uuid for m in gpu0.mig_devices)
-    await node.kubelet.wait_for(lambda: node.allocatable() == {mig: 2}, 2.0, "the GPU's MIG devices to go")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {mig: 2}, what="the GPU's MIG devices to go")
 
 
 async def test_injected_allocate_faults_give_the_kubelets_admission_error(plugin_admin):
@@ -214,7 +214,7 @@ async def test_fault_scoping_and_clearing(plugin_admin):
 async def test_end_streams_makes_allocatable_zero(plugin_admin):
     node, sock = await plugin_admin("2xt4")
     assert await admin_call(sock, "end-streams") == 1
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0, "allocatable to go to 0")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, what="allocatable to go to 0")
     assert node.capacity() == {GPU: 2}
     with pytest.raises(AdminError, match=r"unknown resource 'nvidia.com/mig-1g.10gb'"):
         await admin_call(sock, "end-streams", resource="nvidia.com/mig-1g.10gb")
@@ -226,17 +226,17 @@ async def test_plugins_restart_reregisters(plugin_admin):
     assert await admin_call(sock, "plugins", action="restart") == {"action": "restart", "serving": [GPU]}
     assert node.plugins.stats.registrations == before + 1
     assert len(node.kubelet.registration.requests) == 2
-    await node.wait_synced(2.0)
+    await node.wait_synced()
     assert (await node.run_pod("p", {"c": {GPU: 2}})).admitted
 
     assert await admin_call(sock, "plugins", action="stop") == {"action": "stop", "serving": []}
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0, "allocatable to go to 0")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, what="allocatable to go to 0")
     with pytest.raises(AdminError, match="already stopped"):
         await admin_call(sock, "plugins", action="stop")
     assert (await admin_call(sock, "status"))["resources"][0]["serving"] is False
     await admin_call(sock, "plugins", action="start")
     assert node.plugins.stats.registrations == before + 2
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, 2.0, "allocatable to come back")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 2}, what="allocatable to come back")
 
 
 async def test_reload_of_a_bad_config_is_refused_and_serving_goes_on(plugin_admin):
@@ -414,8 +414,11 @@ async def test_an_op_that_raises_is_reported_and_does_not_stop_the_server(serve)
 
 
 async def test_stop_ends_open_connections_quietly(root, caplog, timing):
+    running = asyncio.Event()
+
     async def slow() -> str:
-        await asyncio.sleep(30)
+        running.set()
+        await asyncio.sleep(30)  # time passing: an op that takes longer than the stop may wait
         return "late"
 
     server = AdminServer(root / "a.sock", {"ping": _noop, "slow": slow})
@@ -424,14 +427,14 @@ async def test_stop_ends_open_connections_quietly(root, caplog, timing):
     busy_reader, busy_writer = await asyncio.open_unix_connection(server.path)
     busy_writer.write(b'{"op": "slow"}\n')
     await busy_writer.drain()
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(running.wait(), 5.0)
     with timing.at_most(3.0, "stopping with open connections"):
         await asyncio.wait_for(server.stop(), 25.0)  # not held for the 30 s of the slow op
     assert await asyncio.wait_for(idle_reader.read(), 2.0) == b""
     assert await asyncio.wait_for(busy_reader.read(), 2.0) == b""
     idle_writer.close()
     busy_writer.close()
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(asyncio.gather(idle_writer.wait_closed(), busy_writer.wait_closed()), 5.0)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
@@ -627,7 +630,7 @@ async def test_ctl_changes_health_and_plans_faults(plugin_admin):
     gpu0 = node.inventory.node.gpus[0].uuid
     code, out, err = await ctl("--socket", str(sock), "health", "0", "--unhealthy", "--xid", "79")
     assert (code, out, err) == (0, f"marked 1 device(s) unhealthy (XID 79): {gpu0}\n", "")
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 2.0, "allocatable to drop")
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
     code, out, _ = await ctl("--socket", str(sock), "xid", "1", "13")
     assert code == 0 and out.startswith("no device changed: XID 13 is ignored")
     code, out, _ = await ctl(

@@ -13,19 +13,19 @@ TS4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, 
 async def test_health_marks_one_replica_per_gpu_1929(fakegpu_node):
     node = await fakegpu_node("2xa100-40gb", config=TS4, bugs=("health-one-device-per-gpu",))
     assert len(node.live.inject_xid("0", 48)) == 1
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 7}, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 7})
 
 
 async def test_without_the_bug_every_replica_goes_unhealthy(fakegpu_node):
     node = await fakegpu_node("2xa100-40gb", config=TS4)
     assert len(node.live.inject_xid("0", 48)) == 4
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4})
 
 
 async def test_gpu_off_the_bus_rejects_every_pod_2038(fakegpu_node):
     node = await fakegpu_node("4xh100-80gb", bugs=("preferred-allocation-fails-off-bus",))
     node.live.inject_xid("2", 79)
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 3}, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 3})
     pod = await node.run_pod("p", {"c": {GPU: 1}})
     assert pod.reason == "UnexpectedAdmissionError"
     assert pod.message.startswith(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -33,10 +32,10 @@ async def test_changed_config_file_reloads(fakegpu_node):
             "sharing": {"timeSlicing": {"renameByDefault": True, "resources": [{"name": GPU, "replicas": 3}]}},
         },
     )
-    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/gpu.shared") == 6, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/gpu.shared") == 6)
     assert node.plugins.servers.keys() == {"nvidia.com/gpu.shared"}
     # The vanished resource's plugin stopped: its stream ended, so the kubelet marks it unhealthy.
-    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 0, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable().get(GPU) == 0)
     assert not (node.kubelet.paths.device_plugins / "nvidia-gpu.sock").exists()
 
 
@@ -44,10 +43,10 @@ async def test_invalid_config_keeps_the_running_inventory(fakegpu_node):
     node = await fakegpu_node("2xa100-40gb", config={"version": "v1"})
     config = Path(node.inputs.config_file)
     write_config(config, {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 1}]}}})
-    await node.kubelet.wait_for(lambda: node.plugins.stats.reload_errors != [], 2.0)
+    await node.kubelet.wait_for(lambda: node.plugins.stats.reload_errors != [])
     assert "number of replicas must be >= 2" in node.plugins.stats.reload_errors[0]
     assert str(config) in node.plugins.stats.reload_errors[0]
-    await asyncio.sleep(0.1)
+    await node.wait_kubelet_current(what="the rejected config")  # a wrong inventory change would show by now
     assert node.allocatable() == {GPU: 2}
     assert (await node.run_pod("p", {"c": {GPU: 1}})).admitted
     config.write_bytes(b"\x00\xff garbage")
@@ -60,7 +59,7 @@ async def test_reload_with_mig_repartition(fakegpu_node):
     assert node.capacity() == {"nvidia.com/mig-1g.10gb": 7}
     node.inputs = type(node.inputs)(**{**node.inputs.__dict__, "mig_layout": "all-3g.40gb"})
     assert await node.reload() is True
-    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-3g.40gb") == 2, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-3g.40gb") == 2)
     # Stale MIG resource lingers with capacity until the kubelet's grace period (NVIDIA #240).
     assert node.capacity()["nvidia.com/mig-1g.10gb"] == 7
     assert node.allocatable()["nvidia.com/mig-1g.10gb"] == 0
@@ -159,6 +158,6 @@ async def test_reload_keeps_capacity_of_every_vanished_resource(fakegpu_node):
     assert before == {"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
     node.inputs = type(node.inputs)(**{**node.inputs.__dict__, "mig_layout": "all-7g.80gb"})
     assert await node.reload() is True
-    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-7g.80gb") == 2, 2.0)
-    await node.kubelet.wait_for(lambda: all(node.allocatable()[k] == 0 for k in before), 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-7g.80gb") == 2)
+    await node.kubelet.wait_for(lambda: all(node.allocatable()[k] == 0 for k in before))
     assert {k: node.capacity()[k] for k in before} == before

@@ -225,10 +225,10 @@ async def test_lookups_recover_keep_the_last_answer_and_say_so(fakegpu_node, cap
         assert annotations("ml", "p") == {UTILIZATION_ANNOTATION: "20"}
         apiserver.fail_next("get", "pods", 500, times=3, message="etcd is sad")
         for _ in range(3):
-            await asyncio.sleep(0.11)  # past the backoff: try again, fail again
+            await asyncio.sleep(0.11)  # time passing: past the backoff, so it tries again and fails again
             await annotations.prefetch({("ml", "p")})
             assert annotations("ml", "p") == {UTILIZATION_ANNOTATION: "20"}  # the last answer stays
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # time passing: past the grown backoff, the next lookup may go out
         await annotations.prefetch({("ml", "p")})
         await annotations.close()
     finally:

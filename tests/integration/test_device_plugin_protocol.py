@@ -15,6 +15,7 @@ from fakegpu.sharing.faults import FaultSpec
 from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
+from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 
@@ -70,7 +71,7 @@ async def test_kubelet_restart_in_plugins_registry_mode(fakegpu_node, timing):
     for _ in range(3):
         await node.kubelet.stop()
         await node.kubelet.start()
-        took = await node.wait_synced(2.0)
+        took = await node.wait_synced()
         timing.within(took, 1.0, "re-registration after a kubelet restart")
         assert node.kubelet.devices(GPU) == ids
     kinds = [e[0] for e in node.kubelet.watcher.events]
@@ -92,10 +93,11 @@ async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir, timing):
     node.kubelet.paths.device_plugins.mkdir(parents=True)
     await node.plugins.start()
     try:
-        await asyncio.sleep(0.2)
+        steps = node.plugins.stats.watch_steps
+        await eventually(lambda: node.plugins.stats.watch_steps >= steps + 2, "the plugins to look again")
         assert node.plugins.registered == {GPU: False}
         await node.kubelet.start()
-        took = await node.wait_synced(2.0)
+        took = await node.wait_synced()
         timing.within(took, 1.0, "registration once the kubelet socket appeared")
     finally:
         await node.stop()
@@ -104,7 +106,8 @@ async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir, timing):
 async def test_health_change_is_pushed(fakegpu_node, timing):
     node = await fakegpu_node("4xh100-80gb")
     sends = node.plugins.servers[GPU].service.sends
-    await asyncio.sleep(0.3)
+    steps = node.plugins.stats.watch_steps
+    await eventually(lambda: node.plugins.stats.watch_steps >= steps + 2, "the plugins to look again")
     assert node.plugins.servers[GPU].service.sends == sends, "ListAndWatch must not resend without a change"
     gpu = node.inventory.node.gpus[2].uuid
     with timing.at_most(0.5, "the health change to reach the kubelet"):
@@ -113,13 +116,13 @@ async def test_health_change_is_pushed(fakegpu_node, timing):
     assert node.capacity() == {GPU: 4}
     assert node.kubelet.devices(GPU)[gpu] == "Unhealthy"
     await node.set_health(gpu, True)
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 1.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4})
 
 
 async def test_unhealthy_gpu_takes_all_its_replicas(fakegpu_node):
     node = await fakegpu_node("2xa100-40gb", config=ts(4))
     await node.set_health("0", False)
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 1.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4})
 
 
 async def test_concurrent_list_and_watch_streams(fakegpu_node):
@@ -143,7 +146,7 @@ async def test_concurrent_list_and_watch_streams(fakegpu_node):
 async def test_stream_end_marks_unhealthy_then_drops_after_grace(fakegpu_node):
     node = await fakegpu_node("2xt4", grace_period=300)
     await node.plugins.stop()
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 1.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0})
     assert node.capacity() == {GPU: 2}
     node.kubelet.clock.advance(299)
     assert node.capacity() == {GPU: 2}
@@ -318,7 +321,7 @@ async def test_xid_health_model(fakegpu_node):
     gpu0 = node.inventory.node.gpus[0].uuid
     assert node.live.inject_xid("0", 13) == []
     assert node.live.inject_xid("0", 79) == [gpu0]
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, 1.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1})
     assert node.kubelet.devices(GPU)[gpu0] == "Unhealthy"
 
 
@@ -371,7 +374,7 @@ async def test_ended_streams_leave_the_resource_unallocatable(fakegpu_node):
     """NVIDIA #368: 'ListAndWatch ended unexpectedly' -> every device unhealthy until re-registration."""
     node = await fakegpu_node("2xt4")
     assert node.plugins.servers[GPU].service.end_streams() == 1
-    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, 2.0)
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0})
     assert node.capacity() == {GPU: 2}
     await node.restart_kubelet()
     assert node.allocatable() == {GPU: 2}

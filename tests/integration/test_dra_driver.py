@@ -137,8 +137,9 @@ async def test_dropped_fields_are_reported_once_not_republished_forever(root, ma
         driver = await make_driver(server, "2xh100-80gb", mig_mode="dynamic", minor=35)
         assert any("dropped fields" in e for e in driver.publisher.stats.errors)
         writes = server.count("create") + server.count("update")
+        unchanged = driver.publisher.stats.unchanged
         driver.publisher.request_publish()
-        await asyncio.sleep(0.3)
+        await eventually(lambda: driver.publisher.stats.unchanged > unchanged, "the requested publish to look")
         assert server.count("create") + server.count("update") == writes
         assert driver.publisher.stats.unchanged >= 1
     finally:

@@ -228,7 +228,13 @@ async def test_deleting_a_pod_that_never_started_stops_the_retries(apiserver, ku
     assert [c.name for c in done] == ["bad"]  # the kubelet unprepares what it may have half prepared
     assert kubelet.dra.claims == {}
     calls = list(kubelet.dra_plugins.calls)
-    await asyncio.sleep(4 * FAST.cap)  # longer than any retry delay: a retry left running would call again
+    # The barrier: the kubelet's background tasks for the pod's claims (the pod's prepare retries and the
+    # unprepare retries) have ended, so none is left running to call again.
+    background = {"prepare-pod-1", "unprepare-claims"}
+    await eventually(
+        lambda: not any(t.get_name() in background and not t.done() for t in asyncio.all_tasks()),
+        "the kubelet's prepare and unprepare retries to end",
+    )
     assert kubelet.dra_plugins.calls == calls
     assert calls[-1][1] == "NodeUnprepareResources"
 

@@ -29,10 +29,10 @@ async def test_add_gpus_repartition_and_new_ids(fakegpu_node, fakegpu_dir):
     try:
         result = await admin_call(sock, "reconfigure", gpus="4xh100-80gb")
         assert result["gpus"] == 4
-        await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4}, 2.0)
+        await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 4})
 
         await admin_call(sock, "reconfigure", mig_layout="all-3g.40gb", mig_strategy="mixed")
-        await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-3g.40gb") == 8, 2.0)
+        await node.kubelet.wait_for(lambda: node.allocatable().get("nvidia.com/mig-3g.40gb") == 8)
         assert node.allocatable()[GPU] == 0, "the old resource is stale until the kubelet's grace period"
 
         before = set(node.kubelet.devices("nvidia.com/mig-3g.40gb"))

@@ -297,7 +297,7 @@ async def test_plugins_registry_registrations_are_counted_from_the_kubelets_noti
     assert value("fakegpu_device_plugin_reregistrations_total") == 0
     await node.kubelet.stop()
     await node.kubelet.start()
-    await node.wait_synced(2.0)
+    await node.wait_synced()
     assert value("fakegpu_device_plugin_registrations_total") == 2
     assert value("fakegpu_device_plugin_reregistrations_total") == 1
     assert value("fakegpu_device_plugin_registration_failures_total") == 0

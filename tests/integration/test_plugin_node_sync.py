@@ -21,6 +21,7 @@ import yaml
 
 from fakegpu.cli.main import full_parser
 from fakegpu.cli.node_options import node_settings
+from fakegpu.control.client import admin_call
 from fakegpu.fakeplugin import node_sync
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
@@ -86,7 +87,9 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
         await kubelet.start()
         stop = asyncio.Event()
         inputs = InventoryInputs(node_name=NODE, gpus=(gpus,), mig_layout=mig_layout)
-        task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
+        admin = admin_socket(root, len(stops))
+        paths = KubeletPaths(root / "kubelet")
+        task = asyncio.create_task(run_plugin_daemon(inputs, paths, stop=stop, node=node, admin_socket=admin))
         stops.append((stop, task, kubelet))
         await kubelet.wait_for(lambda: any(kubelet.allocatable().values()) or task.done(), 10.0, "devices")
         if task.done():
@@ -100,6 +103,27 @@ async def daemon(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Daemon]:
     finally:
         for _, _, kubelet in stops:
             await kubelet.stop()
+
+
+def admin_socket(root: Path, index: int = 0) -> Path:
+    """Where the ``daemon`` fixture's ``index``-th plugin serves its admin socket."""
+    return root / f"admin{index}.sock"
+
+
+async def resynced(root: Path) -> None:
+    """Wait for two more passes of the plugin's node sync (one every resync interval): the second began
+    after this call, so whatever the plugin would write for what happened before has been written."""
+
+    async def syncs() -> int:
+        status = await admin_call(admin_socket(root), "status")
+        return int(status["node_object"]["syncs"])
+
+    before = await syncs()
+
+    async def passed() -> bool:
+        return await syncs() >= before + 2
+
+    await eventually(passed, "two more passes of the node sync")
 
 
 def node_metadata(apiserver: FakeApiServer) -> tuple[dict[str, str], dict[str, str]]:
@@ -147,7 +171,7 @@ async def test_label_node_writes_the_gfd_labels_and_records_them(daemon, apiserv
     assert owned == {k for k in labels if k.startswith("nvidia.com/")}
     # In sync: a resync writes nothing more.
     patches = apiserver.count("patch", "nodes")
-    await asyncio.sleep(0.5)
+    await resynced(root)
     assert apiserver.count("patch", "nodes") == patches == 1
 
 
@@ -306,7 +330,7 @@ async def test_labels_follow_the_served_inventory_not_a_rejected_file(daemon, ap
     await eventually(lambda: node_labels(apiserver).get("nvidia.com/gpu.count") == "14", "MIG single labels")
     (configs / "default").write_text(yaml.safe_dump(mps_on_mig))
     await eventually(lambda: "config reload rejected" in caplog.text, "reload rejected")
-    await asyncio.sleep(0.4)  # two resync intervals: time for a wrong label patch to land
+    await resynced(root)  # a wrong label patch would have landed by now
     assert node_labels(apiserver).get("nvidia.com/gpu.sharing-strategy") == "none"
     assert kubelet.allocatable() == {GPU: 14}
 

@@ -35,8 +35,9 @@ from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 INPUTS = InventoryInputs(node_name="two-plugins", gpus=("2xh100-80gb",))
-SETTLE = 1.5
-"""Seconds both plugins run side by side: the fight made dozens of registrations in this time."""
+LOOKS = 10
+"""Watch steps both plugins take side by side (0.5 s at their 50 ms poll): the fight made a registration
+every few steps."""
 
 
 @pytest.fixture
@@ -63,6 +64,16 @@ def registrations(node: FakeNode) -> int:
     return registrations_of(node.kubelet)
 
 
+async def side_by_side(*managers: PluginManager) -> None:
+    """Wait until each plugin has taken ``LOOKS`` more watch steps (each looks at its socket): a fight
+    over the socket path would have shown by then."""
+    steps = [m.stats.watch_steps for m in managers]
+    await eventually(
+        lambda: all(m.stats.watch_steps >= s + LOOKS for m, s in zip(managers, steps, strict=True)),
+        f"{LOOKS} more watch steps of each plugin",
+    )
+
+
 async def test_the_second_plugin_waits_for_the_first_instead_of_taking_its_socket(
     first: FakeNode, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -72,7 +83,8 @@ async def test_the_second_plugin_waits_for_the_first_instead_of_taking_its_socke
     second = second_plugin(first)
     await second.start()
     try:
-        await asyncio.sleep(SETTLE)
+        await side_by_side(first.plugins, second)
+        await eventually(lambda: second.stats.peer_waits >= 3, "the waiting plugin to look three times")
         # One serves, the other waits: no socket was taken over, the kubelet saw one registration.
         assert registrations(first) == 1, "the kubelet saw the plugins flip-flop"
         assert first.plugins.stats.reserves == 0
@@ -104,7 +116,7 @@ async def test_after_a_kubelet_restart_one_plugin_serves_and_registers(first: Fa
         before = registrations(first)
         await first.kubelet.restart()
         await first.wait_synced()
-        await asyncio.sleep(SETTLE)
+        await side_by_side(first.plugins, second)
         serving = [m for m in (first.plugins, second) if GPU in m.servers]
         assert len(serving) == 1, "both plugins serve the one socket path"
         assert serving[0].registered.get(GPU)
@@ -130,7 +142,7 @@ async def test_a_socket_removed_again_and_again_is_served_again_at_a_falling_rat
         if path.exists():
             path.unlink()
             removals += 1
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # time passing: whatever removes the socket does so every 20 ms, for 2 s
     # 0 s, +0.5, +1, then the next pause (2 s) runs past the end: at most 4 re-serves in 2 s.
     assert 2 <= first.plugins.stats.reserves <= 4, first.plugins.stats
     assert removals - 1 <= first.plugins.stats.reserves <= removals  # the last removal may still be paced
@@ -168,7 +180,8 @@ async def test_a_dra_driver_never_takes_its_socket_back_from_a_live_peer(
         try:
             waiting = f"another process serves {first.dra_socket} (pid {os.getpid()}); waiting for it to stop"
             await eventually(lambda: any(r.getMessage() == waiting for r in caplog.records), "the wait logged")
-            await asyncio.sleep(0.2)  # ten polls
+            steps = first.watch_steps
+            await eventually(lambda: first.watch_steps >= steps + 10, "ten more looks at the sockets")
             assert [r.getMessage() for r in caplog.records].count(waiting) == 1
             assert first._task is not None and not first._task.done(), "the socket watch died"
             assert first.restarts == 0
@@ -213,7 +226,9 @@ async def test_two_plugin_processes_on_one_directory(root: Path) -> None:
         await plugin(logs[1])
         waiting = f"another plugin serves {root / 'device-plugins' / 'nvidia-gpu.sock'} (pid {first.pid})"
         await eventually(lambda: waiting in logs[1].read_text(), "the second plugin to say whom it waits for", 20.0)
-        await asyncio.sleep(SETTLE)
+        # Its second look (a second after the first) still finds the first serving: no fight meanwhile.
+        second_look = "(attempt 2, next look"
+        await eventually(lambda: second_look in logs[1].read_text(), "the second plugin's second look", 20.0)
         assert registrations_of(kubelet) == 1, "the kubelet saw the plugins flip-flop"
         first.terminate()
         assert await asyncio.wait_for(first.wait(), 10.0) == 0

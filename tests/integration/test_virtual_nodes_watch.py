@@ -18,6 +18,8 @@ from lightkube.types import CascadeType, PatchType
 
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
+from fakegpu.virtual_nodes.controller import OWNED
+from fakegpu.virtual_nodes.watcher import Watcher
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
 from tests.integration.test_virtual_nodes import WRITES, at, slices_of, stamps
@@ -33,22 +35,59 @@ def parse(*argv: str) -> argparse.Namespace:
     return parse_flags("--gpu-mode", "dra", *argv)
 
 
+BARRIER = "fakegpu.test/barrier"
+"""An annotation nobody plans: changing it is a change every watch of the watcher sees and ignores."""
+FOLLOWED = {"nodes": "nodes", "resourceslices": "slices"}
+"""The API server's kinds and the watcher's names for them (``Watcher.last_seen``)."""
+
+
 @dataclass
 class Watching:
     server: FakeApiServer
     client: AsyncClient
     out: io.StringIO
+    watcher: Watcher
+    marks: int = 0
 
     def writes(self) -> int:
         return sum(self.server.count(v) for v in WRITES)
 
-    async def settled(self) -> None:
-        """Wait until nothing has been written for a while (the watcher is idle)."""
-        while True:
+    def _mark(self, plural: str) -> int | None:
+        """Change the barrier annotation of one of our objects of ``plural``; its new resourceVersion."""
+        owned = [o for o in self.server.objects(plural) if OWNED.items() <= (o["metadata"].get("labels") or {}).items()]
+        if not owned:
+            return None
+        self.marks += 1
+        owned[0]["metadata"].setdefault("annotations", {})[BARRIER] = str(self.marks)
+        return int(self.server.update_direct(owned[0])["metadata"]["resourceVersion"])
+
+    async def looked_at_everything(self) -> None:
+        """Wait until the watcher has looked at every change made so far and finished the repairs they asked
+        for. The barrier: a change nobody plans to one of our nodes and one of our slices; each watch delivers
+        its events in order, so once the watcher has seen those it has seen everything before them."""
+        kinds = FOLLOWED if self.watcher.controller.options is not None else {"nodes": "nodes"}
+        marks = {kind: rv for plural, kind in kinds.items() if (rv := self._mark(plural)) is not None}
+
+        def idle() -> bool:
+            seen = {kind: int(self.watcher.last_seen.get(kind) or 0) for kind in marks}
+            return all(seen[kind] >= rv for kind, rv in marks.items()) and self.watcher.queue.pending() == 0
+
+        await eventually(idle, "the watcher to look at every change and finish its repairs")
+
+    async def settled(self, rounds: int = 20) -> None:
+        """Wait until the watcher is idle and a round of looking wrote nothing (a repair's own writes come
+        back as watch events, which must not cause more); fail if it still writes after ``rounds`` rounds."""
+        for _ in range(rounds):
             before = self.writes()
-            await asyncio.sleep(0.3)
+            await self.looked_at_everything()
             if self.writes() == before:
                 return
+        raise AssertionError(f"the watcher still writes after {rounds} rounds of looking: {self.out.getvalue()}")
+
+    async def resynced(self, count: int) -> None:
+        """Wait for ``count`` more periodic resyncs; the last one began after this call."""
+        resyncs = self.watcher.resyncs
+        await eventually(lambda: self.watcher.resyncs >= resyncs + count, f"{count} more resyncs")
 
 
 @pytest.fixture
@@ -68,11 +107,14 @@ async def watching(server: FakeApiServer) -> AsyncIterator[Watching]:
     stop = asyncio.Event()
     out = io.StringIO()
     args = parse("--count", "3", "--gpus", "2xh100-80gb", "--watch", "--resync-interval", "30")
-    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
+    watchers: list[Watcher] = []
+    task = asyncio.create_task(
+        run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01, watching=watchers.append)
+    )
     await eventually(lambda: server.open_watches >= 2 or task.done(), "two watches")
     assert not task.done(), out.getvalue()
     try:
-        yield Watching(server, client, out)
+        yield Watching(server, client, out, watchers[0])
     finally:
         stop.set()
         code = await asyncio.wait_for(task, 5)  # the controller stops before the server does
@@ -140,7 +182,7 @@ async def test_a_quiet_cluster_gets_no_writes(watching):
     """Our own writes come back as watch events; they must not cause more writes."""
     await watching.settled()
     before = watching.writes()
-    await asyncio.sleep(0.5)
+    await watching.looked_at_everything()
     assert watching.writes() == before
 
 
@@ -171,11 +213,14 @@ async def test_watching_slices_a_server_trimmed_needs_no_repairs():
         assert await run_virtual_nodes(parse(*argv), client=client, out=out, err=out) == 0
         before = sum(server.count(v) for v in WRITES)
         stop = asyncio.Event()
+        watchers: list[Watcher] = []
         task = asyncio.create_task(
-            run_virtual_nodes(parse(*argv, "--watch"), client=client, stop=stop, out=out, err=out)
+            run_virtual_nodes(
+                parse(*argv, "--watch"), client=client, stop=stop, out=out, err=out, watching=watchers.append
+            )
         )
         await eventually(lambda: server.open_watches >= 2, "two watches")
-        await asyncio.sleep(0.5)
+        await Watching(server, client, out, watchers[0]).looked_at_everything()
         stop.set()
         assert await asyncio.wait_for(task, 5) == 0
         assert sum(server.count(v) for v in WRITES) == before
@@ -191,17 +236,20 @@ def devices(slices: list[dict[str, Any]]) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[io.StringIO]:
+async def watch_run(server: FakeApiServer, *argv: str) -> AsyncIterator[Watching]:
     """``fakegpu virtual-nodes <argv> --watch`` until the block ends; it must end cleanly."""
     client = server.client()
     stop = asyncio.Event()
     out = io.StringIO()
     args = parse(*argv, "--watch")
-    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01))
+    watchers: list[Watcher] = []
+    task = asyncio.create_task(
+        run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01, watching=watchers.append)
+    )
     try:
         await eventually(lambda: server.open_watches >= 2 or task.done(), "two watches")
         assert not task.done(), out.getvalue()
-        yield out
+        yield Watching(server, client, out, watchers[0])
     finally:
         stop.set()
         code = await asyncio.wait_for(task, 5)
@@ -214,15 +262,15 @@ async def test_slices_deleted_one_after_another_are_recreated_once(server):
     workers on one node both created its five slices)."""
     fleet = ("--count", "2", "--gpus", "4xh100-80gb", "--mig-mode", "dynamic", "--gpu-mode", "dra")
     argv = (*fleet, "--resync-interval", "30")
-    async with watch_run(server, *argv):
+    async with watch_run(server, *argv) as watching:
         name = NODES[0]
         planned = slices_of(server, name)
         assert len(planned) == 5  # one counter slice and one device slice per GPU
         for obj in planned:
             server.delete_direct("resourceslices", obj["metadata"]["name"])
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # time passing: the deletions come one after another, during the repair
         await eventually(lambda: len(slices_of(server, name)) >= 5, "five slices")
-        await asyncio.sleep(0.5)
+        await watching.settled()
         assert len(slices_of(server, name)) == 5
         assert devices(slices_of(server, name)) == devices(planned)
         assert len(slices_of(server, NODES[1])) == 5
@@ -236,12 +284,13 @@ async def test_after_a_driver_change_only_the_new_drivers_slices_remain_and_the_
         assert await run_virtual_nodes(old, client=client, out=out, err=out) == 0
     finally:
         await client.close()
-    async with watch_run(server, "--count", "2", "--resync-interval", "0.1"):
+    async with watch_run(server, "--count", "2", "--resync-interval", "0.1") as watching:
         assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
         assert len(server.objects("resourceslices")) == 2
         reads = server.count("get", "nodes")
         lists = server.count("list", "resourceslices")
-        await asyncio.sleep(0.6)  # several resyncs
+        await watching.resynced(3)
+        await watching.looked_at_everything()
         assert server.count("list", "resourceslices") > lists, "the resyncs ran"
         assert server.count("get", "nodes") == reads == 0, "the watcher keeps re-reading nodes"
         assert {s["spec"]["driver"] for s in server.objects("resourceslices")} == {"gpu.nvidia.com"}
@@ -249,16 +298,17 @@ async def test_after_a_driver_change_only_the_new_drivers_slices_remain_and_the_
 
 async def test_a_slice_of_the_old_driver_showing_up_is_deleted_and_the_watch_goes_quiet(server):
     """One published under the old --driver-name while watching (another controller still running)."""
-    async with watch_run(server, "--count", "1", "--resync-interval", "0.1"):
+    async with watch_run(server, "--count", "1", "--resync-interval", "0.1") as watching:
         (ours,) = slices_of(server, NODES[0])
         stale = {k: v for k, v in ours.items() if k in ("apiVersion", "kind", "spec")}
         stale["metadata"] = {"generateName": "stale-", "labels": ours["metadata"]["labels"]}
         stale["spec"]["driver"] = "gpu.example.com"
         server.create_direct(stale)
         await eventually(lambda: len(slices_of(server, NODES[0])) == 1, "one slice")
-        await asyncio.sleep(0.3)
+        await watching.settled()
         reads = server.count("get", "nodes")
-        await asyncio.sleep(0.5)
+        await watching.resynced(3)
+        await watching.looked_at_everything()
         assert server.count("get", "nodes") == reads, "the watcher keeps re-reading the node"
         (left,) = slices_of(server, NODES[0])
         assert left["metadata"]["name"] == ours["metadata"]["name"]

@@ -32,6 +32,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.eventually import eventually
 
 T = TypeVar("T")
 
@@ -304,13 +305,16 @@ class Footprint:
 async def settled_footprint(baseline: Footprint, slack: int = 4, timeout: float = 5.0) -> Footprint:
     """Wait until descriptors and tasks are back within ``slack`` of ``baseline`` (closing takes a few
     loop turns); returns the last footprint seen, which the caller compares."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
+
+    def settled() -> Footprint | None:
         current = Footprint.now()
-        if (current.fds <= baseline.fds + slack and current.tasks <= baseline.tasks + slack) or loop.time() > end:
-            return current
-        await asyncio.sleep(0.05)
+        return current if current.fds <= baseline.fds + slack and current.tasks <= baseline.tasks + slack else None
+
+    try:
+        found = await eventually(settled, "descriptors and tasks back near the baseline", timeout, interval=0.05)
+    except AssertionError:  # the caller compares and fails with the figures
+        found = None
+    return found or Footprint.now()
 
 
 HTTP_KEEPALIVE = 20

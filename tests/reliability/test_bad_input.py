@@ -836,7 +836,16 @@ async def test_dra_daemon_keeps_its_last_good_inventory_on_sighup(root: Path, ap
                             for p in rejection_problems(rejections()[-1], target, fragment, False)
                         )
                     replace_with(target, files.good(kind, 2))
-            await asyncio.sleep(0.2)
+
+            # The barrier: a slice deleted now is written again by a publish that starts after every reload
+            # above, from the inventory as it is; an inventory a rejected reload changed would show in it.
+            def publishes() -> int:
+                return sum(r.getMessage().startswith("published ") for r in log.records)
+
+            before = publishes()
+            ours = [s for s in apiserver.objects("resourceslices") if s["spec"]["driver"] == DRIVER]
+            apiserver.delete_direct("resourceslices", ours[0]["metadata"]["name"])
+            await eventually(lambda: publishes() > before, "the deleted slice published again")
             assert published(apiserver) == good
             assert log.tracebacks() == []
             assert len(rejections()) == sighups - 1, "one log line per rejected file"

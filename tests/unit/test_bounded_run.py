@@ -12,14 +12,14 @@ from tests.timing import Timing
 async def _stubborn() -> None:
     while True:
         try:
-            await asyncio.sleep(10)
+            await asyncio.sleep(10)  # time passing: a task that stalls
         except asyncio.CancelledError:
             continue  # like a connection cleanup that never completes
 
 
 async def _main() -> int:
     asyncio.get_running_loop().create_task(_stubborn())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # time passing: one loop turn, so the stubborn task is running when main returns
     return 7
 
 

@@ -25,7 +25,7 @@ async def test_a_loop_of_short_waits_stops_when_cancelled():
 
     for i in range(200):
         task = asyncio.create_task(loop())
-        await asyncio.sleep(0.001 * (i % 3))
+        await asyncio.sleep(0.001 * (i % 3))  # time passing: cancel at varied moments of the waits
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=2.0)
         assert done == {task}, f"cancel {i} did not stop the loop"

@@ -205,7 +205,7 @@ async def test_a_failing_collector_gives_500_not_a_dead_server():
 
 async def test_an_exporter_may_render_its_own_text():
     async def render() -> bytes:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # time passing: one loop turn, as a render that awaits something takes
         return b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 33\n'
 
     metrics = MetricsServer(ListenAddress("127.0.0.1", 0), render=render, content_type="text/plain; version=0.0.4")
@@ -288,7 +288,7 @@ async def test_a_client_that_does_not_read_its_answer_is_cut_off_at_the_deadline
 
 async def test_a_slow_render_is_bounded_by_the_same_deadline(timing):
     async def render() -> bytes:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # time passing: a render that stalls past the deadline
         return b""
 
     metrics = MetricsServer(ListenAddress("127.0.0.1", 0), render=render, timeout=0.3)
@@ -312,7 +312,12 @@ async def test_stopping_with_open_connections_logs_no_error(caplog):
     stalled.write(b"GET /metrics HTTP/1.1\r\n")
     await eventually(lambda: metrics.open_connections == 1, "1 open connection(s)", 3.0)
     await metrics.stop()
-    await asyncio.sleep(0.05)  # the done callbacks run
+    # The barrier: the connection tasks ended within stop(), which scheduled their done callbacks then; a
+    # callback scheduled now runs after them.
+    loop = asyncio.get_running_loop()
+    ran: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(ran.set_result, None)
+    await ran
     stalled.close()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]

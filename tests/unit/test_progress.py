@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 
 from fakegpu.cli.progress import progress
@@ -27,8 +26,15 @@ async def test_on_a_terminal_the_line_is_rewritten_in_place_and_erased_at_the_en
 
 async def test_elsewhere_a_short_run_prints_nothing_and_a_long_one_plain_lines():
     quiet = io.StringIO()
-    async with progress(quiet, "virtual nodes", lambda: (1, 2), interval=0.01, plain_every=10.0):
-        await asyncio.sleep(0.05)
+    reads = 0
+
+    def read() -> tuple[int, int]:
+        nonlocal reads
+        reads += 1
+        return (1, 2)
+
+    async with progress(quiet, "virtual nodes", read, interval=0.01, plain_every=10.0):
+        await eventually(lambda: reads >= 5, "five ticks of the progress line")
     assert quiet.getvalue() == ""
     log = io.StringIO()
     async with progress(log, "deleting", lambda: (3, 9), interval=0.01, plain_every=0.02):

@@ -133,6 +133,8 @@ class ComputeDomainController:
         self._retry_at: dict[str, float] = {}
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+        """Passes over every domain finished: once it grew by two, one began after whatever came before."""
 
     # ----------------------------------------------------------------------------------- service
 
@@ -266,6 +268,7 @@ class ComputeDomainController:
             else:
                 self._failures.pop(uid, None)
                 self._retry_at.pop(uid, None)
+        self.passes += 1
 
     def _failed(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
         loop = asyncio.get_running_loop()

@@ -43,7 +43,7 @@ async def test_slots_never_exceed_the_limit_in_force():
         async with limit.slot():
             in_flight += 1
             highest = max(highest, in_flight)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # time passing: the job holds its slot a while, so others queue
             in_flight -= 1
 
     await asyncio.gather(*(job() for _ in range(20)))

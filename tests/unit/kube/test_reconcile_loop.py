@@ -7,20 +7,29 @@ import asyncio
 import pytest
 
 import fakegpu.kube.reconcile_loop as loop_module
+from fakegpu.kube.event_wait import wait_event
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from tests.eventually import eventually
 
 
-async def test_runs_when_dirty_and_not_before():
+async def test_runs_when_dirty_and_not_before(monkeypatch):
     dirty = asyncio.Event()
     runs: list[int] = []
+    waits: list[float] = []
+    real_wait = wait_event
+
+    async def recorded_wait(event: asyncio.Event, timeout: float) -> bool:
+        waits.append(timeout)
+        return await real_wait(event, timeout)
 
     async def reconcile() -> None:
         runs.append(1)
 
+    monkeypatch.setattr(loop_module, "wait_event", recorded_wait)
     task = asyncio.create_task(reconcile_forever(dirty, 3600.0, reconcile, lambda exc, attempt, pause: None))
     try:
-        await asyncio.sleep(0.05)
+        # The barrier: the loop waits for a dirty mark or its hour-long resync; it could only have run before.
+        await eventually(lambda: waits == [3600.0], "the loop to wait")
         assert runs == []  # nothing asked for it, and the resync period is an hour away
         dirty.set()
         await eventually(lambda: len(runs) == 1, "the run a dirty mark asks for")
