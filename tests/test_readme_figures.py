@@ -34,8 +34,8 @@ from fakegpu.sharing.nvidia_config import MAX_TIME_SLICING_REPLICAS
 from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK
 from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
-from tests.reliability import test_kubelet_restarts, test_rpc_fuzz
-from tests.reliability.profile import LONG, SHORT
+from tests.reliability import kubelet_soak
+from tests.reliability.profile import BIG_COUNTS, LONG, LONG_SIZES, SHORT
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -74,7 +74,7 @@ def figures() -> list[str]:
     xids = sorted(DEFAULT_IGNORED_XIDS)
     (resync,) = [f.default for f in fields(DraSettings) if f.name == "resync_interval"]
     corpus = sorted(p.name for p in CORPUS.iterdir() if p.name != "README.md")
-    fuzz_ids, fuzz_bytes = test_rpc_fuzz.BIG_COUNTS[-1], test_rpc_fuzz.LONG_SIZES[-1]
+    fuzz_ids, fuzz_bytes = BIG_COUNTS[-1], LONG_SIZES[-1]
     assert SHORT.kubelet_restarts == LONG.kubelet_restarts, "the README gives one count for both profiles"
     ticks = inspect.signature(progress).parameters
     default_gpus = CATALOG[DEFAULT_GPUS.split("x", 1)[1]]
@@ -103,8 +103,8 @@ def figures() -> list[str]:
         f"(`--concurrency`, {default_of('virtual-nodes', 'concurrency')})",
         f"status every {STATUS_SYNC_INTERVAL:g} s",
         f"Kubelet restarts: {SHORT.kubelet_restarts} in a row",
-        f"re-registers within {test_kubelet_restarts.REREGISTER_LIMIT:g} s",
-        f"(RSS within {test_kubelet_restarts.RSS_LIMIT // 2**20} MiB)",
+        f"re-registers within {kubelet_soak.REREGISTER_LIMIT:g} s",
+        f"(RSS within {kubelet_soak.RSS_LIMIT // 2**20} MiB)",
         f"Load: {SHORT.concurrent_allocates} concurrent Allocates, {SHORT.concurrent_streams} ListAndWatch streams",
         f"{SHORT.concurrent_prepares} concurrent NodePrepareResources",
         f"{fuzz_ids:,} IDs, {fuzz_bytes // 1_000_000} MB strings".replace(",", " ", 1),

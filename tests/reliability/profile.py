@@ -37,3 +37,9 @@ LONG = Profile(
     concurrent_prepares=200,
     fuzz_examples=600,
 )
+
+
+LONG_SIZES = (1_000, 100_000, 1_000_000)
+"""Lengths of the over-long strings the RPC fuzzer sends (device IDs, names), in characters."""
+BIG_COUNTS = (1_000, 10_000)
+"""Sizes of the over-large lists the RPC fuzzer sends (device IDs, claims)."""

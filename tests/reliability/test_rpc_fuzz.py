@@ -53,7 +53,7 @@ from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
-from tests.reliability.profile import Profile
+from tests.reliability.profile import BIG_COUNTS, LONG_SIZES, Profile
 from tests.reliability.raw_calls import (
     DRA_DRIVER,
     UNDECODABLE,
@@ -225,9 +225,6 @@ async def dra_target(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraT
 
 
 # --- strategies -------------------------------------------------------------------------------------------
-
-LONG_SIZES = (1_000, 100_000, 1_000_000)
-BIG_COUNTS = (1_000, 10_000)
 
 
 class LongText(str):
