@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -399,36 +399,12 @@ async def run_virtual_nodes(
     controller = VirtualNodeController(api, nodes, settings, say)
     try:
         if args.delete:
-            async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
-                deleted = await controller.delete_all()
-            for line in deleted.lines():
-                say(line)
-            if not deleted.ok:
-                say_target()
-            say(calls_line(api.calls))
-            return 0 if deleted.ok else 1
-        for line in plan_lines(nodes):
-            say(line)
-        await controller.discover()
-        async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
-            report = await controller.bring_up()
-        for line in report.lines():
-            say(line)
-        if not report.ok:
-            say_target()
-        say(calls_line(api.calls))
+            return await _delete_nodes(controller, err, say, say_target)
+        ok = await _bring_up(controller, nodes, err, say, say_target)
         if args.watch:
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
-            watcher = Watcher(controller, resync_interval=resync)
-            say("watching the virtual nodes; stop with Ctrl-C")
-            own_stop = stop is None
-            stop = stop or asyncio.Event()
-            with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
-                await watcher.run(stop)
-            repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
-            say(f"watch stopped: {repaired}")
-            say(calls_line(api.calls))
-        return 0 if report.ok else 1
+            await _watch(controller, resync, stop, say)
+        return 0 if ok else 1
     except (ApiCallError, DiscoveryError) as exc:
         say(f"error: {api_failure(exc, client_target(client))}")
         return 1
@@ -437,6 +413,56 @@ async def run_virtual_nodes(
     finally:
         if own_client:
             await client.close()
+
+
+async def _delete_nodes(
+    controller: VirtualNodeController, err: TextIO, say: Callable[[str], None], say_target: Callable[[], None]
+) -> int:
+    """``--delete``: the report's lines and the calls made; the exit status."""
+    async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
+        deleted = await controller.delete_all()
+    for line in deleted.lines():
+        say(line)
+    if not deleted.ok:
+        say_target()
+    say(calls_line(controller.api.calls))
+    return 0 if deleted.ok else 1
+
+
+async def _bring_up(
+    controller: VirtualNodeController,
+    nodes: list[VirtualNode],
+    err: TextIO,
+    say: Callable[[str], None],
+    say_target: Callable[[], None],
+) -> bool:
+    """The plan, then bring-up with its report and the calls made; whether every node came up."""
+    for line in plan_lines(nodes):
+        say(line)
+    await controller.discover()
+    async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
+        report = await controller.bring_up()
+    for line in report.lines():
+        say(line)
+    if not report.ok:
+        say_target()
+    say(calls_line(controller.api.calls))
+    return report.ok
+
+
+async def _watch(
+    controller: VirtualNodeController, resync: float, stop: asyncio.Event | None, say: Callable[[str], None]
+) -> None:
+    """``--watch``: keep the nodes as planned until ``stop`` (the caller's) or SIGINT/SIGTERM (without one)."""
+    watcher = Watcher(controller, resync_interval=resync)
+    say("watching the virtual nodes; stop with Ctrl-C")
+    own_stop = stop is None
+    stop = stop or asyncio.Event()
+    with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
+        await watcher.run(stop)
+    repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
+    say(f"watch stopped: {repaired}")
+    say(calls_line(controller.api.calls))
 
 
 def run_virtual_nodes_command(args: argparse.Namespace) -> int:
