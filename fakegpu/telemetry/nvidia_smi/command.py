@@ -82,7 +82,7 @@ def missing_value(option: str) -> Result:
     return Result(f"ERROR: Option {option} is missing its value. {_HELP_HINT}", UNRECOGNIZED)
 
 
-def parse_args(argv: Sequence[str]) -> Request | Result:
+def parse_args(argv: Sequence[str]) -> Request | Result:  # noqa: PLR0912 - one flat case per option, as the shell script has
     """Left to right, the last mode wins, but two different report modes are a conflict (reported after
     ``-h`` and ``--version``); an unknown option or a missing value stops at once. After a subcommand
     only ``-i``/``--id``, ``-h`` and its own options are known."""
