@@ -33,18 +33,17 @@ from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, cl
 from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
-from fakegpu.sharing.inputs import InventoryInputs, load_spec
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK, RackLayout, TopologyKeys, parse_topology_keys
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
+from fakegpu.virtual_nodes.pool_rules import checked_mig_mode, rack_pool
 from fakegpu.virtual_nodes.pools import (
     DEFAULT_MODE,
     DEFAULT_POOL,
     GPU_MODES,
     MAX_NODES,
-    GpuMode,
     Pool,
     VirtualNode,
     build_virtual_nodes,
@@ -75,11 +74,11 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     racks = rack_layout_from_args(args)
     if not args.pool:
         if racks is not None:
-            return checked_mig_mode([rack_pool(base, racks, args, default_mode)], args)
+            return checked_mig_mode([rack_pool(base, racks, default_mode, args.count)], args.mig_mode)
         count = 1 if args.count is None else args.count
         if not 1 <= count <= MAX_NODES:
             raise SpecError("--count", f"must be from 1 to {MAX_NODES}, found {count}")
-        return checked_mig_mode([Pool(DEFAULT_POOL, base, count, in_names=False, mode=default_mode)], args)
+        return checked_mig_mode([Pool(DEFAULT_POOL, base, count, in_names=False, mode=default_mode)], args.mig_mode)
     if racks is not None:
         raise SpecError("--racks", "applies to the single pool (--gpus or --node-spec), not to --pool pools")
     conflicts = [
@@ -109,7 +108,7 @@ def pools_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = No
     total = sum(p.count for p in pools.values())
     if total > MAX_NODES:
         raise SpecError("--pool", f"{total} nodes in all; at most {MAX_NODES}")
-    return checked_mig_mode(list(pools.values()), args)
+    return checked_mig_mode(list(pools.values()), args.mig_mode)
 
 
 def rack_layout_from_args(args: argparse.Namespace) -> RackLayout | None:
@@ -135,42 +134,6 @@ def rack_layout_from_args(args: argparse.Namespace) -> RackLayout | None:
         domain_prefix=args.name_prefix,
         keys=keys,
     )
-
-
-def rack_pool(base: InventoryInputs, racks: RackLayout, args: argparse.Namespace, mode: GpuMode) -> Pool:
-    """The single pool laid out in racks: ``racks x nodes-per-rack`` nodes, each on its rack's clique."""
-    count = racks.node_count
-    if args.count is not None and args.count != count:
-        raise SpecError(
-            "--count",
-            f"{args.count} disagrees with --racks {racks.racks} x --nodes-per-rack {racks.nodes_per_rack} = "
-            f"{count}; drop --count",
-        )
-    if count > MAX_NODES:
-        raise SpecError("--racks", f"{count} nodes in all; at most {MAX_NODES}")
-    if base.nvlink_clique is not None:
-        raise SpecError("--nvlink-clique", "cannot be combined with --racks, which gives each rack its own clique")
-    spec, source = load_spec(base)
-    if spec.fabric is not None:
-        raise SpecError(
-            "--racks", f"gives each rack its own NVLink clique; {source} already sets fabric: drop it or --racks"
-        )
-    return Pool(DEFAULT_POOL, base, count, in_names=False, mode=mode, racks=racks)
-
-
-def checked_mig_mode(pools: list[Pool], args: argparse.Namespace) -> list[Pool]:
-    """``pools``, unless ``--mig-mode dynamic`` is asked for where no pool publishes ResourceSlices.
-
-    Refused rather than warned about: dynamic MIG exists only in slices (every profile at every placement),
-    so in the device-plugin mode the flag would change nothing and a rehearsal meant to exercise dynamic
-    MIG would silently run without it. With some pools in a DRA mode it applies to those."""
-    if args.mig_mode == "dynamic" and not any(p.mode != "device-plugin" for p in pools):
-        raise SpecError(
-            "--mig-mode",
-            "dynamic MIG lives in ResourceSlices, which the device-plugin GPU mode does not publish; "
-            "add --gpu-mode dra (or dra-extended), or drop --mig-mode dynamic",
-        )
-    return pools
 
 
 def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -438,37 +401,12 @@ async def run_virtual_nodes(
     controller = VirtualNodeController(api, nodes, settings, say)
     try:
         if args.delete:
-            async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
-                deleted = await controller.delete_all()
-            for line in deleted.lines():
-                say(line)
-            if not deleted.ok:
-                say_target()
-            say(calls_line(api.calls))
-            return 0 if deleted.ok else 1
-        for line in plan_lines(nodes):
-            say(line)
-        await controller.discover()
-        async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
-            report = await controller.bring_up()
-        for line in report.lines():
-            say(line)
-        if not report.ok:
-            say_target()
-        say(calls_line(api.calls))
+            return await _delete_nodes(controller, err, say, say_target)
+        ok = await _bring_up(controller, nodes, err, say, say_target)
         if args.watch:
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
-            watcher = Watcher(controller, resync_interval=resync)
-            watching(watcher)
-            say("watching the virtual nodes; stop with Ctrl-C")
-            own_stop = stop is None
-            stop = stop or asyncio.Event()
-            with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
-                await watcher.run(stop)
-            repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
-            say(f"watch stopped: {repaired}")
-            say(calls_line(api.calls))
-        return 0 if report.ok else 1
+            await _watch(controller, resync, stop, say, watching)
+        return 0 if ok else 1
     except (ApiCallError, DiscoveryError) as exc:
         say(f"error: {api_failure(exc, client_target(client))}")
         return 1
@@ -477,6 +415,61 @@ async def run_virtual_nodes(
     finally:
         if own_client:
             await client.close()
+
+
+async def _delete_nodes(
+    controller: VirtualNodeController, err: TextIO, say: Callable[[str], None], say_target: Callable[[], None]
+) -> int:
+    """``--delete``: the report's lines and the calls made; the exit status."""
+    async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
+        deleted = await controller.delete_all()
+    for line in deleted.lines():
+        say(line)
+    if not deleted.ok:
+        say_target()
+    say(calls_line(controller.api.calls))
+    return 0 if deleted.ok else 1
+
+
+async def _bring_up(
+    controller: VirtualNodeController,
+    nodes: list[VirtualNode],
+    err: TextIO,
+    say: Callable[[str], None],
+    say_target: Callable[[], None],
+) -> bool:
+    """The plan, then bring-up with its report and the calls made; whether every node came up."""
+    for line in plan_lines(nodes):
+        say(line)
+    await controller.discover()
+    async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
+        report = await controller.bring_up()
+    for line in report.lines():
+        say(line)
+    if not report.ok:
+        say_target()
+    say(calls_line(controller.api.calls))
+    return report.ok
+
+
+async def _watch(
+    controller: VirtualNodeController,
+    resync: float,
+    stop: asyncio.Event | None,
+    say: Callable[[str], None],
+    watching: Callable[[Watcher], object],
+) -> None:
+    """``--watch``: keep the nodes as planned until ``stop`` (the caller's) or SIGINT/SIGTERM (without one)."""
+    watcher = Watcher(controller, resync_interval=resync)
+    watching(watcher)
+    say("watching the virtual nodes; stop with Ctrl-C")
+    own_stop = stop is None
+    stop = stop or asyncio.Event()
+    with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
+        await watcher.run(stop)
+    repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
+    say(f"watch stopped: {repaired}")
+    say(calls_line(controller.api.calls))
 
 
 def run_virtual_nodes_command(args: argparse.Namespace) -> int:

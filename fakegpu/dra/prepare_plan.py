@@ -170,6 +170,18 @@ def _mps_limits(config: SharingConfig, group: Sequence[_Result]) -> dict[str, in
     return limits
 
 
+def _mps_env(config: SharingConfig, siblings: Sequence[_Result], limits: Mapping[str, int]) -> list[str]:
+    """An MPS client's variables: the pipe directory, then the config's thread percentage and the pinned
+    memory limits of the request's devices that have one."""
+    env = [pipe_directory_env()]
+    if config.active_thread_percentage is not None:
+        env.append(f"{MPS_THREAD_PERCENTAGE_ENV}={config.active_thread_percentage}")
+    visible = [r.uuid for r in siblings if r.uuid in limits]
+    if visible:
+        env.append(f"{MPS_PINNED_MEMORY_ENV}={','.join(f'{u}={limits[u]}M' for u in visible)}")
+    return env
+
+
 _GATE_OF_STRATEGY: Final = {TIME_SLICING: TIME_SLICING_SETTINGS, MPS: MPS_SUPPORT}
 
 
@@ -250,13 +262,7 @@ def prepare_plan(
         mps_daemon_id = None
         if config.explicit and config.strategy == MPS:
             mps_daemon_id = control_daemon_id(uid, [r.uuid for r in groups[id(config)]])
-            env.append(pipe_directory_env())
-            if config.active_thread_percentage is not None:
-                env.append(f"{MPS_THREAD_PERCENTAGE_ENV}={config.active_thread_percentage}")
-            config_limits = limits[id(config)]
-            visible = [r.uuid for r in siblings if r.uuid in config_limits]
-            if visible:
-                env.append(f"{MPS_PINNED_MEMORY_ENV}={','.join(f'{u}={config_limits[u]}M' for u in visible)}")
+            env += _mps_env(config, siblings, limits[id(config)])
         elif config.explicit and config.interval is not None and result.published.kind == "gpu":
             env.append(f"{TIME_SLICE_ENV}={config.interval}")
         try:

@@ -55,6 +55,20 @@ def _match(rules: tuple[ResourcePatternRule, ...], value: str) -> str | None:
     return None
 
 
+def _check_single(node: Node, source: str) -> None:
+    """NVIDIA's single strategy on a node with MIG: every GPU in MIG mode, each with MIG devices, all of one
+    profile (they are advertised as one resource, so they must be interchangeable)."""
+    if not all(g.mig_enabled for g in node.gpus):
+        raise SpecError(source, "all devices on the node must be configured with the same migEnabled value")
+    for gpu in node.gpus:
+        if not gpu.mig_devices:
+            raise SpecError(source, f"device {gpu.index} has no MIG devices configured")
+    kinds = {(g.model.key, m.profile.name) for g in node.gpus for m in g.mig_devices}
+    if len(kinds) > 1:
+        found = ", ".join(sorted({p for _, p in kinds}))
+        raise SpecError(source, f"more than one MIG device type present on node (found {found})")
+
+
 def _strategy_devices(node: Node, config: PluginConfig, warnings: list[str]) -> dict[str, list[Device]]:
     """Resource name -> devices before sharing, per migStrategy."""
     source = f"migStrategy={config.mig_strategy}"
@@ -80,15 +94,7 @@ def _strategy_devices(node: Node, config: PluginConfig, warnings: list[str]) -> 
         for gpu in node.gpus:
             add_full(gpu)
     elif strategy == "single":
-        if not all(g.mig_enabled for g in node.gpus):
-            raise SpecError(source, "all devices on the node must be configured with the same migEnabled value")
-        for gpu in node.gpus:
-            if not gpu.mig_devices:
-                raise SpecError(source, f"device {gpu.index} has no MIG devices configured")
-        kinds = {(g.model.key, m.profile.name) for g in node.gpus for m in g.mig_devices}
-        if len(kinds) > 1:
-            found = ", ".join(sorted({p for _, p in kinds}))
-            raise SpecError(source, f"more than one MIG device type present on node (found {found})")
+        _check_single(node, source)
         for gpu in node.gpus:
             for mig in gpu.mig_devices:
                 add_mig(gpu, mig, "nvidia.com/gpu")

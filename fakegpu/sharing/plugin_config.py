@@ -215,19 +215,38 @@ def resolve_plugin_config(
 
 
 def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, warnings: list[str]) -> SharingConfig:
-    if file is None:
-        return SharingConfig("none", False, False, ())
-    chosen: tuple[SharingStrategy, str, ReplicatedResources] | None = None
-    # MPS wins when both are configured, as in NVIDIA's Sharing.SharingStrategy().
-    if file.sharing.mps is not None and any(r.replicas > 1 for r in file.sharing.mps.resources):
-        chosen = ("mps", "mps", file.sharing.mps)
-    elif file.sharing.time_slicing is not None and any(r.replicas > 1 for r in file.sharing.time_slicing.resources):
-        chosen = ("time-slicing", "timeSlicing", file.sharing.time_slicing)
-    if chosen is None:
+    chosen = _chosen_sharing(file)
+    if file is None or chosen is None:
         return SharingConfig("none", False, False, ())
     strategy, key, replicated = chosen
     if strategy == "mps" and file.sharing.time_slicing is not None:
         warnings.append(f"{source}: sharing.timeSlicing is ignored because sharing.mps is set (MPS takes precedence)")
+    rules = _replica_rules(replicated, key, source, honor, warnings)
+    fail = replicated.fail_requests_greater_than_one
+    if fail is None:
+        fail = strategy == "mps"
+    return SharingConfig(strategy, replicated.rename_by_default, fail, rules, source)
+
+
+def _chosen_sharing(
+    file: NvidiaConfigFile | None,
+) -> tuple[SharingStrategy, str, ReplicatedResources] | None:
+    """The sharing strategy in force, its key in the file and its resources; None when no resource is
+    replicated. MPS wins when both are configured, as in NVIDIA's Sharing.SharingStrategy()."""
+    if file is None:
+        return None
+    if file.sharing.mps is not None and any(r.replicas > 1 for r in file.sharing.mps.resources):
+        return ("mps", "mps", file.sharing.mps)
+    if file.sharing.time_slicing is not None and any(r.replicas > 1 for r in file.sharing.time_slicing.resources):
+        return ("time-slicing", "timeSlicing", file.sharing.time_slicing)
+    return None
+
+
+def _replica_rules(
+    replicated: ReplicatedResources, key: str, source: str, honor: bool, warnings: list[str]
+) -> tuple[ReplicaRule, ...]:
+    """The ``sharing.<key>.resources`` entries with full names; unless ``honor``, a rename or device list
+    NVIDIA does not support yet is overridden, with NVIDIA's warning once per field."""
     rules: list[ReplicaRule] = []
     set_rename = set_devices = False
     seen: set[str] = set()
@@ -260,10 +279,7 @@ def _resolve_sharing(file: NvidiaConfigFile | None, source: str, honor: bool, wa
             f"Customizing the 'devices' field in sharing.{key}.resources is not yet supported in the config. "
             "Ignoring..."
         )
-    fail = replicated.fail_requests_greater_than_one
-    if fail is None:
-        fail = strategy == "mps"
-    return SharingConfig(strategy, replicated.rename_by_default, fail, tuple(rules), source)
+    return tuple(rules)
 
 
 def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:

@@ -81,36 +81,47 @@ def parse_listen_address(value: str, flag: str = "--metrics-address") -> ListenA
     if re.fullmatch(r"[0-9]+", value):
         host, port_text = LOOPBACK, value
     elif value.startswith("["):
-        end = value.find("]")
-        if end < 0:
-            raise fail("no closing ']' after the IPv6 address")
-        host, rest = value[1:end], value[end + 1 :]
-        if not rest.startswith(":"):
-            raise fail("no port after the IPv6 address")
-        port_text = rest[1:]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise fail(f"{host!r} is not an IPv6 address") from None
+        host, port_text = _bracketed_host(value, fail)
     else:
-        host, colon, port_text = value.rpartition(":")
-        if not colon:
-            raise fail("no port")
-        if ":" in host:
-            raise fail("an IPv6 address needs brackets, as in [::1]:9400")
-        host = host or LOOPBACK
-        if not _HOST_NAME.fullmatch(host):
-            raise fail(f"{host!r} is not a host name or IP address")
-        if re.fullmatch(r"[0-9.]+", host):
-            try:
-                ipaddress.IPv4Address(host)
-            except ValueError:
-                raise fail(f"{host!r} is not an IPv4 address") from None
+        host, port_text = _plain_host(value, fail)
     if not port_text:
         raise fail("no port")
     if not _PORT.fullmatch(port_text) or int(port_text) > 65535:
         raise fail(f"port {port_text!r} is not a number from 0 to 65535")
     return ListenAddress(host, int(port_text))
+
+
+def _bracketed_host(value: str, fail: Callable[[str], SpecError]) -> tuple[str, str]:
+    """``[IPV6]:PORT`` -> the IPv6 address and the port's text (checked by the caller)."""
+    end = value.find("]")
+    if end < 0:
+        raise fail("no closing ']' after the IPv6 address")
+    host, rest = value[1:end], value[end + 1 :]
+    if not rest.startswith(":"):
+        raise fail("no port after the IPv6 address")
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise fail(f"{host!r} is not an IPv6 address") from None
+    return host, rest[1:]
+
+
+def _plain_host(value: str, fail: Callable[[str], SpecError]) -> tuple[str, str]:
+    """``HOST:PORT`` or ``:PORT`` (loopback) -> the host and the port's text (checked by the caller)."""
+    host, colon, port_text = value.rpartition(":")
+    if not colon:
+        raise fail("no port")
+    if ":" in host:
+        raise fail("an IPv6 address needs brackets, as in [::1]:9400")
+    host = host or LOOPBACK
+    if not _HOST_NAME.fullmatch(host):
+        raise fail(f"{host!r} is not a host name or IP address")
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise fail(f"{host!r} is not an IPv4 address") from None
+    return host, port_text
 
 
 def add_metrics_address_option(parser: argparse.ArgumentParser) -> None:
@@ -249,14 +260,7 @@ class HttpEndpoint:
             self._connections.add(task)
         clean = False
         try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    async with asyncio.timeout(self.read_timeout):
-                        method, path = await self._read_request(reader)
-                except _BadRequest as exc:
-                    await self._respond(writer, HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), head=False)
-                else:
-                    await self._answer(writer, method, path)
+            await self._exchange(reader, writer)
             clean = True
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away, never finished its request or does not read the answer
@@ -272,11 +276,18 @@ class HttpEndpoint:
             else:
                 writer.transport.abort()  # close() would wait for a flush that may never come
         if clean:  # the rest of the answer may still be in the buffer: a short while to flush it, no more
+            await _flush_or_abort(writer)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read the request and answer it, all within ``timeout``; reading alone within ``read_timeout``."""
+        async with asyncio.timeout(self.timeout):
             try:
-                async with asyncio.timeout(CLOSE_TIMEOUT):
-                    await writer.wait_closed()
-            except (Exception, asyncio.CancelledError):
-                writer.transport.abort()
+                async with asyncio.timeout(self.read_timeout):
+                    method, path = await self._read_request(reader)
+            except _BadRequest as exc:
+                await self._respond(writer, HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), head=False)
+            else:
+                await self._answer(writer, method, path)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str]:
         try:
@@ -334,6 +345,16 @@ class HttpEndpoint:
             lines.append("Allow: " + ", ".join(ALLOWED_METHODS))
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
         await writer.drain()
+
+
+async def _flush_or_abort(writer: asyncio.StreamWriter) -> None:
+    """Wait ``CLOSE_TIMEOUT`` at most for a closed connection's last bytes to go, then cut it; never raises,
+    cancellation included (see ``HttpEndpoint._serve``)."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await writer.wait_closed()
+    except (Exception, asyncio.CancelledError):
+        writer.transport.abort()
 
 
 class MetricsServer(HttpEndpoint):

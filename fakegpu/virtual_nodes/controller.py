@@ -311,49 +311,10 @@ class VirtualNodeController:
         for attempt in range(MAX_CONFLICT_RETRIES):
             if self.slices_as_planned(node.name, current):
                 return wrote
-            # Slices this tool published under another --driver-name, a compute-domain slice of a node off
-            # the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode): deleted.
-            drivers = slice_drivers(node, options) if node.publishes_slices else frozenset()
-            delete = [k.name for k in current if k.driver not in drivers]
-            mine = sorted((k for k in current if k.name not in delete), key=lambda k: k.name)
-            replace: list[SliceBody] = []
-            create: list[SliceBody] = []
-            if node.publishes_slices:
-                template = self.template(node)
-                generation = max((k.generation for k in mine), default=0) + 1
-                objects = slice_bodies(node, options, template.wanted(node), generation, uid)
-                # A driver's slices of a node share node and pool name (one pool per node and driver, named
-                # after the node, as the kubelet plugins build it); a slice with others is replaced, not
-                # updated, and a slice is only ever updated into one of its own driver.
-                reusable: dict[str, list[SliceKey]] = collections.defaultdict(list)
-                for k in mine:
-                    if (k.node, k.pool) == (node.name, node.name):
-                        reusable[k.driver].append(k)
-                kept: set[str] = set()
-                for obj in objects:
-                    if reusable[obj.driver]:
-                        reused = reusable[obj.driver].pop(0)
-                        obj.metadata.pop("generateName", None)
-                        obj.metadata["name"] = reused.name
-                        obj.metadata["resourceVersion"] = reused.resource_version
-                        kept.add(reused.name)
-                        replace.append(obj)
-                    else:
-                        create.append(obj)
-                delete += [k.name for k in mine if k.name not in kept]
+            replace, create, delete = self._slice_writes(node, uid, current, options)
             wrote = True
             try:
-                for obj in replace:
-                    whole = not self._dropped_fields_checked
-                    self._check_dropped(obj, await self.api.replace_slice(version, obj, identity_only=not whole))
-                    counts["updated"] += 1
-                for obj in create:
-                    whole = not self._dropped_fields_checked
-                    self._check_dropped(obj, await self.api.create_slice(version, obj, identity_only=not whole))
-                    counts["created"] += 1
-                for slice_name in delete:
-                    if await self.api.delete_slice(version, slice_name):
-                        counts["deleted"] += 1
+                await self._write_slices(version, replace, create, delete, counts)
             except ApiCallError as exc:
                 retry = exc.code in (404, 409) or exc.uncertain
                 if not retry or attempt == MAX_CONFLICT_RETRIES - 1:
@@ -366,6 +327,65 @@ class VirtualNodeController:
                 continue
             return True
         raise AssertionError("unreachable")
+
+    def _slice_writes(
+        self, node: VirtualNode, uid: str, current: Sequence[SliceKey], options: SliceOptions
+    ) -> tuple[list[SliceBody], list[SliceBody], list[str]]:
+        """What brings the node's stored slices (``current``) in line: the slices to replace, those to create
+        and the names of those to delete."""
+        # Slices this tool published under another --driver-name, a compute-domain slice of a node off
+        # the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode): deleted.
+        drivers = slice_drivers(node, options) if node.publishes_slices else frozenset()
+        delete = [k.name for k in current if k.driver not in drivers]
+        if not node.publishes_slices:
+            return [], [], delete
+        mine = sorted((k for k in current if k.name not in delete), key=lambda k: k.name)
+        replace: list[SliceBody] = []
+        create: list[SliceBody] = []
+        template = self.template(node)
+        generation = max((k.generation for k in mine), default=0) + 1
+        objects = slice_bodies(node, options, template.wanted(node), generation, uid)
+        # A driver's slices of a node share node and pool name (one pool per node and driver, named
+        # after the node, as the kubelet plugins build it); a slice with others is replaced, not
+        # updated, and a slice is only ever updated into one of its own driver.
+        reusable: dict[str, list[SliceKey]] = collections.defaultdict(list)
+        for k in mine:
+            if (k.node, k.pool) == (node.name, node.name):
+                reusable[k.driver].append(k)
+        kept: set[str] = set()
+        for obj in objects:
+            if reusable[obj.driver]:
+                reused = reusable[obj.driver].pop(0)
+                obj.metadata.pop("generateName", None)
+                obj.metadata["name"] = reused.name
+                obj.metadata["resourceVersion"] = reused.resource_version
+                kept.add(reused.name)
+                replace.append(obj)
+            else:
+                create.append(obj)
+        return replace, create, delete + [k.name for k in mine if k.name not in kept]
+
+    async def _write_slices(
+        self,
+        version: str,
+        replace: Sequence[SliceBody],
+        create: Sequence[SliceBody],
+        delete: Sequence[str],
+        counts: collections.Counter[str],
+    ) -> None:
+        """Replace, create, then delete; ``counts`` gets each write done (so a failure part-way counts what
+        happened before it)."""
+        for obj in replace:
+            whole = not self._dropped_fields_checked
+            self._check_dropped(obj, await self.api.replace_slice(version, obj, identity_only=not whole))
+            counts["updated"] += 1
+        for obj in create:
+            whole = not self._dropped_fields_checked
+            self._check_dropped(obj, await self.api.create_slice(version, obj, identity_only=not whole))
+            counts["created"] += 1
+        for slice_name in delete:
+            if await self.api.delete_slice(version, slice_name):
+                counts["deleted"] += 1
 
     def _check_dropped(self, sent: SliceBody, stored: Stored) -> None:
         """Once per run: whether the server kept the fields of the first slice written (it drops those of
@@ -493,10 +513,33 @@ class VirtualNodeController:
         if not prefix:
             raise ValueError("deleting needs a name prefix: an empty one would select every virtual node")
         selector: dict[str, Any] = {**OWNED, PREFIX_LABEL: in_(prefix_label_values(prefix))}
+        api_version = await self._api_version()
+        adopted, created, strangers = await self._labelled_nodes(selector)
+        self.say(f"found {len(created) + len(adopted)} virtual node(s) of --name-prefix {prefix}")
+        self.done, self.total = 0, len(created) + len(adopted)
+        await asyncio.gather(*(self._hand_back(obj, api_version, report) for obj in adopted))
+        for name in strangers:
+            # Labelled as ours but no KWOK node (someone took the annotation off): not ours to delete, so
+            # it loses the label the collection delete selects on.
+            await self.api.patch_node(name, {"metadata": {"labels": {OWNER_LABEL: None}}})
+            report.problems[name] = "labelled as a virtual node but not a KWOK node: left alone, label removed"
+        if created:
+            await self._delete_created(created, selector, report)
+            self.done = self.total
+        if api_version is not None:
+            await self._sweep_slices(api_version, selector, report, waiting=bool(created))
+            report.classes_kept = sorted(
+                str(c["metadata"]["name"]) for c in await self.api.list_device_classes(api_version) if is_our_class(c)
+            )
+        report.seconds = time.perf_counter() - started
+        return report
+
+    async def _labelled_nodes(self, selector: Mapping[str, Any]) -> tuple[list[JSON], list[str], list[str]]:
+        """The Nodes ``selector`` picks, as listed: adopted ones (whole, to hand back), the names of created
+        ones, and the names of strangers (labelled as ours, but not KWOK nodes)."""
         adopted: list[JSON] = []
         created: list[str] = []
         strangers: list[str] = []
-        api_version = await self._api_version()
         async for page in self.api.node_pages(labels=selector):
             for obj in page:
                 if not is_kwok(obj):
@@ -505,20 +548,23 @@ class VirtualNodeController:
                     adopted.append(obj)
                 else:
                     created.append(_name(obj))
-        self.say(f"found {len(created) + len(adopted)} virtual node(s) of --name-prefix {prefix}")
-        self.done, self.total = 0, len(created) + len(adopted)
+        return adopted, created, strangers
 
-        async def release(obj: JSON) -> None:
-            name = _name(obj)
-            async with self.limit.slot():
-                try:
-                    if await self._release(name, obj):
-                        report.nodes_released += 1
-                    if api_version is not None:  # no garbage collector takes these: the node stays
-                        report.slices_deleted += await self._delete_slices(api_version, name)
-                except ApiCallError as exc:
-                    report.problems[name] = str(exc)
-            self.done += 1
+    async def _hand_back(self, obj: JSON, api_version: str | None, report: DeleteReport) -> None:
+        """Release one adopted node and delete this tool's slices of it; a failure is the node's problem."""
+        name = _name(obj)
+        async with self.limit.slot():
+            try:
+                if await self._release(name, obj):
+                    report.nodes_released += 1
+                if api_version is not None:  # no garbage collector takes these: the node stays
+                    report.slices_deleted += await self._delete_slices(api_version, name)
+            except ApiCallError as exc:
+                report.problems[name] = str(exc)
+        self.done += 1
+
+    async def _delete_created(self, created: Sequence[str], selector: Mapping[str, Any], report: DeleteReport) -> None:
+        """Delete the created nodes in one collection delete; one by one on a server that refuses that."""
 
         async def remove(name: str) -> None:
             async with self.limit.slot():
@@ -529,40 +575,32 @@ class VirtualNodeController:
                     report.problems[name] = str(exc)
             self.done += 1
 
-        await asyncio.gather(*(release(n) for n in adopted))
-        for name in strangers:
-            # Labelled as ours but no KWOK node (someone took the annotation off): not ours to delete, so
-            # it loses the label the collection delete selects on.
-            await self.api.patch_node(name, {"metadata": {"labels": {OWNER_LABEL: None}}})
-            report.problems[name] = "labelled as a virtual node but not a KWOK node: left alone, label removed"
-        if created:
-            try:
-                await self.api.delete_nodes(selector)
-                report.nodes_deleted = len(created)
-            except ApiCallError as exc:
-                if exc.code != 405:
-                    raise
-                self.say(f"the API server refused to delete nodes by collection ({exc}); deleting them one by one")
-                await asyncio.gather(*(remove(n) for n in created))
-            self.done = self.total
-        if api_version is not None and await self._left_after_collector(api_version, selector, waiting=bool(created)):
-            # Slices of the prefix no collector took: a node gone before this run, or a server without one.
-            report.swept = True
-            try:
-                await self.api.delete_slices(api_version, selector)
-            except ApiCallError as exc:
-                if exc.code != 405:
-                    raise
-                keys, _ = await self.api.list_slices(api_version, labels=selector)
-                for key in keys:
-                    if await self.api.delete_slice(api_version, key.name):
-                        report.slices_deleted += 1
-        if api_version is not None:
-            report.classes_kept = sorted(
-                str(c["metadata"]["name"]) for c in await self.api.list_device_classes(api_version) if is_our_class(c)
-            )
-        report.seconds = time.perf_counter() - started
-        return report
+        try:
+            await self.api.delete_nodes(selector)
+            report.nodes_deleted = len(created)
+        except ApiCallError as exc:
+            if exc.code != 405:
+                raise
+            self.say(f"the API server refused to delete nodes by collection ({exc}); deleting them one by one")
+            await asyncio.gather(*(remove(n) for n in created))
+
+    async def _sweep_slices(
+        self, api_version: str, selector: Mapping[str, Any], report: DeleteReport, *, waiting: bool
+    ) -> None:
+        """Slices of the prefix no collector took (a node gone before this run, or a server without one):
+        deleted by collection, or one by one on a server that refuses that."""
+        if not await self._left_after_collector(api_version, selector, waiting=waiting):
+            return
+        report.swept = True
+        try:
+            await self.api.delete_slices(api_version, selector)
+        except ApiCallError as exc:
+            if exc.code != 405:
+                raise
+            keys, _ = await self.api.list_slices(api_version, labels=selector)
+            for key in keys:
+                if await self.api.delete_slice(api_version, key.name):
+                    report.slices_deleted += 1
 
     async def _left_after_collector(self, api_version: str, selector: Mapping[str, Any], *, waiting: bool) -> bool:
         """Whether slices of the prefix are left once the garbage collector has taken the deleted nodes' ones,

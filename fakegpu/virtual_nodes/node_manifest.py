@@ -311,33 +311,61 @@ def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChang
     prior = (read_prior(annotations) or Prior()) if adopted is None else read_prior(annotations)
     if adopted == "created":
         prior = None
+    # In this order: each part records in ``prior`` what it changes first, and the annotations carry it.
+    label_patch = _label_patch(labels, desired, old_labels, prior)
+    patch: JSON = {}
+    metadata: JSON = {}
+    taints = _kwok_taints(existing, prior)
+    if taints is not None:
+        patch["spec"] = {"taints": taints}
+        metadata["resourceVersion"] = meta.get("resourceVersion")
+    status_patch = _status_patch(existing.get("status") or {}, desired, old_resources, prior)
+    annotation_patch = _annotation_patch(annotations, desired, prior)
 
-    label_patch: JSON = {}
+    if label_patch:
+        metadata["labels"] = label_patch
+    if annotation_patch:
+        metadata["annotations"] = annotation_patch
+    if metadata:
+        patch["metadata"] = metadata
+    return NodeChanges(patch or None, {"status": status_patch} if status_patch else None)
+
+
+def _label_patch(labels: Mapping[str, str], desired: DesiredNode, old_labels: set[str], prior: Prior | None) -> JSON:
+    """The labels to write: the planned ones that differ (a kept-if-present one only when absent), and
+    those an earlier run set that the plan no longer has: removed, or given back their prior value."""
+    patch: JSON = {}
     for key, value in desired.labels.items():
         if labels.get(key) != value and not (key in desired.kept_if_present and key in labels):
-            label_patch[key] = value
+            patch[key] = value
             if prior is not None and key not in prior.labels:
                 prior.labels[key] = labels.get(key)
     for key in sorted(old_labels - set(desired.labels)):
         if prior is not None and key in prior.labels:
             before = prior.labels.pop(key)
             if labels.get(key) != before:
-                label_patch[key] = before
+                patch[key] = before
         elif key in labels:
-            label_patch[key] = None
+            patch[key] = None
+    return patch
 
-    patch: JSON = {}
-    metadata: JSON = {}
+
+def _kwok_taints(existing: Mapping[str, Any], prior: Prior | None) -> list[JSON] | None:
+    """The whole taint list with the KWOK taint in place of any other KWOK one, or None when it is there
+    already; ``prior`` gets the KWOK taints replaced (once)."""
     taints = list((existing.get("spec") or {}).get("taints") or [])
-    if not any(_is_kwok_taint(t) and t.get("value") == KWOK_VALUE for t in taints):
-        kept = [t for t in taints if not _is_kwok_taint(t)]
-        if prior is not None and prior.taints is None:
-            prior.taints = [dict(t) for t in taints if _is_kwok_taint(t)]
-        patch["spec"] = {"taints": [*kept, dict(KWOK_TAINT)]}
-        metadata["resourceVersion"] = meta.get("resourceVersion")
+    if any(_is_kwok_taint(t) and t.get("value") == KWOK_VALUE for t in taints):
+        return None
+    if prior is not None and prior.taints is None:
+        prior.taints = [dict(t) for t in taints if _is_kwok_taint(t)]
+    return [*(t for t in taints if not _is_kwok_taint(t)), dict(KWOK_TAINT)]
 
-    status = existing.get("status") or {}
-    status_patch: JSON = {}
+
+def _status_patch(
+    status: Mapping[str, Any], desired: DesiredNode, old_resources: set[str], prior: Prior | None
+) -> JSON:
+    """The capacity and allocatable entries to write (``_resource_patch`` of each)."""
+    patch: JSON = {}
     for part, want in (("capacity", desired.capacity), ("allocatable", desired.allocatable)):
         changes = _resource_patch(
             status.get(part) or {},
@@ -347,25 +375,23 @@ def node_changes(existing: Mapping[str, Any], desired: DesiredNode) -> NodeChang
             desired.absent,
         )
         if changes:
-            status_patch[part] = changes
+            patch[part] = changes
+    return patch
 
-    annotation_patch: JSON = {}
+
+def _annotation_patch(annotations: Mapping[str, str], desired: DesiredNode, prior: Prior | None) -> JSON:
+    """The tool's annotations that differ: the managed record, KWOK's, the origin (``adopted`` on a node
+    that has none) and the prior record as it now stands."""
+    patch: JSON = {}
     if annotations.get(MANAGED_ANNOTATION) != desired.managed:
-        annotation_patch[MANAGED_ANNOTATION] = desired.managed
+        patch[MANAGED_ANNOTATION] = desired.managed
     if annotations.get(KWOK_ANNOTATION) != KWOK_VALUE:
-        annotation_patch[KWOK_ANNOTATION] = KWOK_VALUE
+        patch[KWOK_ANNOTATION] = KWOK_VALUE
     if ORIGIN_ANNOTATION not in annotations:
-        annotation_patch[ORIGIN_ANNOTATION] = "adopted"
+        patch[ORIGIN_ANNOTATION] = "adopted"
     if prior is not None and annotations.get(PRIOR_ANNOTATION) != prior.text():
-        annotation_patch[PRIOR_ANNOTATION] = prior.text()
-
-    if label_patch:
-        metadata["labels"] = label_patch
-    if annotation_patch:
-        metadata["annotations"] = annotation_patch
-    if metadata:
-        patch["metadata"] = metadata
-    return NodeChanges(patch or None, {"status": status_patch} if status_patch else None)
+        patch[PRIOR_ANNOTATION] = prior.text()
+    return patch
 
 
 def _is_kwok_taint(taint: Mapping[str, Any]) -> bool:
@@ -385,30 +411,10 @@ def release_changes(existing: Mapping[str, Any]) -> NodeChanges:
     status = existing.get("status") or {}
     metadata: JSON = {}
     patch: JSON = {}
-    status_patch: JSON = {}
     if prior is None:
-        gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL, PREFIX_LABEL, MODE_LABEL} - set(BASE_LABELS)
-        label_patch: JSON = {k: None for k in sorted(gone_labels) if k in labels}
-        for part in ("capacity", "allocatable"):
-            have = status.get(part) or {}
-            dropped = {k: None for k in sorted(old_resources - set(BASE_RESOURCES)) if k in have}
-            if dropped:
-                status_patch[part] = dropped
+        label_patch, status_patch = _forget_unrecorded(labels, status, old_labels, old_resources)
     else:
-        # The ownership label goes whatever the record says: a handed-back node must not be taken for ours.
-        wanted: dict[str, str | None] = {**prior.labels, OWNER_LABEL: None}
-        label_patch = {k: v for k, v in sorted(wanted.items()) if labels.get(k) != v}
-        for part in ("capacity", "allocatable"):
-            have = status.get(part) or {}
-            restore: JSON = {}
-            for key, before in sorted(prior.part(part).items()):
-                if before is None:
-                    if key in have:
-                        restore[key] = None
-                elif not same_quantity(have.get(key), before):
-                    restore[key] = before
-            if restore:
-                status_patch[part] = restore
+        label_patch, status_patch = _restore_recorded(labels, status, prior)
         if prior.taints is not None:
             taints = list((existing.get("spec") or {}).get("taints") or [])
             restored = [t for t in taints if not _is_kwok_taint(t)] + prior.taints
@@ -423,3 +429,39 @@ def release_changes(existing: Mapping[str, Any]) -> NodeChanges:
     if metadata:
         patch["metadata"] = metadata
     return NodeChanges(patch or None, {"status": status_patch} if status_patch else None)
+
+
+def _forget_unrecorded(
+    labels: Mapping[str, str], status: Mapping[str, Any], old_labels: set[str], old_resources: set[str]
+) -> tuple[JSON, JSON]:
+    """Label and status patches for a node adopted before the prior record existed: the tool's labels and
+    GPU resources go, the basic KWOK labels and cpu/memory/pods stay."""
+    gone_labels = {*old_labels, OWNER_LABEL, POOL_LABEL, PREFIX_LABEL, MODE_LABEL} - set(BASE_LABELS)
+    label_patch: JSON = {k: None for k in sorted(gone_labels) if k in labels}
+    status_patch: JSON = {}
+    for part in ("capacity", "allocatable"):
+        have = status.get(part) or {}
+        dropped = {k: None for k in sorted(old_resources - set(BASE_RESOURCES)) if k in have}
+        if dropped:
+            status_patch[part] = dropped
+    return label_patch, status_patch
+
+
+def _restore_recorded(labels: Mapping[str, str], status: Mapping[str, Any], prior: Prior) -> tuple[JSON, JSON]:
+    """Label and status patches that put back what the prior record says (None: the entry was absent)."""
+    # The ownership label goes whatever the record says: a handed-back node must not be taken for ours.
+    wanted: dict[str, str | None] = {**prior.labels, OWNER_LABEL: None}
+    label_patch: JSON = {k: v for k, v in sorted(wanted.items()) if labels.get(k) != v}
+    status_patch: JSON = {}
+    for part in ("capacity", "allocatable"):
+        have = status.get(part) or {}
+        restore: JSON = {}
+        for key, before in sorted(prior.part(part).items()):
+            if before is None:
+                if key in have:
+                    restore[key] = None
+            elif not same_quantity(have.get(key), before):
+                restore[key] = before
+        if restore:
+            status_patch[part] = restore
+    return label_patch, status_patch

@@ -82,7 +82,7 @@ def missing_value(option: str) -> Result:
     return Result(f"ERROR: Option {option} is missing its value. {_HELP_HINT}", UNRECOGNIZED)
 
 
-def parse_args(argv: Sequence[str]) -> Request | Result:
+def parse_args(argv: Sequence[str]) -> Request | Result:  # noqa: PLR0912 - one flat case per option, as the shell script has
     """Left to right, the last mode wins, but two different report modes are a conflict (reported after
     ``-h`` and ``--version``); an unknown option or a missing value stops at once. After a subcommand
     only ``-i``/``--id``, ``-h`` and its own options are known."""
@@ -208,18 +208,9 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str,
     request = parse_args(argv)
     if isinstance(request, Result):
         return request
-    if request.mode == "help":
-        return Result(help_text(node), OK)
-    if request.mode == "version":
-        return Result(version_text(node), OK)
-    if request.conflict:
-        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
-    if request.mode != "query" and request.format is not None:
-        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
-    if request.mode in SUBCOMMANDS:
-        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
-    if request.mode == "matrix" and request.ids is not None:
-        return Result(topology.NO_ID_OPTION, INVALID_ARGUMENT)
+    answered = _answer_without_devices(request, node)
+    if answered is not None:
+        return answered
     fields: list[str] = []
     if request.mode == "query":
         checked = _query_fields(request)
@@ -232,7 +223,37 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str,
     gpus = view.gpus if request.ids is None else filter_ids(view, request.ids)
     if not gpus:
         return Result(NO_DEVICES, NOT_FOUND)
-    attached = len(view.gpus)
+    return _report(request, node, gpus, len(view.gpus), fields, timestamp, query_timestamp)
+
+
+def _answer_without_devices(request: Request, node: SmiNode) -> Result | None:
+    """Help, version and the invalid combinations, answered before any device is looked at (in this order,
+    as the shell script checks them); None for a request that needs the devices."""
+    if request.mode == "help":
+        return Result(help_text(node), OK)
+    if request.mode == "version":
+        return Result(version_text(node), OK)
+    if request.conflict:
+        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
+    if request.mode != "query" and request.format is not None:
+        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
+    if request.mode in SUBCOMMANDS:
+        return Result(INVALID_COMBINATION, INVALID_ARGUMENT)
+    if request.mode == "matrix" and request.ids is not None:
+        return Result(topology.NO_ID_OPTION, INVALID_ARGUMENT)
+    return None
+
+
+def _report(
+    request: Request,
+    node: SmiNode,
+    gpus: Sequence[VisibleGpu],
+    attached: int,
+    fields: list[str],
+    timestamp: str,
+    query_timestamp: str,
+) -> Result:
+    """The report the request's mode asks for, over the selected GPUs (``attached``: all the visible ones)."""
     if request.mode == "matrix":
         return Result(topology.assemble(node, gpus), OK)
     if request.mode in ("lgip", "lgi", "lci"):

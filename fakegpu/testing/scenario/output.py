@@ -50,7 +50,7 @@ def detail_lines(out: TextIO, details: Sequence[str]) -> None:
         out.write(f"          {d}\n")
 
 
-def describe_step(step: Step) -> str:
+def describe_step(step: Step) -> str:  # noqa: PLR0912 - one flat case per step kind
     """What a step does, for its output line."""
     match step:
         case ExpectStep(expect=e):
