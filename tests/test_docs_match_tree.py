@@ -194,6 +194,21 @@ def test_package_docstrings_name_only_what_they_hold():
     assert found == [], "package docstrings name modules they do not have:\n" + "\n".join(found)
 
 
+def test_a_package_docstring_that_lists_its_modules_lists_them_all():
+    """A room's docstring that says "Modules" and names them is its table of contents: a module added to
+    the room and left out of it fails here."""
+    found = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        text = "\n".join(t for _line, t in docstrings(init))
+        if "Modules" not in text:
+            continue
+        named = {m.removesuffix(".py").removesuffix("/") for m in ROOM_MEMBER.findall(text)}
+        held = {p.stem for p in init.parent.glob("*.py") if p.stem != "__init__"}
+        held |= {p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()}
+        found += [f"{init.relative_to(ROOT)}: ``{m}`` is not listed" for m in sorted(held - named)]
+    assert found == [], "package docstrings that list their modules leave some out:\n" + "\n".join(found)
+
+
 def text_files() -> list[Path]:
     files = [p for top in TEXT_ROOTS for p in (ROOT / top).rglob("*") if p.is_file()]
     files += [p for p in ROOT.iterdir() if p.is_file() and p.suffix in (".md", ".toml")]
