@@ -35,6 +35,7 @@ import yaml
 from percentiles import percentile  # bench/ is on sys.path when a script runs
 
 from fakegpu.kubelet.plugin_endpoint import PluginEndpoint
+from fakegpu.runtime.eventually import eventually
 from fakegpu.sharing.health import HEALTHY, UNHEALTHY
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
@@ -133,11 +134,9 @@ async def bench_rpcs(node: FakeNode, resource: str, n: int) -> list[Row]:
 
 
 async def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.perf_counter() + WAIT_TIMEOUT
-    while not predicate():
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"timed out after {WAIT_TIMEOUT}s waiting for {what}")
-        await asyncio.sleep(0)
+    """The one polling helper, looking at every turn of the event loop (``interval=0``): a latency figure
+    must not carry a polling interval."""
+    await eventually(predicate, what, WAIT_TIMEOUT, interval=0)
 
 
 def kubelet_shows(node: FakeNode, resource: str, ids: Sequence[str], health: str) -> bool:

@@ -21,8 +21,7 @@ devices), restart the kubelet, move its clock.
 
 from __future__ import annotations
 
-import asyncio
-import time
+import contextlib
 import uuid
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Protocol
@@ -38,6 +37,7 @@ from fakegpu.kubelet.emulator import PodResult
 from fakegpu.kubelet.pod_claims import PodClaim, parse_claim
 from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
+from fakegpu.runtime.eventually import eventually
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 
 KIND = "kubelet"
@@ -315,12 +315,16 @@ async def restart_kubelet(kubelet: KubeletAdmin, wait: float = 10.0) -> dict[str
     updates = kubelet.manager.updates
     await kubelet.restart()
 
-    deadline = time.monotonic() + wait
     # Each plugin registered again sends its devices at least once (a ListAndWatch update).
-    while len(_registered_again(kubelet, before)) < len(before) or kubelet.manager.updates < updates + len(before):
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(0.02)
+    with contextlib.suppress(AssertionError):  # time is up: the answer names the plugins still missing
+        await eventually(
+            lambda: (
+                len(_registered_again(kubelet, before)) >= len(before)
+                and kubelet.manager.updates >= updates + len(before)
+            ),
+            "the plugins to register again",
+            wait,
+        )
     registered = _registered_again(kubelet, before)
     return {
         "starts": kubelet.starts,

@@ -11,7 +11,6 @@ check made right after a plain inventory change would read the kubelet's old sta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -277,5 +276,11 @@ class FakeNode:
             await self.wait_kubelet_current(timeout, "the reloaded inventory")
         return True
 
-    async def settle(self, seconds: float = 0.05) -> None:
-        await asyncio.sleep(seconds)
+    async def wait_plugins_looked(self, timeout: float = 5.0) -> None:
+        """A barrier for "nothing happened": returns once the plugins' watch loop has begun and finished a
+        step after this call (it checks the kubelet socket, the input files and re-registration), so
+        whatever the plugins would do about a change made before the call they have done."""
+        steps = self.plugins.stats.watch_steps
+        await self.kubelet.wait_for(
+            lambda: self.plugins.stats.watch_steps >= steps + 2, timeout, "the plugins' watch loop to look again"
+        )

@@ -41,7 +41,7 @@ async def test_no_reregistration_after_a_kubelet_restart(fakegpu_node):
     node = await fakegpu_node("2xt4", bugs=("no-reregistration",))
     await node.kubelet.stop()
     await node.kubelet.start()
-    await node.settle(0.5)
+    await node.wait_plugins_looked()
     assert node.capacity() == {GPU: 0} and node.allocatable() == {GPU: 0}
     assert node.plugins.stats.registrations == 1
 

@@ -15,7 +15,6 @@ from fakegpu.sharing.faults import FaultSpec
 from fakegpu.sharing.identifiers import strip_replica
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
-from tests.eventually import eventually
 
 GPU = "nvidia.com/gpu"
 
@@ -93,8 +92,7 @@ async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir, timing):
     node.kubelet.paths.device_plugins.mkdir(parents=True)
     await node.plugins.start()
     try:
-        steps = node.plugins.stats.watch_steps
-        await eventually(lambda: node.plugins.stats.watch_steps >= steps + 2, "the plugins to look again")
+        await node.wait_plugins_looked()
         assert node.plugins.registered == {GPU: False}
         await node.kubelet.start()
         took = await node.wait_synced()
@@ -106,8 +104,7 @@ async def test_plugin_waits_for_a_missing_kubelet_socket(fakegpu_dir, timing):
 async def test_health_change_is_pushed(fakegpu_node, timing):
     node = await fakegpu_node("4xh100-80gb")
     sends = node.plugins.servers[GPU].service.sends
-    steps = node.plugins.stats.watch_steps
-    await eventually(lambda: node.plugins.stats.watch_steps >= steps + 2, "the plugins to look again")
+    await node.wait_plugins_looked()
     assert node.plugins.servers[GPU].service.sends == sends, "ListAndWatch must not resend without a change"
     gpu = node.inventory.node.gpus[2].uuid
     with timing.at_most(0.5, "the health change to reach the kubelet"):

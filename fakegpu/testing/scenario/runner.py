@@ -27,6 +27,7 @@ import yaml
 
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
+from fakegpu.runtime.eventually import eventually
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
@@ -295,15 +296,19 @@ class ScenarioRun:
     async def _expect(self, node: FakeNode, expect: ExpectArgs) -> str:
         """Poll until every check holds; on timeout fail with what was awaited and the last values seen."""
         started = time.monotonic()
-        deadline = started + expect.within
-        while True:
+        problems: list[str] = []
+
+        def holds() -> bool:
+            nonlocal problems
             problems = check(node, expect, self.pod_devices)
-            if not problems:
-                waited = time.monotonic() - started
-                return "held at once" if waited < POLL_INTERVAL else f"held after {waited * 1000:.0f} ms"
-            if time.monotonic() >= deadline:
-                raise StepFailed([f"waited {expect.within:g} s for: {describe(expect)}", "last seen:", *problems])
-            await asyncio.sleep(POLL_INTERVAL)
+            return not problems
+
+        try:
+            await eventually(holds, describe(expect), expect.within, interval=POLL_INTERVAL)
+        except AssertionError:
+            raise StepFailed([f"waited {expect.within:g} s for: {describe(expect)}", "last seen:", *problems]) from None
+        waited = time.monotonic() - started
+        return "held at once" if waited < POLL_INTERVAL else f"held after {waited * 1000:.0f} ms"
 
     def _expect_now(self, node: FakeNode, checks: Checks) -> str:
         problems = check(node, checks, self.pod_devices)
