@@ -33,16 +33,14 @@ import grpc
 from percentiles import percentile  # bench/ is on sys.path when a script runs
 
 from tests.reliability.daemon_soak import DaemonSoakFigures, soak_dra_restarts, soak_plugin_restarts
+from tests.reliability.kubelet_soak import SEED as DEFAULT_SEED
 from tests.reliability.kubelet_soak import (
-    FD_LIMIT,
-    RSS_LIMIT,
     WARMUP,
     KubeletSoakFigures,
     PluginPlacement,
     soak_kubelet_restarts,
 )
-from tests.reliability.kubelet_soak import SEED as DEFAULT_SEED
-from tests.reliability.process_probe import Usage
+from tests.reliability.process_probe import FD_LIMIT, RSS_LIMIT, Usage
 from tests.reliability.profile import LONG, SHORT, Profile
 
 KUBELET_VARIANTS: tuple[tuple[PluginPlacement, str], ...] = (

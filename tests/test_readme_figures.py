@@ -35,6 +35,7 @@ from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK
 from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
 from tests.reliability import kubelet_soak
+from tests.reliability.process_probe import RSS_LIMIT
 from tests.reliability.profile import BIG_COUNTS, LONG, LONG_SIZES, SHORT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ def figures() -> list[str]:
         f"status every {STATUS_SYNC_INTERVAL:g} s",
         f"Kubelet restarts: {SHORT.kubelet_restarts} in a row",
         f"re-registers within {kubelet_soak.REREGISTER_LIMIT:g} s",
-        f"(RSS within {kubelet_soak.RSS_LIMIT // 2**20} MiB)",
+        f"(RSS within {RSS_LIMIT // 2**20} MiB)",
         f"Load: {SHORT.concurrent_allocates} concurrent Allocates, {SHORT.concurrent_streams} ListAndWatch streams",
         f"{SHORT.concurrent_prepares} concurrent NodePrepareResources",
         f"{fuzz_ids:,} IDs, {fuzz_bytes // 1_000_000} MB strings".replace(",", " ", 1),

@@ -73,11 +73,6 @@ READY_TIMEOUT = 20.0
 EXIT_TIMEOUT = 15.0
 WARMUP = 2
 """Runs before this process's 'before' reading (first connections, lazily created gRPC state)."""
-FD_LIMIT = 0
-THREAD_LIMIT = 0
-TASK_LIMIT = 0
-RSS_LIMIT = 20 * 2**20
-"""Growth allowed in this process (the kubelet side) over the plugin soak, after the warm-up."""
 PHASE_PAUSE = 0.3
 """Seconds the DRA driver stalls in each half of a prepare when a kill between the phases is planned:
 longer than the 0.2 s a SIGTERMed server gives in-flight calls, so SIGTERM lands in the window too."""
@@ -139,18 +134,7 @@ class DaemonSoakFigures:
         """Growth of this process beyond the limits (the plugin soak only measures it)."""
         if self.kubelet_before is None or self.kubelet_after is None:
             return []
-        grown = self.kubelet_after.growth(self.kubelet_before)
-        out = []
-        for what, amount, limit in (
-            ("open fds", grown.fds, FD_LIMIT),
-            ("threads", grown.threads, THREAD_LIMIT),
-            ("asyncio tasks", grown.tasks or 0, TASK_LIMIT),
-        ):
-            if amount > limit:
-                out.append(f"kubelet side: {what} grew by {amount} (limit {limit})")
-        if grown.rss > RSS_LIMIT:
-            out.append(f"kubelet side: RSS grew by {grown.rss / 2**20:.1f} MiB (limit {RSS_LIMIT / 2**20:.0f} MiB)")
-        return out
+        return [f"kubelet side: {leak}" for leak in self.kubelet_after.growth(self.kubelet_before).leaks()]
 
 
 def schedule(restarts: int, actions: Sequence[str], rng: random.Random) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ every resource unchanged; the checkpoint's allocations (pod, container, resource
 stored Allocate response) exactly as before, on disk and in the restored device manager; every device
 healthy again; every plugin socket re-created (the kubelet removed the old ones). After the loop, with
 ``WARMUP`` restarts excluded: no new fds, threads (gRPC's elastic pool aside) or tasks, RSS growth
-under ``RSS_LIMIT``.
+under ``process_probe.RSS_LIMIT``.
 
 ``soak_kubelet_restarts`` runs it for the tests (``tests/reliability/test_kubelet_restarts.py``) and for
 ``bench/soak.py``, which prints its figures: a module of its own, so that bench imports no test module.
@@ -53,11 +53,6 @@ REREGISTER_LIMIT = 1.0
 """Seconds from the new kubelet's start until every resource is registered and its devices pushed."""
 WARMUP = 5
 """Restarts before the 'before' reading: gRPC and the allocator reach their steady state first."""
-FD_LIMIT = 0
-THREAD_LIMIT = 0
-TASK_LIMIT = 0
-RSS_LIMIT = 20 * 2**20
-"""Allowed growth after the warm-up: none for fds, threads and tasks; 20 MiB of RSS (allocator noise)."""
 SEED = 8
 
 NODE_INPUTS = InventoryInputs(
@@ -104,17 +99,7 @@ class KubeletSoakFigures:
         if self.before is None or self.after is None:
             return ["no before/after readings (the soak did not get past its warm-up)"]
         grown = self.after.growth(self.before)
-        out = []
-        for what, amount, limit in (
-            ("open fds", grown.fds, FD_LIMIT),
-            ("threads", grown.threads, THREAD_LIMIT),
-            ("asyncio tasks", grown.tasks or 0, TASK_LIMIT),
-        ):
-            if amount > limit:
-                out.append(f"{what} grew by {amount} over {self.restarts - WARMUP} restarts (limit {limit})")
-        if grown.rss > RSS_LIMIT:
-            out.append(f"RSS grew by {grown.rss / 2**20:.1f} MiB (limit {RSS_LIMIT / 2**20:.0f} MiB)")
-        return out
+        return grown.leaks(over=f" over {self.restarts - WARMUP} restarts")
 
 
 class PluginSide(Protocol):

@@ -50,6 +50,14 @@ def asyncio_tasks() -> int:
     return sum(1 for task in asyncio.all_tasks() if not task.done())
 
 
+FD_LIMIT = 0
+THREAD_LIMIT = 0
+TASK_LIMIT = 0
+RSS_LIMIT = 20 * 2**20
+"""Growth a soak allows after its warm-up: none in fds, threads and asyncio tasks; 20 MiB of RSS (allocator
+noise)."""
+
+
 @dataclass(frozen=True)
 class Usage:
     """One reading of a process's resources."""
@@ -63,6 +71,22 @@ class Usage:
     def growth(self, before: Usage) -> Usage:
         tasks = None if self.tasks is None or before.tasks is None else self.tasks - before.tasks
         return Usage(self.fds - before.fds, self.rss - before.rss, self.threads - before.threads, tasks)
+
+    def leaks(self, over: str = "") -> list[str]:
+        """This growth (``after.growth(before)``) against the leak limits, one line per limit exceeded;
+        ``over`` says over what the counts grew (`` over 95 restarts``)."""
+        out = [
+            f"{what} grew by {amount}{over} (limit {limit})"
+            for what, amount, limit in (
+                ("open fds", self.fds, FD_LIMIT),
+                ("threads", self.threads, THREAD_LIMIT),
+                ("asyncio tasks", self.tasks or 0, TASK_LIMIT),
+            )
+            if amount > limit
+        ]
+        if self.rss > RSS_LIMIT:
+            out.append(f"RSS grew by {self.rss / 2**20:.1f} MiB (limit {RSS_LIMIT / 2**20:.0f} MiB)")
+        return out
 
     def describe(self) -> str:
         text = f"{self.fds} fds, RSS {self.rss / 2**20:.1f} MiB, {self.threads} threads"
