@@ -78,7 +78,10 @@ class PluginManager:
         metrics: DevicePluginMetrics | None = None,
         peer_waits: PeerWaits | None = None,
         reserve_pacing: ReservePacing | None = None,
+        before_start: Callable[[], None] | None = None,
     ) -> None:
+        """``before_start`` runs at the top of every :meth:`start` (the plugin stack gives the
+        ``random-device-ids`` bug mode its fresh IDs there); a SpecError from it fails the start."""
         self.live = live
         self.metrics = metrics if metrics is not None else DevicePluginMetrics(live)
         self.paths = paths
@@ -89,6 +92,7 @@ class PluginManager:
         self.retry_interval = retry_interval
         self.poll_interval = poll_interval
         self.on_call = on_call
+        self.before_start = before_start
         self.servers: dict[str, ResourceServer] = {}
         self.registry: dict[str, RegistryRegistration] = {}
         self.registered: dict[str, bool] = {}
@@ -109,6 +113,8 @@ class PluginManager:
     async def start(self) -> None:
         """Serve and register every resource; raises SpecError, serving nothing, if a required IMEX channel
         is missing (NVIDIA's plugin exits: ``error starting plugins: ...``)."""
+        if self.before_start is not None:
+            self.before_start()
         select_imex_channels(self.live.inventory)
         self._kubelet_identity = identity(self.paths.kubelet_socket)
         self._file_stamps = {p: _mtime(p) for p in self.watch_files}

@@ -23,7 +23,7 @@ from fakegpu.fakeplugin.plugin_manager import PluginManager, RegistrationMode
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.health import XidPolicy
-from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
+from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles
 
@@ -41,7 +41,9 @@ class PluginStack:
     """One node's device plugin: its inputs, live inventory, plugin manager and the files it keeps current.
 
     With the ``random-device-ids`` bug mode the device IDs are fresh when the stack is built (a process
-    start) and again at every later :meth:`start` (the plugins restarted), as the buggy plugin's.
+    start) and again at every later start of the plugin servers (``PluginManager.start``, whoever calls it:
+    the fixture's ``start_plugins``, the daemon's ``fakegpu ctl plugins start``), as the buggy plugin's. A
+    restart that the kubelet causes (``restart_all``, a new ``kubelet.sock``) keeps them.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class PluginStack:
             watch_files=watched_files(self.current.inputs),
             on_call=self.calls.record,
             metrics=self.metrics,
+            before_start=self._before_start,
         )
         self._following = False
         self._unfollow: list[Callable[[], None]] = []
@@ -95,21 +98,31 @@ class PluginStack:
         if self._following:
             return
         check_imex_channels(self.live.inventory)
+        try:
+            if self.cdi_root is not None:
+                # Before any Allocate names a CDI device, as NVIDIA's plugin manager.
+                self._unfollow.append(PluginCdiSpecs(self.cdi_root).follow(self.live))
+            if self.inputs.nvidia_smi_dir:
+                # Before any Allocate can mount them.
+                self._unfollow.append(NvidiaSmiFiles(Path(self.inputs.nvidia_smi_dir)).follow(self.live))
+        except BaseException:
+            self.close()  # a file that cannot be written leaves no half-subscribed writer behind
+            raise
         self._following = True
-        if self.cdi_root is not None:
-            # Before any Allocate names a CDI device, as NVIDIA's plugin manager.
-            self._unfollow.append(PluginCdiSpecs(self.cdi_root).follow(self.live))
-        if self.inputs.nvidia_smi_dir:
-            # Before any Allocate can mount them.
-            self._unfollow.append(NvidiaSmiFiles(Path(self.inputs.nvidia_smi_dir)).follow(self.live))
+
+    def _before_start(self) -> None:
+        """Every start of the plugin servers after the first (``FakeNode.start_plugins``, ``fakegpu ctl plugins
+        start``) serves fresh device IDs under ``random-device-ids``; the inputs change only once the new
+        inventory has been built."""
+        if self._starts and BugMode.RANDOM_DEVICE_IDS in self.bug_modes:
+            candidate = self.current.candidate(new_ids=True)
+            inventory = load_inventory(candidate)
+            self.current.inputs = candidate
+            self.live.replace(inventory)
+        self._starts += 1
 
     async def start(self) -> None:
-        """Serve and register every resource (``PluginManager.start``); with ``random-device-ids`` every start
-        after the first serves fresh device IDs."""
-        if self._starts and BugMode.RANDOM_DEVICE_IDS in self.bug_modes:
-            self.current.inputs = self.current.candidate(new_ids=True)
-            self.live.replace(self.current.load())
-        self._starts += 1
+        """Serve and register every resource (``PluginManager.start``)."""
         await self.manager.start()
 
     async def stop(self) -> None:

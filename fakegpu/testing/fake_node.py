@@ -242,7 +242,7 @@ class FakeNode:
     async def stop_plugins(self, timeout: float = 5.0) -> None:
         """Stop every plugin server; returns once the kubelet has seen their streams end."""
         held = [(s, s.endpoint) for s in self.kubelet.manager.resources.values() if s.endpoint is not None]
-        await self.plugins.stop()
+        await self.stack.stop()
         if self.kubelet.running:
             await self.kubelet.wait_for(
                 lambda: all(state.endpoint is not endpoint for state, endpoint in held),

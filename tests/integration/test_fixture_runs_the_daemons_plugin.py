@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from fakegpu.control.client import admin_call
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
-from fakegpu.fakeplugin.plugin_stack import PluginStack
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.bug_modes import BugMode
@@ -78,7 +78,8 @@ async def test_the_fixture_and_the_daemon_serve_and_reload_the_same_plugin(root:
         want = {GPU: {d.id: "Healthy" for d in expected.devices}}
 
         def both_serve(view: dict[str, dict[str, str]]) -> bool:
-            assert not task.done(), "the daemon exited"
+            if task.done():
+                raise RuntimeError("the daemon exited")  # not "not yet": fail at once
             assert seen(kubelet) == seen(node.kubelet) == view
             return True
 
@@ -108,26 +109,71 @@ async def test_the_fixture_and_the_daemon_serve_and_reload_the_same_plugin(root:
                 await kubelet.stop()
 
 
-async def test_random_device_ids_are_fresh_at_build_and_at_every_later_start(root: Path) -> None:
-    """The stack owns the bug mode's salting: the daemon's process start and the fixture's ``start_plugins``."""
+async def test_random_device_ids_are_fresh_at_every_later_start_of_the_daemon_and_the_fixture(root: Path) -> None:
+    """The stack owns the bug mode's salting: fresh IDs at the process start, the same at the first serve, fresh
+    again when the plugin servers start anew (the daemon's ``fakegpu ctl plugins stop|start``, the fixture's
+    ``stop_plugins``/``start_plugins``), as the kubelets see them."""
     inputs = InventoryInputs(node_name="n1", gpus=("2xt4",))
     stable = device_ids(load_inventory(inputs))
-
-    def ids(stack: PluginStack) -> set[str]:
-        return device_ids(stack.live.inventory)
-
-    paths = KubeletPaths(root)
-    paths.device_plugins.mkdir(parents=True)
-    stack = PluginStack(inputs, paths, bug_modes=frozenset({BugMode.RANDOM_DEVICE_IDS}), registration="none")
-    built = ids(stack)
-    assert built.isdisjoint(stable) and len(built) == 2
-    await stack.start()
+    kubelet = KubeletEmulator(root / "dk")
+    await kubelet.start()
+    admin = root / "admin.sock"
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_plugin_daemon(
+            inputs,
+            KubeletPaths(root / "dk"),
+            bug_modes=frozenset({BugMode.RANDOM_DEVICE_IDS}),
+            stop=stop,
+            admin_socket=admin,
+        )
+    )
+    node = FakeNode(root / "fk", inputs, bugs=(BugMode.RANDOM_DEVICE_IDS,))
     try:
-        assert ids(stack) == built, "the first start serves the IDs taken when the process started"
-        await stack.stop()
-        await stack.start()
-        assert ids(stack).isdisjoint(built | stable) and len(ids(stack)) == 2
-        assert stack.inputs.id_salt not in ("", inputs.id_salt)
+        await node.start()
+
+        def ids(k: KubeletEmulator) -> set[str]:
+            if task.done():
+                raise RuntimeError("the daemon exited")  # not "not yet": fail at once
+            return set(k.devices(GPU))
+
+        await eventually(lambda: len(ids(kubelet)) == 2, "the daemon's kubelet to see two GPUs", 10.0)
+        first = {"daemon": ids(kubelet), "fixture": ids(node.kubelet)}
+        assert len(first["fixture"]) == 2
+        for seen_ids in first.values():
+            assert seen_ids.isdisjoint(stable), "the process start takes fresh IDs"
+
+        await admin_call(admin, "plugins", action="stop")
+        await admin_call(admin, "plugins", action="start")
+        await node.stop_plugins()
+        await node.start_plugins()
+
+        def fresh_on_the_daemon() -> set[str]:
+            got = ids(kubelet)
+            assert len(got) == 2 and got.isdisjoint(first["daemon"]), got
+            return got
+
+        again = {
+            "daemon": await eventually(fresh_on_the_daemon, "the daemon's kubelet to see two fresh IDs", 10.0),
+            "fixture": ids(node.kubelet),
+        }
+        for who, seen_ids in again.items():
+            assert len(seen_ids) == 2 and seen_ids.isdisjoint(first[who] | stable), who
     finally:
-        await stack.stop()
-    assert ids(PluginStack(inputs, paths)) == stable, "without the mode the IDs are stable"
+        try:
+            await node.stop()
+        finally:
+            try:
+                assert await stop_and_wait(stop, task) == [0]
+            finally:
+                await kubelet.stop()
+
+
+async def test_without_the_bug_mode_the_ids_stay_across_plugin_starts(root: Path) -> None:
+    inputs = InventoryInputs(node_name="n1", gpus=("2xt4",))
+    stable = device_ids(load_inventory(inputs))
+    async with FakeNode(root / "fk", inputs) as node:
+        assert set(node.kubelet.devices(GPU)) == stable
+        await node.stop_plugins()
+        await node.start_plugins()
+        assert set(node.kubelet.devices(GPU)) == stable
