@@ -7,6 +7,6 @@ emulator's ``wait_for`` and the pytest fixture poll the same way; this module on
 
 from __future__ import annotations
 
-from fakegpu.runtime.eventually import eventually
+from fakegpu.runtime.eventually import WaitTimeout, eventually
 
-__all__ = ["eventually"]
+__all__ = ["WaitTimeout", "eventually"]

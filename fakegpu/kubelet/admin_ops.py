@@ -37,7 +37,7 @@ from fakegpu.kubelet.emulator import PodResult
 from fakegpu.kubelet.pod_claims import PodClaim, parse_claim
 from fakegpu.kubelet.pod_spec import ContainerSpec, parse_requests
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2
-from fakegpu.runtime.eventually import eventually
+from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 
 KIND = "kubelet"
@@ -316,7 +316,7 @@ async def restart_kubelet(kubelet: KubeletAdmin, wait: float = 10.0) -> dict[str
     await kubelet.restart()
 
     # Each plugin registered again sends its devices at least once (a ListAndWatch update).
-    with contextlib.suppress(AssertionError):  # time is up: the answer names the plugins still missing
+    with contextlib.suppress(WaitTimeout):  # time is up: the answer names the plugins still missing
         await eventually(
             lambda: (
                 len(_registered_again(kubelet, before)) >= len(before)
@@ -324,6 +324,7 @@ async def restart_kubelet(kubelet: KubeletAdmin, wait: float = 10.0) -> dict[str
             ),
             "the plugins to register again",
             wait,
+            assertions_mean_not_yet=False,
         )
     registered = _registered_again(kubelet, before)
     return {

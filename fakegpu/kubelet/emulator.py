@@ -58,7 +58,7 @@ from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as podresources_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
-from fakegpu.runtime.eventually import eventually
+from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.socket_server import SocketServer
 from fakegpu.runtime.unix_socket import check_socket_path
@@ -287,8 +287,8 @@ class KubeletEmulator:
         returns the seconds it took; raises TimeoutError naming ``what`` and the last value seen."""
         start = time.monotonic()
         try:
-            await eventually(predicate, what, timeout, interval=WAIT_INTERVAL)
-        except AssertionError as exc:
+            await eventually(predicate, what, timeout, interval=WAIT_INTERVAL, assertions_mean_not_yet=False)
+        except WaitTimeout as exc:
             raise TimeoutError(str(exc)) from None
         return time.monotonic() - start
 

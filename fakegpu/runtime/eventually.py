@@ -19,6 +19,11 @@ T = TypeVar("T")
 _SHOWN = 500  # characters of the last value or assertion kept in the failure message
 
 
+class WaitTimeout(AssertionError):
+    """The condition never held: an ``AssertionError``, so a test that waits fails as an assertion does, and
+    its own class, so code that turns a timeout into an answer catches the timeout and nothing else."""
+
+
 @overload
 async def eventually(
     check: Callable[[], Awaitable[T]],
@@ -27,6 +32,7 @@ async def eventually(
     *,
     interval: float = ...,
     detail: Callable[[], object] | None = ...,
+    assertions_mean_not_yet: bool = ...,
 ) -> T: ...
 
 
@@ -38,6 +44,7 @@ async def eventually(
     *,
     interval: float = ...,
     detail: Callable[[], object] | None = ...,
+    assertions_mean_not_yet: bool = ...,
 ) -> T: ...
 
 
@@ -48,17 +55,20 @@ async def eventually(
     *,
     interval: float = 0.02,
     detail: Callable[[], object] | None = None,
+    assertions_mean_not_yet: bool = True,
 ) -> Any:
     """Call ``check`` (sync or async) every ``interval`` seconds until it holds; return what it returned.
 
-    An ``AssertionError`` from the check means "not yet". A check declared ``-> None`` (assert-style)
-    holds once it returns without one; any other check holds once it returns a truthy value, so a
-    predicate that returns ``None`` (``labels.get(key)``) keeps polling instead of passing by accident.
+    An ``AssertionError`` from the check means "not yet" (with ``assertions_mean_not_yet=False`` it fails
+    at once, like any other exception: for predicates, whose asserts are bugs, not conditions). A check
+    declared ``-> None`` (assert-style) holds once it returns without one; any other check holds once it
+    returns a truthy value, so a predicate that returns ``None`` (``labels.get(key)``) keeps polling instead
+    of passing by accident.
     Any other exception is not "not yet" but a failure: it propagates at once (a check can fail fast
     that way, e.g. when the daemon it waits on has exited).
 
-    After ``timeout`` seconds it raises ``AssertionError`` naming ``what``, the timeout, the last value or
-    assertion seen, and, if given, ``detail()`` (e.g. a daemon's last log lines).
+    After ``timeout`` seconds it raises :class:`WaitTimeout` (an ``AssertionError``) naming ``what``, the
+    timeout, the last value or assertion seen, and, if given, ``detail()`` (e.g. a daemon's last log lines).
     """
     asserts_only = _declared_none(check)
     loop = asyncio.get_running_loop()
@@ -68,6 +78,8 @@ async def eventually(
             result = check()
             value = await result if inspect.isawaitable(result) else result
         except AssertionError as exc:
+            if not assertions_mean_not_yet:
+                raise
             last = f"last assertion: {exc}"
         else:
             if value or (asserts_only and value is None):
@@ -77,7 +89,7 @@ async def eventually(
             message = f"timed out after {timeout}s waiting for {what}; {last[:_SHOWN]}"
             if detail is not None:
                 message += f"\n{detail()}"
-            raise AssertionError(message)
+            raise WaitTimeout(message)
         await asyncio.sleep(interval)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.eventually import eventually
+from tests.eventually import WaitTimeout, eventually
 
 
 async def test_returns_the_first_truthy_value():
@@ -71,3 +71,23 @@ async def test_any_other_exception_fails_at_once():
     with pytest.raises(RuntimeError, match="the daemon exited"):
         await eventually(check, "anything", 5.0)
     assert len(calls) == 1
+
+
+async def test_a_timeout_is_its_own_assertion_error():
+    """Code that turns a timeout into an answer catches WaitTimeout, never an assert of its own predicate."""
+    with pytest.raises(WaitTimeout) as caught:
+        await eventually(lambda: False, "never", 0.05)
+    assert isinstance(caught.value, AssertionError)
+
+
+async def test_an_assert_in_a_predicate_fails_at_once_when_asked():
+    calls = []
+
+    def broken() -> bool:
+        calls.append(1)
+        raise AssertionError("a bug in the predicate")
+
+    with pytest.raises(AssertionError, match="a bug in the predicate") as caught:
+        await eventually(broken, "something", 5.0, assertions_mean_not_yet=False)
+    assert not isinstance(caught.value, WaitTimeout)
+    assert calls == [1]

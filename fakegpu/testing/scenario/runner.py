@@ -27,7 +27,7 @@ import yaml
 
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
-from fakegpu.runtime.eventually import eventually
+from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.live_inventory import UnknownDeviceError
@@ -304,8 +304,10 @@ class ScenarioRun:
             return not problems
 
         try:
-            await eventually(holds, describe(expect), expect.within, interval=POLL_INTERVAL)
-        except AssertionError:
+            await eventually(
+                holds, describe(expect), expect.within, interval=POLL_INTERVAL, assertions_mean_not_yet=False
+            )
+        except WaitTimeout:
             raise StepFailed([f"waited {expect.within:g} s for: {describe(expect)}", "last seen:", *problems]) from None
         waited = time.monotonic() - started
         return "held at once" if waited < POLL_INTERVAL else f"held after {waited * 1000:.0f} ms"

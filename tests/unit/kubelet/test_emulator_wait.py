@@ -25,3 +25,14 @@ async def test_wait_for_raises_timeout_error_naming_what_and_the_last_value(root
     kubelet = KubeletEmulator(root / "kubelet")
     with pytest.raises(TimeoutError, match=r"^timed out after 0\.05s waiting for nothing; last value: False$"):
         await kubelet.wait_for(lambda: False, 0.05, "nothing")
+
+
+async def test_an_assert_in_the_predicate_propagates_at_once(root: Path) -> None:
+    """As before the one polling helper: a failing assert inside a predicate is a bug, not "not yet"."""
+    kubelet = KubeletEmulator(root / "kubelet")
+
+    def broken() -> bool:
+        raise AssertionError("boom")
+
+    with pytest.raises(AssertionError, match=r"^boom$"):
+        await kubelet.wait_for(broken, 5.0, "a broken predicate")
