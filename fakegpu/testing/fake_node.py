@@ -11,8 +11,10 @@ check made right after a plain inventory change would read the kubelet's old sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -275,6 +277,17 @@ class FakeNode:
         if self.kubelet.running:
             await self.wait_kubelet_current(timeout, "the reloaded inventory")
         return True
+
+    async def settle(self, seconds: float = 0.05) -> None:
+        """Deprecated: sleeping cannot show that nothing happened (the plugins may simply not have looked
+        yet). Use :meth:`wait_plugins_looked` for "nothing happened", :meth:`wait_kubelet_current` for "the
+        kubelet has seen the change"."""
+        warnings.warn(
+            "FakeNode.settle sleeps and proves nothing; use wait_plugins_looked() or wait_kubelet_current()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        await asyncio.sleep(seconds)
 
     async def wait_plugins_looked(self, timeout: float = 5.0) -> None:
         """A barrier for "nothing happened": returns once the plugins' watch loop has begun and finished a

@@ -60,3 +60,9 @@ def test_unknown_mode_is_refused():
     assert parse_bug_modes(["no-reregistration,random-device-ids"]) == {"no-reregistration", "random-device-ids"}
     with pytest.raises(BugModeError, match="--bug-compat: unknown bug-compatible mode 'sloppy'"):
         parse_bug_modes(["sloppy"])
+
+
+async def test_settle_is_deprecated_for_the_barrier(fakegpu_node):
+    node = await fakegpu_node("2xt4")
+    with pytest.warns(DeprecationWarning, match="wait_plugins_looked"):
+        await node.settle(0)
