@@ -22,9 +22,10 @@ from lightkube.core.exceptions import ApiError
 
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.dra.claim_reader import CLAIM_KINDS, LightkubeClaimReader
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainPlugin, ComputeDomainSettings
 from fakegpu.dra.feature_gates import FeatureGates
-from fakegpu.dra.gpu_prepare import CLAIM_KINDS, ClaimPreparer, LightkubeClaimReader
+from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.health_service import HealthService
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.metrics import DraMetrics
@@ -189,7 +190,7 @@ class DraDriver:
             metrics=self.metrics,
         )
         self.reader = LightkubeClaimReader(self.client, options.api_version)
-        self.preparer = ClaimPreparer(
+        self.preparer = GpuClaimPreparer(
             self.reader,
             live,
             driver=settings.driver,

@@ -11,23 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
+from typing import Literal
 
 from fakegpu.dra.claim_cdi_specs import cdi_vendor, claim_spec, claim_spec_file_name, remove_spec, write_spec
-from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.claim_reader import ClaimReader, read_claim
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, prepare_plan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
-from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -54,52 +49,7 @@ def phase_pause_from_env() -> float:
     return pause
 
 
-CLAIM_KINDS: dict[str, Any] = {
-    "resource.k8s.io/v1": resource_v1.ResourceClaim,
-    "resource.k8s.io/v1beta2": resource_v1beta2.ResourceClaim,
-    "resource.k8s.io/v1beta1": resource_v1beta1.ResourceClaim,
-}
-"""The lightkube ResourceClaim class of each resource.k8s.io version the driver may settle on."""
-
-
-class ClaimReader(Protocol):
-    async def get(self, namespace: str, name: str) -> Mapping[str, Any]: ...
-
-
-class LightkubeClaimReader:
-    """Reads ResourceClaims from the API server; the kubelet sends only the claim's identity."""
-
-    def __init__(self, client: AsyncClient, api_version: str = "resource.k8s.io/v1") -> None:
-        self.client = client
-        self.api_version = api_version
-
-    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
-        try:
-            claim = await self.client.get(CLAIM_KINDS[self.api_version], name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                raise ClaimError(f"claim {namespace}/{name} not found") from None
-            raise ClaimError(f"reading claim {namespace}/{name} failed: {exc.status.message}") from None
-        except Exception as exc:  # unreachable server, or an answer lightkube cannot read as a ResourceClaim
-            reason = shorten(" ".join(str(exc).split()) or type(exc).__name__, 200)
-            raise ClaimError(f"claim {namespace}/{name}: reading it from the API server failed: {reason}") from None
-        data: dict[str, Any] = claim.to_dict()
-        return data
-
-
-async def read_claim(reader: ClaimReader, ref: ClaimRef) -> Mapping[str, Any]:
-    """The claim the kubelet names, refused when the API server's claim of that name has another UID."""
-    claim = await reader.get(ref.namespace, ref.name)
-    uid = str((claim.get("metadata") or {}).get("uid", ""))
-    if uid != ref.uid:
-        raise ClaimError(
-            f"claim {ref.namespace}/{ref.name} got replaced: the API server has UID {uid or '(none)'}, "
-            f"the kubelet asked for {ref.uid}"
-        )
-    return claim
-
-
-class ClaimPreparer:
+class GpuClaimPreparer:
     def __init__(
         self,
         reader: ClaimReader,
@@ -164,7 +114,7 @@ class ClaimPreparer:
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
-                self._ensure_spec(ref.uid, stored.preparation)
+                self._ensure_spec(ref.uid, stored.plan)
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)

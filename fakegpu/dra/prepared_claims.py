@@ -75,7 +75,7 @@ class PreparedClaim:
         return self.state == PREPARE_COMPLETED
 
     @property
-    def preparation(self) -> PreparePlan:
+    def plan(self) -> PreparePlan:
         """The stored preparation: what to return for a completed claim, or what to undo for a started one."""
         return PreparePlan(
             uid=self.uid,

@@ -23,7 +23,7 @@ from fakegpu.cli.main import full_parser
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_map import published_devices
-from fakegpu.dra.gpu_prepare import ClaimPreparer
+from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
@@ -248,7 +248,7 @@ async def test_a_claim_gets_the_script_through_its_cdi_spec(tmp_path):
     allocated = allocated_claim("x", "node-a", [mig_device], uid=uid)
     cdi_root = tmp_path / "cdi"
     cdi_root.mkdir()
-    preparer = ClaimPreparer(
+    preparer = GpuClaimPreparer(
         _Claims({"x": allocated}),
         live,
         driver="gpu.nvidia.com",
@@ -287,7 +287,7 @@ async def test_a_dynamic_mig_claim_sees_its_mig_device(tmp_path):
     uid = "2e800b5e-0000-4000-8000-000000000002"
     cdi_root = tmp_path / "cdi"
     cdi_root.mkdir()
-    preparer = ClaimPreparer(
+    preparer = GpuClaimPreparer(
         _Claims({"x": allocated_claim("x", "node-a", [name], uid=uid)}),
         live,
         driver="gpu.nvidia.com",

@@ -46,7 +46,7 @@ from fakegpu.control.protocol import AdminError
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.daemon import DraDriver, DraSettings, run_dra_daemon
 from fakegpu.dra.feature_gates import parse_feature_gates
-from fakegpu.dra.gpu_prepare import ClaimPreparer
+from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.prepared_claims import CHECKPOINT_FILE, ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
@@ -680,7 +680,7 @@ async def test_claim_uids_devices_and_share_ids_from_the_api_server_cannot_escap
         uid = f"0f0e0d0c-0b0a-4988-8776-6554433221{i:02d}"
         claims[f"result-{i}"] = stub_claim(uid, result)
         refs.append(ClaimRef("default", f"result-{i}", uid))
-    preparer = ClaimPreparer(
+    preparer = GpuClaimPreparer(
         StubReader(claims),
         live,
         driver=DRIVER,

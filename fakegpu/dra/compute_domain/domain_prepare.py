@@ -32,6 +32,7 @@ from typing import Any
 
 from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, check_claim_uid, claim_device_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
+from fakegpu.dra.claim_reader import ClaimReader, read_claim
 from fakegpu.dra.compute_domain.cdi_edits import (
     BASE_CLASS,
     BASE_DEVICE,
@@ -45,7 +46,6 @@ from fakegpu.dra.compute_domain.devices import CHANNEL_DEVICE, COMPUTE_DOMAIN_DR
 from fakegpu.dra.compute_domain.domain_api import DomainApi, node_clique
 from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_configs, pick_config
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
-from fakegpu.dra.gpu_prepare import ClaimReader, read_claim
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims

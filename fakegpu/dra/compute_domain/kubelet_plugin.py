@@ -22,13 +22,13 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
+from fakegpu.dra.claim_reader import LightkubeClaimReader
 from fakegpu.dra.compute_domain.cdi_edits import write_base_spec
 from fakegpu.dra.compute_domain.daemon_emulation import DEFAULT_START_DELAY, ImexDaemonEmulation
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
 from fakegpu.dra.compute_domain.domain_api import DomainApi
 from fakegpu.dra.compute_domain.domain_prepare import ComputeDomainPreparer
 from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
-from fakegpu.dra.gpu_prepare import LightkubeClaimReader
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaims

@@ -65,7 +65,7 @@ def test_round_trip(tmp_path):
     entry = loaded[UID]
     assert (entry.namespace, entry.name, entry.state) == ("default", prep.name, PREPARE_COMPLETED)
     assert entry.devices == prep.results
-    assert entry.preparation == prep
+    assert entry.plan == prep
     assert entry.devices[1].cdi_ids == (f"k8s.gpu.nvidia.com/claim={UID}-gpu-1",)
 
 
