@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
 from fakegpu.control.health_ops import gpu_status, health_ops
@@ -25,6 +25,7 @@ from fakegpu.control.protocol import AdminError, Op
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim
 from fakegpu.dra.published_health import device_health
+from fakegpu.dra.resource_slices import MigMode
 from fakegpu.kubeletapi.dra.v1 import api_pb2 as dra_v1
 from fakegpu.sharing.live_inventory import LiveInventory
 
@@ -42,10 +43,12 @@ class DriverNames(Protocol):
     @property
     def driver(self) -> str: ...
     @property
-    def mig_mode(self) -> Literal["static", "dynamic"]: ...
+    def mig_mode(self) -> MigMode: ...
 
 
 class PublishCounts(Protocol):
+    """The publisher's counters: publishes done, and the errors of those that failed."""
+
     @property
     def publishes(self) -> int: ...
     @property
@@ -64,6 +67,8 @@ class PublishedSlices(Protocol):
 
 
 class ClaimCheckpoint(Protocol):
+    """The claims the checkpoint holds (status lists them with their state)."""
+
     def claims(self) -> list[PreparedClaim]: ...
 
 

@@ -12,11 +12,10 @@ import functools
 from dataclasses import dataclass
 from typing import Literal
 
-from fakegpu.dra.resource_slices import device_name_gpu, device_name_mig, whole_gpu_offered_with_dynamic_mig
+from fakegpu.dra.resource_slices import MigMode, device_name_gpu, device_name_mig, whole_gpu_offered_with_dynamic_mig
 from fakegpu.sharing.identifiers import mig_uuid
 from fakegpu.sharing.node import Node
 
-MigMode = Literal["static", "dynamic"]
 DeviceKind = Literal["gpu", "mig"]
 
 

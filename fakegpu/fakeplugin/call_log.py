@@ -26,7 +26,7 @@ class CallLog:
     def record(self, resource: str, method: str, ids: Iterable[str]) -> None:
         self.calls.append((resource, method, tuple(ids)))
         if self.limit is not None and len(self.calls) > self.limit:
-            del self.calls[0]
+            del self.calls[0]  # a list, not a deque, so a test compares it with one; 500 pointers moved is nothing
 
     def methods(self, resource: str | None = None) -> list[str]:
         """The methods called, in order, of one resource or of all."""

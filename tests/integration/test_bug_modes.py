@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakegpu.sharing.bug_modes import BugModeError, parse_bug_modes
+from fakegpu.sharing.bug_modes import BugMode, BugModeError, parse_bug_modes
 
 GPU = "nvidia.com/gpu"
 TS4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 4}]}}}
@@ -57,7 +57,10 @@ async def test_random_device_ids_orphan_checkpointed_allocations(fakegpu_node):
 
 
 def test_unknown_mode_is_refused():
-    assert parse_bug_modes(["no-reregistration,random-device-ids"]) == {"no-reregistration", "random-device-ids"}
+    parsed = parse_bug_modes(["no-reregistration,random-device-ids"])
+    assert parsed == {BugMode.NO_REREGISTRATION, BugMode.RANDOM_DEVICE_IDS}
+    assert all(isinstance(mode, BugMode) for mode in parsed)
+    assert {str(mode) for mode in parsed} == {"no-reregistration", "random-device-ids"}  # the CLI's spellings
     with pytest.raises(BugModeError, match="--bug-compat: unknown bug-compatible mode 'sloppy'"):
         parse_bug_modes(["sloppy"])
 

@@ -26,7 +26,6 @@ from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
-from fakegpu.fakeplugin.plugin_cdi_specs import PluginCdiSpecs
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
@@ -133,8 +132,7 @@ def test_files_follow_the_live_inventory(tmp_path, caplog):
 async def test_a_pod_sees_only_its_gpus_through_the_mounted_script(tmp_path):
     smi_dir = tmp_path / "smi"
     inputs = InventoryInputs(node_name="node-a", gpus=("8xh100-80gb",), nvidia_smi_dir=str(smi_dir))
-    async with FakeNode(tmp_path / "kubelet", inputs) as node:
-        unsubscribe = NvidiaSmiFiles(smi_dir).follow(node.live)
+    async with FakeNode(tmp_path / "kubelet", inputs) as node:  # it writes the files, as the daemon does
         pod = await node.run_pod("p1", {"c": {GPU: 2}})
         assert pod.admitted
         response = pod.responses["c"][GPU]
@@ -164,7 +162,6 @@ async def test_a_pod_sees_only_its_gpus_through_the_mounted_script(tmp_path):
         assert smi(script, "mig", "-lgi", env=env) == ("No MIG-enabled devices found.\n", 6)
         devices = json.loads(Path(mounts[CONTAINER_DEVICES_PATH][0]).read_text())
         assert from_json(devices) == from_inventory(node.inventory)
-        unsubscribe()
 
 
 @pytest.mark.parametrize("strategy", ["cdi-cri", "cdi-annotations", "envvar", "volume-mounts"])
@@ -180,9 +177,8 @@ async def test_a_pod_sees_its_gpu_whatever_the_device_list_strategy(tmp_path, st
         cli_flags={"device_list_strategy": strategy},
         nvidia_smi_dir=str(smi_dir),
     )
-    async with FakeNode(tmp_path / "kubelet", inputs) as node:
-        NvidiaSmiFiles(smi_dir).follow(node.live)
-        PluginCdiSpecs(tmp_path / "cdi").follow(node.live)
+    async with FakeNode(tmp_path / "kubelet", inputs, cdi_root=tmp_path / "cdi") as node:
+        # The node writes the fake nvidia-smi files and, with a CDI strategy, the plugin's CDI specs.
         pod = await node.run_pod("p1", {"c": {GPU: 1}})
         assert pod.admitted
         response = pod.responses["c"][GPU]
@@ -217,7 +213,6 @@ async def test_a_time_slicing_replica_shows_its_physical_gpu(tmp_path):
         node_name="node-a", gpus=("2xa100-40gb",), config_file=str(config), nvidia_smi_dir=str(smi_dir)
     )
     async with FakeNode(tmp_path / "kubelet", inputs) as node:
-        NvidiaSmiFiles(smi_dir).follow(node.live)
         pod = await node.run_pod("p1", {"c": {GPU: 1}})
         assert pod.admitted
         env = {**CUDA_IMAGE_ENV, **pod.env("c")}
