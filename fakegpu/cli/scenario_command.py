@@ -51,8 +51,8 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "--socket",
         type=Path,
         metavar="PATH",
-        help="run the inject steps (xid, health, fault, end_streams, restart: plugins, wait) against a live "
-        "daemon's admin socket instead of an embedded node",
+        help="run the inject steps (xid, health, fault, end_streams, restart: plugins, plugins_looked, wait) "
+        "against a live daemon's admin socket instead of an embedded node",
     )
     listing = actions.add_parser("list", help="list scenario files with the issue each reproduces")
     listing.add_argument(

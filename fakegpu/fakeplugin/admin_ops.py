@@ -131,6 +131,7 @@ def _manager_stats(stats: ManagerStats) -> dict[str, Any]:
         "reloads": stats.reloads,
         "reload_errors": list(stats.reload_errors),
         "last_error": stats.last_error,
+        "watch_steps": stats.watch_steps,
     }
 
 

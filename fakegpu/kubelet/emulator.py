@@ -28,9 +28,10 @@ import contextlib
 import logging
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from lightkube import AsyncClient
@@ -135,6 +136,8 @@ class KubeletEmulator:
         self.prepare_backoff = prepare_backoff or Backoff()
         self._prepare_tasks: dict[str, asyncio.Task[None]] = {}
         self._unprepare_task: asyncio.Task[None] | None = None
+        self._retries: set[asyncio.Task[None]] = set()
+        """Every prepare and unprepare retry task until it is done, cancelled ones included."""
         self._orders: dict[str, int] = {}
         self.watcher = PluginWatcher(
             self.paths.plugins_registry,
@@ -420,7 +423,7 @@ class KubeletEmulator:
                     self._prepare_tasks.pop(result.uid, None)
                     return
 
-        self._prepare_tasks[result.uid] = asyncio.create_task(retry(), name=f"prepare-{result.uid}")
+        self._prepare_tasks[result.uid] = self._start_retry(retry(), f"prepare-{result.uid}")
 
     def _kick_unprepare(self) -> None:
         """Unprepare the claims without pods in the background, with backoff until it works."""
@@ -441,7 +444,18 @@ class KubeletEmulator:
                     return
                 await asyncio.sleep(delay)
 
-        self._unprepare_task = asyncio.create_task(unprepare(), name="unprepare-claims")
+        self._unprepare_task = self._start_retry(unprepare(), "unprepare-claims")
+
+    def _start_retry(self, retries: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(retries, name=name)
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+        return task
+
+    def background_idle(self) -> bool:
+        """Whether no retry of a pod's prepare or of an unprepare is running (one cancelled by a pod's
+        deletion counts until it has ended): a test's barrier for "the kubelet will not call again"."""
+        return all(task.done() for task in self._retries)
 
     def _admitted(self, result: PodResult) -> None:
         """Keep an admitted pod, in memory and in its record, so it survives a restart."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 GPU = "nvidia.com/gpu"
@@ -65,66 +67,94 @@ async def test_reload_with_mig_repartition(fakegpu_node):
     assert node.allocatable()["nvidia.com/mig-1g.10gb"] == 0
 
 
-def _wait_line(proc: subprocess.Popen[str], needle: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
+async def _wait_line(proc: asyncio.subprocess.Process, needle: str, timeout: float = 20.0) -> str:
+    """The first line of ``proc``'s stdout that holds ``needle``. Every read is under the deadline, so a
+    process that stops writing fails the test after ``timeout`` seconds instead of hanging it."""
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if needle in line:
-            return line
-        if not line and proc.poll() is not None:
-            break
-    raise AssertionError(f"never saw {needle!r}")
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while line := (await proc.stdout.readline()).decode():
+                if needle in line:
+                    return line
+                seen.append(line.rstrip("\n"))
+    except TimeoutError:
+        raise AssertionError(f"never saw {needle!r} within {timeout} s; last lines: {seen[-5:]}") from None
+    raise AssertionError(f"never saw {needle!r}: the output ended; last lines: {seen[-5:]}")
 
 
-def test_daemons_sighup_reload_and_sigterm(fakegpu_dir):
+async def _stopped(proc: asyncio.subprocess.Process, timeout: float = 10.0) -> int:
+    """``proc``'s exit status, failing the test if it has not exited within ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        return await proc.wait()
+
+
+async def test_waiting_for_a_line_is_bounded_when_the_process_writes_nothing():
+    """A daemon that stops writing fails the wait at its deadline: a blocking read would hang the test."""
+    silent = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import sys; print('ready', flush=True); sys.stdin.read()",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        with pytest.raises(AssertionError, match=r"never saw 'listening' within 0.3 s; last lines: \['ready'\]"):
+            await _wait_line(silent, "listening", timeout=0.3)
+    finally:
+        silent.kill()
+        await _stopped(silent)
+
+
+async def test_daemons_sighup_reload_and_sigterm(fakegpu_dir):
     """The real CLI processes: kubelet emulator + plugin daemon; SIGHUP reloads, SIGTERM cleans up."""
     config = fakegpu_dir / "config.yaml"
     config.write_text("version: v1\n")
     root = fakegpu_dir / "k"
-    kubelet = subprocess.Popen(
-        [sys.executable, "-m", "fakegpu", "kubelet", "--dir", str(root)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    kubelet = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fakegpu",
+        "kubelet",
+        "--dir",
+        str(root),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     plugin = None
     try:
-        _wait_line(kubelet, "listening")
-        plugin = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fakegpu",
-                "plugin",
-                "--kubelet-dir",
-                str(root),
-                "--gpus",
-                "2xt4",
-                "--config-file",
-                str(config),
-                "--node-name",
-                "n1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+        await _wait_line(kubelet, "listening")
+        plugin = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "fakegpu",
+            "plugin",
+            "--kubelet-dir",
+            str(root),
+            "--gpus",
+            "2xt4",
+            "--config-file",
+            str(config),
+            "--node-name",
+            "n1",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
-        _wait_line(kubelet, "nvidia.com/gpu capacity=2 allocatable=2")
+        await _wait_line(kubelet, "nvidia.com/gpu capacity=2 allocatable=2")
         config.write_text(
             yaml.safe_dump({"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 2}]}}})
         )
         plugin.send_signal(signal.SIGHUP)
-        _wait_line(kubelet, "nvidia.com/gpu capacity=4 allocatable=4")
+        await _wait_line(kubelet, "nvidia.com/gpu capacity=4 allocatable=4")
         plugin.send_signal(signal.SIGTERM)
-        assert plugin.wait(10) == 0
-        _wait_line(kubelet, "nvidia.com/gpu capacity=4 allocatable=0")
+        assert await _stopped(plugin) == 0
+        await _wait_line(kubelet, "nvidia.com/gpu capacity=4 allocatable=0")
         assert not (root / "device-plugins" / "nvidia-gpu.sock").exists()
     finally:
         for proc in (plugin, kubelet):
-            if proc is not None and proc.poll() is None:
+            if proc is not None and proc.returncode is None:
                 proc.terminate()
-                proc.wait(10)
+                await _stopped(proc)
     assert kubelet.returncode == 0
 
 

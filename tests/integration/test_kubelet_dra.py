@@ -32,6 +32,7 @@ from fakegpu.kubelet.emulator import CONTAINER_CREATING, KubeletEmulator
 from fakegpu.kubelet.pod_claims import PodClaim, parse_claim
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from fakegpu.sharing.faults import FaultSpec
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import DRIVER, allocated_claim
@@ -197,6 +198,19 @@ async def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod
     assert [m for _d, m, _u in kubelet.dra_plugins.calls] == ["NodePrepareResources", "NodeUnprepareResources"]
 
 
+async def test_a_failing_unprepare_is_retried_in_the_background_until_it_works(apiserver, kubelet, driver, root):
+    c1 = claim(apiserver, "c1", ["gpu-0"])
+    assert (await kubelet.run_pod("pod-1", {"main": {}}, claims=[c1])).phase == "Running"
+    assert kubelet.background_idle()
+    driver.live.faults.inject("NodeUnprepareResources", FaultSpec(times=2, code="UNAVAILABLE", message="busy"))
+    assert await kubelet.remove_pod("pod-1") == []  # the first try failed: the claim waits for the retries
+    assert not kubelet.background_idle()
+    await eventually(kubelet.background_idle, "the kubelet's unprepare retries to end")
+    assert [m for _d, m, _u in kubelet.dra_plugins.calls].count("NodeUnprepareResources") == 3
+    assert prepared_by_driver(root) == set()
+    assert kubelet.dra.claims == {}
+
+
 async def test_a_failing_prepare_keeps_the_pod_creating_until_the_allocation_is_fixed(apiserver, kubelet):
     obj = apiserver.create_direct(allocated_claim("bad", NODE, ["gpu-9"]))
     bad = PodClaim("default", "bad", obj["metadata"]["uid"], (DRIVER,))
@@ -224,17 +238,14 @@ async def test_deleting_a_pod_that_never_started_stops_the_retries(apiserver, ku
     pod = await kubelet.run_pod("pod-1", {"main": {}}, claims=[("default", "bad", obj["metadata"]["uid"], DRIVER)])
     assert pod.reason == CONTAINER_CREATING
     await eventually(lambda: pod.prepare_attempts >= 2, "a retry")
+    assert not kubelet.background_idle(), "the pod's prepare retries run in the background"
     done = await kubelet.remove_pod("pod-1")
     assert [c.name for c in done] == ["bad"]  # the kubelet unprepares what it may have half prepared
     assert kubelet.dra.claims == {}
     calls = list(kubelet.dra_plugins.calls)
-    # The barrier: the kubelet's background tasks for the pod's claims (the pod's prepare retries and the
-    # unprepare retries) have ended, so none is left running to call again.
-    background = {"prepare-pod-1", "unprepare-claims"}
-    await eventually(
-        lambda: not any(t.get_name() in background and not t.done() for t in asyncio.all_tasks()),
-        "the kubelet's prepare and unprepare retries to end",
-    )
+    # The barrier: the kubelet's background retries (the pod's prepare retries, cancelled by its deletion,
+    # and any unprepare retries) have ended, so none is left running to call again.
+    await eventually(kubelet.background_idle, "the kubelet's prepare and unprepare retries to end")
     assert kubelet.dra_plugins.calls == calls
     assert calls[-1][1] == "NodeUnprepareResources"
 

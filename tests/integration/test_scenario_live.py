@@ -12,8 +12,9 @@ from fakegpu.cli.main import main
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.control.server import AdminServer
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.testing.fake_node import FakeNode
-from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
+from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, live, run_files
 from tests.eventually import eventually
 
 HEADER = "name: live\nissue: example/repo#6\ndescription: a live-daemon scenario\n"
@@ -93,6 +94,39 @@ async def test_end_streams_and_plugin_restart_reach_the_live_daemon(daemon, root
     assert node.plugins.stats.restarts == restarts + 1
     assert node.plugins.servers[GPU] is not server  # stopped and served again
     await eventually(lambda: node.allocatable().get(GPU) == 2, "2 allocatable GPU(s)", 3.0, detail=node.allocatable)
+
+
+async def test_plugins_looked_waits_for_two_watch_steps_of_the_live_daemon(daemon, root):
+    node, socket = daemon
+    before = node.plugins.stats.watch_steps
+    status, out, err = await run(scenario(root, "  - plugins_looked: true\n"), socket)
+    assert status == EXIT_PASS, out + err
+    line = out.splitlines()[2]
+    assert line.split()[:2] == ["0", "plugins_looked"] and "watch step(s)" in line and line.endswith("PASS")
+    assert node.plugins.stats.watch_steps >= before + 2
+
+
+async def test_plugins_looked_fails_when_the_watch_loop_does_not_step(daemon, root, monkeypatch):
+    """The barrier can fail: with the plugins stopped their watch loop takes no step, and the step says
+    what it waited for instead of passing."""
+    node, socket = daemon
+    await node.plugins.stop()
+    monkeypatch.setattr(live, "LOOK_TIMEOUT", 0.3)
+    status, out, err = await run(scenario(root, "  - plugins_looked: true\n  - xid: {gpu: 0, xid: 94}\n"), socket)
+    assert status == EXIT_FAIL, out + err
+    lines = out.splitlines()
+    assert lines[2].split()[:2] == ["0", "plugins_looked"] and lines[2].endswith("FAIL")
+    assert "timed out after 0.3s waiting for the plugins' watch loop to look again" in lines[3]
+    assert node.live.unhealthy() == {}  # the scenario stopped at the failing step
+
+
+async def test_plugins_looked_needs_a_daemon_that_counts_watch_steps(fakegpu_node, root):
+    """A daemon whose status has no plugins' watch loop (here the kubelet's) fails the step, saying why."""
+    node = await fakegpu_node("1xt4")
+    async with AdminServer(root / "kubelet.sock", kubelet_ops(node.kubelet)) as server:
+        status, out, err = await run(scenario(root, "  - plugins_looked: true\n"), server.path)
+    assert status == EXIT_FAIL, out + err
+    assert "the daemon's status reports no plugins' watch_steps (a device plugin daemon does)" in out
 
 
 async def test_a_refused_op_fails_with_the_daemons_error(daemon, root):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
@@ -58,6 +59,22 @@ async def test_step_lines_show_number_kind_timing_and_result(tmp_path):
     assert lines[2].split()[:2] == ["0", "wait"] and " ms  PASS" in lines[2]
     assert lines[3].split()[:2] == ["1", "expect"] and lines[3].endswith("PASS")
     assert lines[4].startswith("PASS t: start and 2 step(s) in ")
+
+
+async def test_plugins_looked_returns_after_a_whole_watch_step(tmp_path):
+    """The barrier for "the plugins did nothing": its line counts the watch steps it saw, two at least (so
+    one began after it did); the no-reregistration mode then shows its capacity 0 at once."""
+    path = write(
+        tmp_path,
+        "node: {gpus: 2xt4, bugs: [no-reregistration]}\nsteps:\n  - restart: kubelet\n  - plugins_looked: true\n"
+        "  - expect_now: {capacity: {nvidia.com/gpu: 0}}\n",
+    )
+    status, out, err = await run(path)
+    assert status == EXIT_PASS, out + err
+    line = out.splitlines()[3]
+    assert line.split()[:2] == ["1", "plugins_looked"] and line.endswith("PASS"), line
+    seen = re.search(r"the plugins' watch loop looks again: (\d+) watch step\(s\)", line)
+    assert seen is not None and int(seen.group(1)) >= 2, line
 
 
 async def test_failed_expectation_exits_1_with_expected_and_got(tmp_path):

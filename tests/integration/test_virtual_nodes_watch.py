@@ -67,6 +67,10 @@ class Watching:
         its events in order, so once the watcher has seen those it has seen everything before them."""
         kinds = FOLLOWED if self.watcher.controller.options is not None else {"nodes": "nodes"}
         marks = {kind: rv for plural, kind in kinds.items() if (rv := self._mark(plural)) is not None}
+        # A kind without a mark would leave only "the queue is empty", which holds before the watcher has
+        # read that kind's events: a barrier that passes at once is no barrier.
+        unmarked = [plural for plural, kind in kinds.items() if kind not in marks]
+        assert not unmarked, f"no object of ours to mark among the {', '.join(unmarked)}: the barrier cannot hold"
 
         def idle() -> bool:
             seen = {kind: int(self.watcher.last_seen.get(kind) or 0) for kind in marks}

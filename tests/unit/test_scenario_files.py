@@ -10,7 +10,15 @@ import pytest
 from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario import load_scenario
-from fakegpu.testing.scenario.model import STEP_KINDS, AllocateStep, FaultStep, parse_scenario, step_kind
+from fakegpu.testing.scenario.model import (
+    STEP_KINDS,
+    AllocateStep,
+    FaultStep,
+    PluginsLookedStep,
+    parse_scenario,
+    step_kind,
+)
+from fakegpu.testing.scenario.output import describe_step
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -72,6 +80,13 @@ def test_steps_parse_into_typed_models():
     assert [step_kind(s) for s in scenario.steps] == ["allocate", "advance_clock"]
 
 
+def test_plugins_looked_is_a_step_of_its_own():
+    scenario = parse_scenario(_header(steps=[{"restart": "kubelet"}, {"plugins_looked": True}]), "x.yaml")
+    barrier = scenario.steps[1]
+    assert isinstance(barrier, PluginsLookedStep) and step_kind(barrier) == "plugins_looked"
+    assert describe_step(barrier) == "the plugins' watch loop looks again"
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -91,6 +106,8 @@ def test_steps_parse_into_typed_models():
         (_header(steps=[{"fault": {"rpc": "Allocate", "code": "internal"}}]), "unknown gRPC status code 'internal'"),
         (_header(steps=[{"delete_checkpoint": False}]), "steps[0].delete_checkpoint: Input should be True"),
         (_header(steps=[{"advance_clock": -1}]), "steps[0].advance_clock: Input should be greater than or equal to 0"),
+        (_header(steps=[{"plugins_looked": False}]), "steps[0].plugins_looked: Input should be True"),
+        (_header(steps=[{"plugins_looked": 0.5}]), "steps[0].plugins_looked: Input should be True"),
         (_header(steps=[{"reconfigure": {}}]), "steps[0].reconfigure: give at least one of gpus, config"),
         (
             _header(

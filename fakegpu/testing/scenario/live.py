@@ -1,7 +1,8 @@
 """Runs a scenario's inject steps against a live daemon through its admin socket (``scenario run --socket``).
 
 No node is started: ``xid``, ``health``, ``fault``, ``end_streams`` and ``restart: plugins`` become the
-daemon's admin ops, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
+daemon's admin ops, ``plugins_looked`` polls its ``status`` until the plugins' watch loop has taken two
+more steps, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
 kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the
 daemon's face does not serve, once its status says which face it is. The output and exit statuses are
 the embedded runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad
@@ -17,12 +18,14 @@ from typing import Any, TextIO
 
 from fakegpu.control.client import NoDaemonError, admin_call
 from fakegpu.control.protocol import AdminError
+from fakegpu.runtime.eventually import eventually
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario.model import (
     FACES,
     EndStreamsStep,
     FaultStep,
     HealthStep,
+    PluginsLookedStep,
     RestartStep,
     Scenario,
     Step,
@@ -42,6 +45,13 @@ from fakegpu.testing.scenario.output import (
 from fakegpu.testing.scenario.run_count import RunCount
 
 _EMULATOR_ONLY = "needs the embedded kubelet emulator; run without --socket"
+LOOK_TIMEOUT = 5.0
+"""Seconds ``plugins_looked`` waits for the daemon's plugins to take two more watch steps."""
+_LOOK_POLL = 0.02
+
+
+class LiveStepFailed(Exception):
+    """A step that waits on the daemon saw it never get there (not an error the daemon answered)."""
 
 
 class DaemonNotFound(Exception):
@@ -50,7 +60,7 @@ class DaemonNotFound(Exception):
 
 def _live_capable(step: Step) -> bool:
     match step:
-        case XidStep() | HealthStep() | FaultStep() | EndStreamsStep() | WaitStep():
+        case XidStep() | HealthStep() | FaultStep() | EndStreamsStep() | WaitStep() | PluginsLookedStep():
             return True
         case RestartStep(restart="plugins"):
             return True
@@ -123,6 +133,10 @@ class LiveScenarioRun:
                 step_line(self.out, str(index), kind, text, time.monotonic() - started, "FAIL")
                 detail_lines(self.out, [f"the step did not finish within {STEP_TIMEOUT:.0f} s"])
                 return EXIT_FAIL
+            except LiveStepFailed as exc:
+                step_line(self.out, str(index), kind, text, time.monotonic() - started, "FAIL")
+                detail_lines(self.out, [str(exc)])
+                return EXIT_FAIL
             shown = f"{text}: {note}" if note else text
             step_line(self.out, str(index), kind, shown, time.monotonic() - started, "PASS")
             self.count.steps_done += 1
@@ -149,7 +163,34 @@ class LiveScenarioRun:
             case WaitStep(wait=seconds):
                 await asyncio.sleep(seconds)
                 return ""
+            case PluginsLookedStep():
+                return await self._plugins_looked()
         raise AssertionError(f"step {step!r} cannot run against a live daemon")  # pragma: no cover
+
+    async def _watch_steps(self) -> int:
+        """The daemon's count of its plugins' watch steps, from its ``status``; only a device plugin daemon
+        (its plugin manager) reports one."""
+        status = await self._call("status")
+        stats = status.get("stats") if isinstance(status, dict) else None
+        steps = stats.get("watch_steps") if isinstance(stats, dict) else None
+        if not isinstance(steps, int):
+            raise LiveStepFailed("the daemon's status reports no plugins' watch_steps (a device plugin daemon does)")
+        return steps
+
+    async def _plugins_looked(self) -> str:
+        """The ``plugins_looked`` barrier against the daemon: once its count grew by two, a whole watch step
+        began after this one did."""
+        before = await self._watch_steps()
+
+        async def looked() -> int:
+            now = await self._watch_steps()
+            return now - before if now >= before + 2 else 0
+
+        try:
+            grown = await eventually(looked, "the plugins' watch loop to look again", LOOK_TIMEOUT, interval=_LOOK_POLL)
+        except AssertionError as exc:
+            raise LiveStepFailed(str(exc)) from None
+        return f"{grown} watch step(s)"
 
 
 async def run_live_scenario(scenario: Scenario, socket: Path, out: TextIO, count: RunCount | None = None) -> int:

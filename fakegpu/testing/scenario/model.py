@@ -248,7 +248,17 @@ class DeleteCheckpointStep(_Model):
 
 
 class WaitStep(_Model):
+    """``wait``: sleeps, for time that must pass; to show that nothing happened use ``plugins_looked``."""
+
     wait: float = Field(ge=0, le=60)
+
+
+class PluginsLookedStep(_Model):
+    """``plugins_looked``: a barrier for "the plugins did nothing": returns once their watch loop (which
+    follows the kubelet socket, the input files and failed registrations) has begun and finished a step
+    after this one began, so whatever they would do about what came before, they have done."""
+
+    plugins_looked: Literal[True]
 
 
 Step = (
@@ -265,6 +275,7 @@ Step = (
     | ReconfigureStep
     | DeleteCheckpointStep
     | WaitStep
+    | PluginsLookedStep
 )
 
 STEP_KINDS: dict[str, type[Step]] = {
@@ -281,6 +292,7 @@ STEP_KINDS: dict[str, type[Step]] = {
     "reconfigure": ReconfigureStep,
     "delete_checkpoint": DeleteCheckpointStep,
     "wait": WaitStep,
+    "plugins_looked": PluginsLookedStep,
 }
 
 

@@ -16,6 +16,7 @@ from fakegpu.testing.scenario.model import (
     ExpectStep,
     FaultStep,
     HealthStep,
+    PluginsLookedStep,
     ReconfigureStep,
     RestartStep,
     Step,
@@ -83,4 +84,6 @@ def describe_step(step: Step) -> str:  # noqa: PLR0912 - one flat case per step 
             return "kubelet_internal_checkpoint"
         case WaitStep(wait=seconds):
             return f"{seconds:g} s"
+        case PluginsLookedStep():
+            return "the plugins' watch loop looks again"
     raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover

@@ -48,6 +48,7 @@ from fakegpu.testing.scenario.model import (
     FaultStep,
     HealthStep,
     NodeModel,
+    PluginsLookedStep,
     ReconfigureArgs,
     ReconfigureStep,
     RestartStep,
@@ -291,6 +292,8 @@ class ScenarioRun:
             case WaitStep(wait=seconds):
                 await asyncio.sleep(seconds)
                 return ""
+            case PluginsLookedStep():
+                return await _plugins_looked(node)
         raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
 
     async def _expect(self, node: FakeNode, expect: ExpectArgs) -> str:
@@ -366,6 +369,17 @@ class ScenarioRun:
         if r.expect_error not in error:
             raise StepFailed([f"expected: reload rejected with {r.expect_error!r}", f"got: {error}"])
         return f"rejected as expected, still serving {', '.join(node.plugins.wanted())}"
+
+
+async def _plugins_looked(node: FakeNode) -> str:
+    """The ``plugins_looked`` barrier; its timeout (whichever way the wait words it) is a failed step that
+    says what it waited for, not a crash of the run."""
+    before = node.plugins.stats.watch_steps
+    try:
+        await node.wait_plugins_looked()
+    except (AssertionError, TimeoutError) as exc:
+        raise StepFailed([str(exc)]) from None
+    return f"{node.plugins.stats.watch_steps - before} watch step(s)"
 
 
 async def run_scenario(scenario: Scenario, out: TextIO, count: RunCount | None = None) -> int:
