@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli.catalog_command import render_boards_table
+from fakegpu.cli.catalog_command import NOTE_COLUMNS, OFF_TABLE_NOTE, render_boards_table, unverified_columns
 from fakegpu.cli.main import COMMANDS, EXIT_USAGE, full_parser, main
 from fakegpu.cli.progress import progress
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
@@ -150,3 +150,24 @@ def test_no_hand_kept_test_count_or_wall_time():
     text = flat(README + (ROOT / "CONTRIBUTING.md").read_text())
     found = re.findall(r"\b\d[\d,]*-odd tests\b|\b\d[\d ,]* tests\b|about \d+ minutes", text)
     assert found == []
+
+
+def test_every_unverified_note_of_a_board_is_placed_in_the_boards_table_or_off_it():
+    """The table marks a cell by the wording of the catalog's notes: a note that matches no column and is
+    not about a number the table leaves out would be a doubt the table silently drops."""
+    unplaced = [
+        f"{m.key}: {note}"
+        for m in CATALOG.values()
+        for note in m.unverified
+        if not OFF_TABLE_NOTE.search(note) and not any(p.search(note) for p in NOTE_COLUMNS.values())
+    ]
+    assert unplaced == [], "say in fakegpu/cli/catalog_command.py which column these notes are about"
+
+
+def test_a_number_the_catalog_doubts_is_marked_in_the_boards_table():
+    rows = {line.split("`")[1]: line for line in render_boards_table().splitlines() if line.startswith("| `")}
+    doubted = {m.key: unverified_columns(m) for m in CATALOG.values()}
+    sms = [k for k, columns in doubted.items() if "sms" in columns]
+    assert sms, "no board doubts its SM count: the check proves nothing"
+    assert all(f"| {CATALOG[k].multiprocessors} (unverified) |" in rows[k] for k in sms)
+    assert all("(unverified)" not in rows[k] and "(partly" not in rows[k] for k, c in doubted.items() if not c)
