@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.catalog_command import NOTE_COLUMNS, OFF_TABLE_NOTE, render_boards_table, unverified_columns
-from fakegpu.cli.main import COMMANDS, EXIT_USAGE, full_parser, main
+from fakegpu.cli.main import COMMANDS, EXIT_USAGE, USAGE_ERRORS, full_parser, main
 from fakegpu.cli.progress import progress
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
@@ -150,6 +150,13 @@ def test_no_hand_kept_test_count_or_wall_time():
     text = flat(README + (ROOT / "CONTRIBUTING.md").read_text())
     found = re.findall(r"\b\d[\d,]*-odd tests\b|\b\d[\d ,]* tests\b|about \d+ minutes", text)
     assert found == []
+
+
+def test_the_design_names_every_error_that_exits_with_status_2():
+    errors = section("Errors", (ROOT / "docs" / "design.md").read_text())
+    unnamed = [error.__name__ for error in USAGE_ERRORS if f"`{error.__name__}`" not in errors]
+    assert unnamed == [], f"docs/design.md's Errors does not say these exit {EXIT_USAGE}: {unnamed}"
+    assert "`USAGE_ERRORS`" in errors and f"status {EXIT_USAGE}" in flat(errors)
 
 
 def test_every_unverified_note_of_a_board_is_placed_in_the_boards_table_or_off_it():
