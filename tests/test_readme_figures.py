@@ -15,13 +15,21 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fakegpu.cli.catalog_command import NOTE_COLUMNS, OFF_TABLE_NOTE, render_boards_table, unverified_columns
+from fakegpu.cli.ctl_command import EXIT_REFUSED
 from fakegpu.cli.main import COMMANDS, EXIT_USAGE, USAGE_ERRORS, full_parser, main
 from fakegpu.cli.progress import progress
+from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
-from fakegpu.dra.resource_slices import MAX_DEVICES_PER_SLICE, MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
+from fakegpu.dra.resource_slices import (
+    FIRST_MINOR_WITH_SPLIT_SLICES,
+    FIRST_MINOR_WITH_TAINTS,
+    MAX_DEVICES_PER_SLICE,
+    MAX_DEVICES_WITH_COUNTERS_OR_TAINTS,
+)
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kube.page_sizes import NODE_PAGE
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
@@ -32,8 +40,12 @@ from fakegpu.sharing.mps_daemon import MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_LEGACY
 from fakegpu.sharing.node_spec import DEFAULT_GPUS
 from fakegpu.sharing.nvidia_config import MAX_TIME_SLICING_REPLICAS
 from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
-from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK
+from fakegpu.sharing.rack_layout import NVL72_GPUS_PER_NODE, NVL72_NODES_PER_RACK
+from fakegpu.telemetry.dcgm.gpu_activity import DEFAULT_TARGET
+from fakegpu.telemetry.nvidia_smi.command import NOT_FOUND
+from fakegpu.telemetry.nvidia_smi.mig_tables import NO_MIG_DEVICES
 from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
+from tests.deploy.manifests import KUBERNETES_VERSION
 from tests.reliability import kubelet_soak
 from tests.reliability.process_probe import RSS_LIMIT
 from tests.reliability.profile import BIG_COUNTS, LONG, LONG_SIZES, SHORT
@@ -43,6 +55,8 @@ README = (ROOT / "README.md").read_text()
 CORPUS = ROOT / "tests" / "reliability" / "corpus"
 SPOKEN_SECONDS = {1.0: "second"}
 """An interval as the README says it in words."""
+DAEMONSETS = (ROOT / "deploy" / "overlays" / "device-plugin", ROOT / "deploy" / "overlays" / "dra")
+"""The overlays whose DaemonSets the README's ports are about."""
 
 
 def flat(text: str) -> str:
@@ -62,6 +76,33 @@ def default_of(command: str, dest: str) -> object:
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     (action,) = [a for a in sub.choices[command]._actions if a.dest == dest]
     return action.default
+
+
+def spaced(number: int) -> str:
+    """``10 000``: thousands set apart by a space, as the README writes counts."""
+    return f"{number:,}".replace(",", " ")
+
+
+def megabytes(size: int) -> str:
+    """``1 MB`` for 1 000 000 bytes, ``0.5 MB`` for half that: never rounded to a figure the code does not have."""
+    return f"{size / 1_000_000:g} MB"
+
+
+def daemonset_port(overlay: Path, flag: str) -> int:
+    """The port the overlay's DaemonSet gives ``flag`` (``--dcgm-address 0.0.0.0:9400``), checked to be one of
+    the container's declared ports."""
+    (daemonset,) = [d for d in yaml.safe_load_all((overlay / "daemonset.yaml").read_text()) if d["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    port = int(args[args.index(flag) + 1].rsplit(":", 1)[1])
+    assert port in [p["containerPort"] for p in container["ports"]], f"{overlay.name}: {flag} {port} not declared"
+    return port
+
+
+def deployed_port(flag: str) -> int:
+    """The one port both DaemonSets give ``flag``."""
+    (port,) = {daemonset_port(overlay, flag) for overlay in DAEMONSETS}
+    return port
 
 
 def numbers(values: list[int], last: str = ", ") -> str:
@@ -108,8 +149,20 @@ def figures() -> list[str]:
         f"(RSS within {RSS_LIMIT // 2**20} MiB)",
         f"Load: {SHORT.concurrent_allocates} concurrent Allocates, {SHORT.concurrent_streams} ListAndWatch streams",
         f"{SHORT.concurrent_prepares} concurrent NodePrepareResources",
-        f"{fuzz_ids:,} IDs, {fuzz_bytes // 1_000_000} MB strings".replace(",", " ", 1),
+        f"{spaced(fuzz_ids)} IDs, {megabytes(fuzz_bytes)} strings",
         f"a corpus of {len(corpus)} malformed configs",
+        f"join {NVL72_NODES_PER_RACK * NVL72_GPUS_PER_NODE} GPUs ({NVL72_NODES_PER_RACK} compute trays of "
+        f"{NVL72_GPUS_PER_NODE})",
+        f"Kubernetes 1.{FIRST_MINOR_WITH_SPLIT_SLICES - 1} gets combined slices, 1.{FIRST_MINOR_WITH_SPLIT_SLICES}+ "
+        "separate counter and device slices",
+        f"NoSchedule taint (1.{FIRST_MINOR_WITH_TAINTS}+)",
+        f"(dcgm-exporter's port is {deployed_port('--dcgm-address')})",
+        f"turn all of these on (ports {deployed_port('--metrics-address')} and {deployed_port('--dcgm-address')})",
+        f"(the DaemonSets use `0.0.0.0:{deployed_port('--health-address')}`)",
+        f"a held one about {DEFAULT_TARGET:g} %",
+        f"prints `{NO_MIG_DEVICES.strip()}` with status {NOT_FOUND}.",
+        f"(exit status 0 done, {EXIT_REFUSED} refused, {EXIT_USAGE} bad usage, {EXIT_NO_DAEMON} no daemon listening",
+        f"validates every object against the {KUBERNETES_VERSION.rsplit('.', 1)[0]} schema",
     ]
 
 
@@ -152,11 +205,53 @@ def test_no_hand_kept_test_count_or_wall_time():
     assert found == []
 
 
+@pytest.mark.parametrize("command", ["plugin", "dra"])
+def test_the_daemons_serve_telemetry_only_when_asked_and_name_dcgm_exporters_port(command):
+    """README: "each is off unless given"; the DaemonSets give the ports (checked in ``figures()``), and
+    ``--dcgm-address``'s help names the one they use for dcgm-exporter's."""
+    for dest in ("metrics_address", "dcgm_address", "health_address"):
+        assert default_of(command, dest) is None, f"fakegpu {command}: {dest} is on by default"
+    parser = full_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    (dcgm,) = [a for a in sub.choices[command]._actions if a.dest == "dcgm_address"]
+    assert f"dcgm-exporter's port is {deployed_port('--dcgm-address')}" in (dcgm.help or "")
+
+
 def test_the_design_names_every_error_that_exits_with_status_2():
     errors = section("Errors", (ROOT / "docs" / "design.md").read_text())
     unnamed = [error.__name__ for error in USAGE_ERRORS if f"`{error.__name__}`" not in errors]
     assert unnamed == [], f"docs/design.md's Errors does not say these exit {EXIT_USAGE}: {unnamed}"
     assert "`USAGE_ERRORS`" in errors and f"status {EXIT_USAGE}" in flat(errors)
+
+
+def nvidia_smi_transcript() -> list[tuple[dict[str, str], list[str], str]]:
+    """The README's fake nvidia-smi block: (environment, arguments after ``fakegpu``, output) per command."""
+    start = README.index("\n$ NVIDIA_VISIBLE_DEVICES=1 fakegpu nvidia-smi ")
+    block = README[start + 1 : README.index("\n```", start)]
+    steps: list[tuple[dict[str, str], list[str], str]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            words = line[2:].split()
+            env = dict(w.split("=", 1) for w in words[: words.index("fakegpu")])
+            steps.append((env, words[words.index("fakegpu") + 1 :], ""))
+        else:
+            env, argv, output = steps[-1]
+            steps[-1] = (env, argv, output + line + "\n")
+    return steps
+
+
+def test_the_nvidia_smi_transcript_is_what_fakegpu_nvidia_smi_prints(monkeypatch, capsys):
+    steps = nvidia_smi_transcript()
+    assert len(steps) == 2 and all(output for _env, _argv, output in steps), steps
+    for env, argv, output in steps:
+        for name in ("NVIDIA_VISIBLE_DEVICES", "FAKEGPU_VISIBLE_DEVICES", "NODE_NAME"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        if "--node-name" not in argv:
+            monkeypatch.setattr("socket.gethostname", lambda: "readme-host")
+        assert main(argv) == 0, argv
+        assert capsys.readouterr().out == output, f"README's `fakegpu {' '.join(argv)}` output drifted"
 
 
 def test_every_unverified_note_of_a_board_is_placed_in_the_boards_table_or_off_it():
