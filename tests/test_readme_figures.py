@@ -24,6 +24,7 @@ from fakegpu.cli.progress import progress
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
+from fakegpu.dra.prepared_claims import CHECKPOINT_MODE
 from fakegpu.dra.resource_slices import (
     FIRST_MINOR_WITH_SPLIT_SLICES,
     FIRST_MINOR_WITH_TAINTS,
@@ -33,15 +34,19 @@ from fakegpu.dra.resource_slices import (
 from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kube.page_sizes import NODE_PAGE
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
+from fakegpu.runtime.cdi_spec_model import SPEC_FILE_MODE
 from fakegpu.sharing.catalog import CATALOG
 from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.health import DEFAULT_IGNORED_XIDS
+from fakegpu.sharing.label_syntax import MAX_NAME
 from fakegpu.sharing.mps_daemon import MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_LEGACY
-from fakegpu.sharing.node_spec import DEFAULT_GPUS
+from fakegpu.sharing.node import build_node
+from fakegpu.sharing.node_spec import DEFAULT_GPUS, parse_node_spec
 from fakegpu.sharing.nvidia_config import MAX_TIME_SLICING_REPLICAS
 from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
 from fakegpu.sharing.rack_layout import NVL72_GPUS_PER_NODE, NVL72_NODES_PER_RACK
 from fakegpu.telemetry.dcgm.gpu_activity import DEFAULT_TARGET
+from fakegpu.telemetry.http_endpoint import parse_listen_address
 from fakegpu.telemetry.nvidia_smi.command import NOT_FOUND
 from fakegpu.telemetry.nvidia_smi.mig_tables import NO_MIG_DEVICES
 from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
@@ -105,6 +110,20 @@ def deployed_port(flag: str) -> int:
     return port
 
 
+def gang_job() -> str:
+    """How the README sums up ``deploy/examples/rack-scale/gang-job.yaml``, from the manifest itself."""
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "examples" / "rack-scale" / "gang-job.yaml").read_text()))
+    (domain,) = [d for d in docs if d["kind"] == "ComputeDomain"]
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    (gpus,) = [d for d in docs if d["kind"] == "ResourceClaimTemplate"]
+    (request,) = gpus["spec"]["spec"]["devices"]["requests"]
+    workers, per_worker = job["spec"]["parallelism"], request["exactly"]["count"]
+    return (
+        f"a {workers * per_worker}-GPU job: a ComputeDomain of {domain['spec']['numNodes']} nodes, {workers} "
+        f"workers of {per_worker} GB200 each"
+    )
+
+
 def numbers(values: list[int], last: str = ", ") -> str:
     """``13, 31, 43`` (or ``13, 31 and 43`` with ``last=" and "``)."""
     shown = [str(v) for v in values]
@@ -163,6 +182,11 @@ def figures() -> list[str]:
         f"prints `{NO_MIG_DEVICES.strip()}` with status {NOT_FOUND}.",
         f"(exit status 0 done, {EXIT_REFUSED} refused, {EXIT_USAGE} bad usage, {EXIT_NO_DAEMON} no daemon listening",
         f"validates every object against the {KUBERNETES_VERSION.rsplit('.', 1)[0]} schema",
+        gang_job(),
+        f"cut to {MAX_NAME}, ends trimmed",
+        f"CDI specs and the checkpoint written atomically ({SPEC_FILE_MODE:04o} / {CHECKPOINT_MODE:04o})",
+        f"huge files: exit status {EXIT_USAGE} or a claim error",
+        f"or `:PORT` listens on {parse_listen_address('9400').host} only",
     ]
 
 
@@ -273,3 +297,13 @@ def test_a_number_the_catalog_doubts_is_marked_in_the_boards_table():
     assert sms, "no board doubts its SM count: the check proves nothing"
     assert all(f"| {CATALOG[k].multiprocessors} (unverified) |" in rows[k] for k in sms)
     assert all("(unverified)" not in rows[k] and "(partly" not in rows[k] for k, c in doubted.items() if not c)
+
+
+def test_the_node_spec_example_builds_the_node_its_comments_describe():
+    """The README's node spec is applied, so each of its numbers is one the spec parser and the placement
+    rules accept, and the node it builds is the one its comments describe."""
+    (block,) = re.findall(r"```yaml\n(.*?)\n```", section("Node spec"), flags=re.S)
+    node = build_node(parse_node_spec(yaml.safe_load(block), "README.md"), "node-a", source="README.md")
+    assert len(node.gpus) == 4 + 1 + 3
+    assert [len(g.mig_devices) for g in node.gpus[:5]] == [5, 5, 5, 5, 2]
+    assert all((g.xid, g.health) == (79, "Unhealthy") for g in node.gpus[5:]) and 79 not in DEFAULT_IGNORED_XIDS
