@@ -35,6 +35,7 @@ from fakegpu.kube.discovery import NEWEST_LAYOUT, OLDEST_MINOR
 from fakegpu.kube.page_sizes import NODE_PAGE
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD
 from fakegpu.runtime.cdi_spec_model import SPEC_FILE_MODE
+from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.sharing.catalog import CATALOG
 from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.health import DEFAULT_IGNORED_XIDS
@@ -124,6 +125,17 @@ def gang_job() -> str:
     )
 
 
+def bug_modes() -> str:
+    """The README's list of ``--bug-compat`` modes: every mode in ``--help``'s order, with the upstream issue
+    its description ends with."""
+    shown: list[str] = []
+    for mode, text in BUG_MODES.items():
+        issue = re.search(r"\(NVIDIA/k8s-device-plugin#(\d+)\)$", text)
+        prefix = "" if any("#" in s for s in shown) else "NVIDIA "
+        shown.append(f"`{mode}` ({prefix}#{issue[1]})" if issue else f"`{mode}`")
+    return f"turns on a known upstream behaviour on purpose: {', '.join(shown)}."
+
+
 def numbers(values: list[int], last: str = ", ") -> str:
     """``13, 31, 43`` (or ``13, 31 and 43`` with ``last=" and "``)."""
     shown = [str(v) for v in values]
@@ -183,6 +195,7 @@ def figures() -> list[str]:
         f"(exit status 0 done, {EXIT_REFUSED} refused, {EXIT_USAGE} bad usage, {EXIT_NO_DAEMON} no daemon listening",
         f"validates every object against the {KUBERNETES_VERSION.rsplit('.', 1)[0]} schema",
         gang_job(),
+        bug_modes(),
         f"cut to {MAX_NAME}, ends trimmed",
         f"CDI specs and the checkpoint written atomically ({SPEC_FILE_MODE:04o} / {CHECKPOINT_MODE:04o})",
         f"huge files: exit status {EXIT_USAGE} or a claim error",
@@ -307,3 +320,11 @@ def test_the_node_spec_example_builds_the_node_its_comments_describe():
     assert len(node.gpus) == 4 + 1 + 3
     assert [len(g.mig_devices) for g in node.gpus[:5]] == [5, 5, 5, 5, 2]
     assert all((g.xid, g.health) == (79, "Unhealthy") for g in node.gpus[5:]) and 79 not in DEFAULT_IGNORED_XIDS
+
+
+def test_the_bad_input_example_is_what_fakegpu_prints(capsys):
+    start = README.index("Bad input exits with status")
+    (block,) = re.findall(r"```\n\$ fakegpu (.*?)\n(.*?)\n```", README[start:], flags=re.S)[:1]
+    argv, expected = block[0].split(), block[1]
+    assert main(argv) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == expected, "README's bad-input example drifted"
