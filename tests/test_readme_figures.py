@@ -46,7 +46,7 @@ from fakegpu.sharing.node_spec import DEFAULT_GPUS, parse_node_spec
 from fakegpu.sharing.nvidia_config import MAX_TIME_SLICING_REPLICAS
 from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT
 from fakegpu.sharing.rack_layout import NVL72_GPUS_PER_NODE, NVL72_NODES_PER_RACK
-from fakegpu.telemetry.dcgm.gpu_activity import DEFAULT_TARGET
+from fakegpu.telemetry.dcgm.gpu_activity import DEFAULT_TARGET, UTILIZATION_ANNOTATION, utilization
 from fakegpu.telemetry.http_endpoint import parse_listen_address
 from fakegpu.telemetry.nvidia_smi.command import NOT_FOUND
 from fakegpu.telemetry.nvidia_smi.mig_tables import NO_MIG_DEVICES
@@ -190,7 +190,8 @@ def figures() -> list[str]:
         f"(dcgm-exporter's port is {deployed_port('--dcgm-address')})",
         f"turn all of these on (ports {deployed_port('--metrics-address')} and {deployed_port('--dcgm-address')})",
         f"(the DaemonSets use `0.0.0.0:{deployed_port('--health-address')}`)",
-        f"a held one about {DEFAULT_TARGET:g} %",
+        f"an idle device reads {utilization([], seed=0, device='0', step=0)} %, a held one about {DEFAULT_TARGET:g} %, "
+        f'or the pod\'s `{UTILIZATION_ANNOTATION}: "40"`',
         f"prints `{NO_MIG_DEVICES.strip()}` with status {NOT_FOUND}.",
         f"(exit status 0 done, {EXIT_REFUSED} refused, {EXIT_USAGE} bad usage, {EXIT_NO_DAEMON} no daemon listening",
         f"validates every object against the {KUBERNETES_VERSION.rsplit('.', 1)[0]} schema",
