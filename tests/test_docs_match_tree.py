@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "fakegpu"
 TOP = ("fakegpu/", "tests/", "scenarios/", "bench/", "deploy/", "protos/", "docs/", ".ci/")
 DOCS = sorted(
-    [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "deploy" / "README.md", *(ROOT / "docs").glob("*.md")]
+    [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "deploy" / "README.md",
+        ROOT / "scenarios" / "README.md",
+        ROOT / "tests" / "reliability" / "corpus" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
 )
 """The prose documents whose module names and repository paths are checked."""
 PYTHON_ROOTS = ("fakegpu", "tests", "bench", "deploy")
@@ -41,8 +48,12 @@ OUTSIDE = [
     re.compile(r"\bresearch note[s]\b"),
     re.compile(r"\bK[S] @"),
     re.compile(r"golde[n]/"),
+    re.compile(r"\bcode corpu[s]\b"),
+    re.compile(r"\b(?![Rr]elease\b)(?:[A-Z0-9][\w.]*|\w+-[\w-]+)(?: setup)? note[s]\b"),
 ]
-"""Citations a reader of the repository cannot follow: the authors' workspace and notes kept beside it."""
+"""Citations a reader of the repository cannot follow: the authors' workspace, notes kept beside it (``A30
+notes``, ``<host> notes``, ``... setup notes``) and the search corpus they were read from; release notes and
+a module's own notes (``unverified`` notes) are fine."""
 TEXT_ROOTS = ("fakegpu", "tests", "bench", "deploy", "scenarios", "protos", "docs", ".ci")
 SKIPPED_DIRS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis"}
 
@@ -209,6 +220,91 @@ def test_a_package_docstring_that_lists_its_modules_lists_them_all():
     assert found == [], "package docstrings that list their modules leave some out:\n" + "\n".join(found)
 
 
+CODE_NAME = re.compile(r"_?[A-Za-z][A-Za-z0-9_]*")
+"""A backticked span that may be a Python name; ``code_named`` says whether it is written as one."""
+
+
+def code_named(span: str) -> bool:
+    """``NEWEST_LAYOUT``, ``BoardFacts``, ``_nvidia_response``, ``wait_for``: a constant, a class or a function
+    as this project names them; not ``fault`` (a step) nor ``deviceListStrategy`` (NVIDIA's config key)."""
+    return bool(CODE_NAME.fullmatch(span)) and ("_" in span or span[0].isupper())
+
+
+def defined_names(module: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments), not those it imports."""
+    imported: set[str] = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return top_level_names(module) - imported
+
+
+def row_code_names(row: str) -> Iterator[tuple[str, str | None]]:
+    """(name, the repository file its cell says defines it) for every bare code name of a table row: the file
+    after it (``DRA_OPS`` in ``fakegpu/dra/admin_ops.py``), else the nearest ``.py`` path before it in its
+    cell; a bare file name (``health_ops.py``) with the directory the row names it in, or None."""
+    for cell in row.split(" | "):
+        spans = list(re.finditer(r"`([^`\s]+)`", cell))
+        for i, span in enumerate(spans):
+            name = span[1]
+            following = spans[i + 1] if i + 1 < len(spans) else None
+            if code_named(name):
+                if following is not None and cell[span.end() : following.start()] == " in ":
+                    yield name, following[1]
+                    continue
+                before = [s[1] for s in spans[:i] if s[1].endswith(".py") and "/" in s[1]]
+                yield name, before[-1] if before else None
+            elif CODE_NAME.fullmatch(name.removesuffix(".py")) and name.endswith(".py"):
+                named = re.findall(r"`((?:fakegpu|tests|bench)/[^`\s]*)`", row)
+                homes = [
+                    p for p in named if p.endswith("/" + name) or (p.endswith("/") and (ROOT / p / name).is_file())
+                ]
+                yield name, homes[0] if homes else None
+
+
+def contributing_code_names() -> list[tuple[str, str | None]]:
+    rows = [line for line in (ROOT / "CONTRIBUTING.md").read_text().splitlines() if line.startswith("| ")]
+    return [found for row in rows for found in row_code_names(row)]
+
+
+def code_name_problem(name: str, home: str | None) -> str | None:
+    if home is None:
+        return f"`{name}`: its row names no file that holds it"
+    path = ROOT / home
+    if name.endswith(".py"):
+        return None if (path if path.is_file() else path / name).is_file() else f"`{name}`: not in {home}"
+    return None if path.is_file() and name in defined_names(path) else f"`{name}`: not defined in {home}"
+
+
+def test_contributing_names_code_that_the_file_its_row_names_defines():
+    """The deviceListStrategy row's ``_nvidia_response`` must be a function of the file that row points to: a
+    rename or a move fails here."""
+    found = contributing_code_names()
+    assert len([name for name, _home in found if not name.endswith(".py")]) >= 10, found
+    problems = [why for name, home in found if (why := code_name_problem(name, home))]
+    assert problems == [], "CONTRIBUTING.md names code where it is not:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (
+            "| x | `fakegpu/kube/discovery.py` (`OLDEST_LAYOUT`) |",
+            "`OLDEST_LAYOUT`: not defined in fakegpu/kube/discovery.py",
+        ),
+        ("| x | `DRA_OPS` in `fakegpu/kube/discovery.py` |", "`DRA_OPS`: not defined in fakegpu/kube/discovery.py"),
+        ("| x | the `SLICE_KINDS` table |", "`SLICE_KINDS`: its row names no file that holds it"),
+        ("| x | `fakegpu/control/` (`heath_ops.py`) |", "`heath_ops.py`: its row names no file that holds it"),
+        (
+            "| x | `fakegpu/sharing/catalog.py` imports `MappingProxyType` |",
+            "`MappingProxyType`: not defined in fakegpu/sharing/catalog.py",
+        ),
+    ],
+)
+def test_the_code_name_check_sees_a_name_its_file_does_not_define(row, problem):
+    assert [why for name, home in row_code_names(row) if (why := code_name_problem(name, home))] == [problem]
+
+
 def text_files() -> list[Path]:
     files = [p for top in TEXT_ROOTS for p in (ROOT / top).rglob("*") if p.is_file()]
     files += [p for p in ROOT.iterdir() if p.is_file() and p.suffix in (".md", ".toml")]
@@ -255,6 +351,25 @@ def test_the_checks_pass_what_exists_or_is_no_module(text):
     assert problems_in(text) == []
 
 
-def test_the_outside_patterns_match_a_workspace_citation():
-    cited = ["/wo" + "rk/notes/x.md", "notes " + "§3.3", "K" + "S @0807eed", "shared/golde" + "n/real-kubelet.md"]
-    assert all(any(p.search(c) for p in OUTSIDE) for c in cited)
+@pytest.mark.parametrize(
+    "cited",
+    [
+        "/wo" + "rk/notes/x.md",
+        "notes " + "§3.3",
+        "K" + "S @0807eed",
+        "shared/golde" + "n/real-kubelet.md",
+        "A30 " + "notes in the code " + "corpus",
+        "(code " + "corpus, RHEL AI setup " + "notes)",
+        "(8x H100 under Slurm, della-k17g3 " + "notes)",
+    ],
+)
+def test_the_outside_patterns_match_a_workspace_citation(cited):
+    assert any(p.search(cited) for p in OUTSIDE)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["the board's ``unverified`` notes", "NVIDIA's release notes for 570", "Release notes", "the bad-input corpus"],
+)
+def test_the_outside_patterns_pass_what_a_reader_can_follow(text):
+    assert not any(p.search(text) for p in OUTSIDE)

@@ -3,7 +3,9 @@ README's Boards table (``--markdown``)."""
 
 from __future__ import annotations
 
-from fakegpu.sharing.catalog import CATALOG
+import re
+
+from fakegpu.sharing.catalog import CATALOG, GpuModel
 from fakegpu.sharing.labels import gpu_family, sanitize_product
 
 
@@ -39,16 +41,43 @@ def render_catalog(verbose: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+UNVERIFIED_MARKS = {"memory": " (unverified)", "sms": " (unverified)", "mig": " (partly unverified)"}
+"""What a Boards table cell gets when the board's ``unverified`` notes (``fakegpu catalog -v``) cover it: the
+MIG cell sums up a table of profiles, of which the notes doubt some figures, not the counts shown."""
+NOTE_COLUMNS: dict[str, re.Pattern[str]] = {
+    "memory": re.compile(r"^memory\b"),
+    "sms": re.compile(r"^multiprocessors\b"),
+    "mig": re.compile(r"\bMIG\b|\bplacements\b|\+me\b|\b\d+g\.\d+gb\b"),
+}
+"""Which Boards table column a board's ``unverified`` note is about, by its wording: ``memory is ...`` the
+memory, ``multiprocessors ...`` the SMs, anything naming MIG, placements or a profile the MIG column."""
+OFF_TABLE_NOTE = re.compile(r"^PCI device ID\b")
+"""Notes about a number the table does not show; a test fails on a note that is neither this nor a column's."""
+
+
+def unverified_columns(model: GpuModel) -> set[str]:
+    """The Boards table columns (``NOTE_COLUMNS`` keys) that the board's own ``unverified`` notes cover. Its
+    facts' notes are about idle power, BAR1, reserved memory and the like, which the table does not show."""
+    return {column for note in model.unverified for column, pattern in NOTE_COLUMNS.items() if pattern.search(note)}
+
+
+def _cell(column: str, text: str, unverified: set[str]) -> str:
+    return text + UNVERIFIED_MARKS[column] if column in unverified else text
+
+
 def render_boards_table() -> str:
-    """The README's "Boards" table, generated so it cannot drift from the catalog (a test compares them)."""
+    """The README's "Boards" table, generated so it cannot drift from the catalog (a test compares them).
+    A number the catalog marks unverified is marked here too, so the table never reads as all confirmed."""
     lines = [
         "| key | board | product name (nvidia-smi) | memory MiB | SMs | CC | MIG |",
         "|---|---|---|---|---|---|---|",
     ]
     for m in CATALOG.values():
+        doubted = unverified_columns(m)
         cc = f"{m.compute_capability[0]}.{m.compute_capability[1]}"
         mig = f"{len(m.mig_profiles)} profiles, {m.compute_slices} compute slices" if m.mig_capable else "no"
         lines.append(
-            f"| `{m.key}` | {m.board} | {m.product_name} | {m.memory_mib} | {m.multiprocessors} | {cc} | {mig} |"
+            f"| `{m.key}` | {m.board} | {m.product_name} | {_cell('memory', str(m.memory_mib), doubted)} | "
+            f"{_cell('sms', str(m.multiprocessors), doubted)} | {cc} | {_cell('mig', mig, doubted)} |"
         )
     return "\n".join(lines) + "\n"

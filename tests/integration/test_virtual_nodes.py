@@ -708,6 +708,19 @@ def readme_fleet_transcript() -> str:
     return text[text.index("\n", start) + 1 : text.index("\n```", start) + 1]
 
 
+def readme_rerun_and_delete() -> tuple[int, tuple[int, int]]:
+    """What the README says after the fleet transcript: the re-run's reads, and the nodes and slices
+    ``--delete`` removes."""
+    text = re.sub(r"\s+", " ", README.read_text())
+    found = re.search(
+        r"A re-run writes nothing \((\d+) reads\) and `--delete` removes the (\d+) nodes and their "
+        r"(\d+) slices",
+        text,
+    )
+    assert found is not None, "README's sentence after the fleet transcript changed: update this test"
+    return int(found[1]), (int(found[2]), int(found[3]))
+
+
 async def test_a_72_node_nvl72_fleet_comes_up_in_one_run_and_goes_with_delete(server, run):
     """4 NVL72 racks x 18 trays of 4 GB200: every node of a rack shares GFD's ``nvidia.com/gpu.clique``
     (``<clusterUUID>.<cliqueID>``, k8s-device-plugin ``internal/lm/imex.go``) and no two racks do; the
@@ -752,11 +765,19 @@ async def test_a_72_node_nvl72_fleet_comes_up_in_one_run_and_goes_with_delete(se
     assert again.code == 0, again.err
     assert "72 unchanged" in again.out and "ResourceSlices: 0 created, 0 updated, 0 deleted" in again.out
     assert writes(server) == before, "a re-run writes nothing"
+    calls = re.search(r"^API calls: (\d+) \(([^)]*)\)$", again.out, flags=re.M)
+    assert calls is not None, again.out
+    assert {verb.split()[0] for verb in calls[2].split(", ")} <= {"get", "list"}, calls[0]
+    rerun, deleted = readme_rerun_and_delete()
+    assert rerun == int(calls[1]), f"README says a re-run makes {rerun} reads; it made {calls[0]}"
+    assert deleted == (len(nodes), len(server.objects("resourceslices")))
 
+    collections_before = server.count("deletecollection", "nodes")
     gone = await run("--delete")
     assert gone.code == 0, gone.err
     assert "deleted 72 node(s)" in gone.out
     assert server.objects("nodes") == [] and server.objects("resourceslices") == []
+    assert server.count("deletecollection", "nodes") == collections_before + 1, "README: in one collection delete"
 
 
 async def test_an_nvl72_fleet_in_device_plugin_mode_has_gpu_capacity_and_no_slices(server, run):

@@ -7,8 +7,10 @@ Readings quoted (the real tool; NVIDIA ships no source for it):
   instance, 1g.10gb+me at 4);
 - ``-lgip`` on 4x H100 SXM5 before driver 580 (``stackhpc/ansible-slurm-appliance/docs/mig.md``);
 - ``-lgi`` on H100 80GB before driver 580 (NVIDIA/DCGM#138);
-- ``No GPU instances found: Not Found`` (``-lgi`` with MIG on and no instance, A30 notes in the code corpus);
-- exit status 6 for ``mig --list-gpu-instance-profiles`` without MIG (a script in the code corpus tests it).
+- ``No GPU instances found: Not Found`` (``-lgi`` with MIG on and no instance): what nvidia-smi prints before
+  NVML's error string for ``NVML_ERROR_NOT_FOUND`` (``nvmlErrorString``, NVIDIA's NVML API Reference Guide);
+- exit status 6 when nothing is found (``mig --list-gpu-instance-profiles`` without MIG): the nvidia-smi(1)
+  manual page, RETURN VALUE, "6 - A query to find an object was unsuccessful".
 """
 
 from __future__ import annotations

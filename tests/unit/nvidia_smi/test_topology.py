@@ -1,10 +1,11 @@
 """``nvidia-smi topo -m``: the node's NVLinks and NUMA nodes, as the real tool lays them out.
 
-Readings quoted (real tool, not NVIDIA's source, which is closed): 8x H100 80GB HBM3 ``nvidia-smi topo
---matrix`` in a RHEL AI VM (code corpus, RHEL AI setup notes); the tab layout with NICs on 8x RTX 4090
-(NVIDIA/go-gpuallocator#17) and the empty CPU Affinity of GPUs whose NUMA-local CPUs a job may not use
-(8x H100 under Slurm, della-k17g3 notes; 4x H100 ``brev`` link characterisation); ``topo -m -i 0``
-(cfregly/ai-performance-engineering#8).
+Layout from readings of the real tool (NVIDIA's source for it is closed): the tab layout with NICs on 8x
+RTX 4090 (NVIDIA/go-gpuallocator#17) and ``topo -m -i 0`` (cfregly/ai-performance-engineering#8); the
+legend is the one the tool prints. ``H100_READING`` is an 8x H100 80GB HBM3 matrix in that layout with
+fakegpu's own values for such a board: every pair ``NV18`` (18 NVLinks per H100 SXM5, NVIDIA's H100 Tensor
+Core GPU datasheet), one NUMA node, CPUs 0-63 (which fakegpu leaves empty, as the tool does for GPUs whose
+NUMA-local CPUs the caller may not use).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ H100_READING = (
     "  PIX  = Connection traversing at most a single PCIe bridge\n"
     "  NV#  = Connection traversing a bonded set of # NVLinks\n"
 )
-"""The RHEL AI reading, verbatim: one NUMA node, every pair on the NVSwitch fabric."""
+"""An 8x H100 board as the tool lays it out: one NUMA node, every pair on the NVSwitch fabric."""
 
 
 def _node(spec: dict[str, Any]) -> SmiNode:
