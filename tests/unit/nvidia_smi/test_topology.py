@@ -47,8 +47,8 @@ def _node(spec: dict[str, Any]) -> SmiNode:
 
 
 def test_an_hgx_h100_node_prints_the_reading_but_its_cpus():
-    """fakegpu prints no CPU Affinity (a fake NUMA node has no CPUs in the container); the rest is the
-    reading byte for byte."""
+    """fakegpu prints no CPU Affinity (a fake NUMA node has no CPUs in the container); the rest is
+    ``H100_READING`` byte for byte."""
     assert out(smi_node("8xh100-80gb"), "topo", "-m") == H100_READING.replace("\t0-63\t", "\t\t")
     assert out(smi_node("8xh100-80gb"), "topo", "--matrix") == H100_READING.replace("\t0-63\t", "\t\t")
 
