@@ -139,21 +139,6 @@ def test_deployment_runs_the_controller_with_its_account_and_namespace() -> None
     assert args.namespace == NAMESPACE
 
 
-def test_cluster_role_grants_what_the_controller_calls() -> None:
-    role = one(render_dir(OVERLAY), "ClusterRole", "fakegpu-compute-domain-controller")
-    grants = {
-        (g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-    }
-    assert grants == {
-        ("resource.nvidia.com", "computedomains"): {"get", "list", "watch", "update"},
-        ("resource.nvidia.com", "computedomains/status"): {"update"},
-        ("resource.nvidia.com", "computedomaincliques"): {"get", "list", "watch", "delete"},
-        ("resource.k8s.io", "resourceclaimtemplates"): {"create", "get", "list", "watch", "update", "delete"},
-        ("", "nodes"): {"get", "list", "watch", "patch"},
-        ("", "events"): {"create"},
-    }
-
-
 def test_crd_files_are_what_the_overlay_lists() -> None:
     files = sorted(p.name for p in (DEPLOY / OVERLAY).glob("*-crd.yaml"))
     rendered = find(render_dir(OVERLAY), "CustomResourceDefinition")
