@@ -6,7 +6,8 @@ subresource) exactly as the API server's authorizer sees them. A static pass ove
 sure every lightkube call site in the component was among the recorded ones, so a new call that no run
 exercised fails here instead of in a cluster with ``forbidden``.
 
-The ComputeDomain controller runs as its ServiceAccount, under the rendered RBAC: the API server refuses it
+The ComputeDomain controller runs with its Deployment's arguments as its ServiceAccount, under the rendered
+RBAC: the API server refuses it
 (403) anything the rules do not grant, as a real one does, and only its own requests are counted, not those
 of the compute-domain plugin the test runs beside it to bring a domain to Ready.
 """
@@ -27,9 +28,9 @@ from typing import Any
 import pytest
 
 from fakegpu.cli.cleanup_command import run_cleanup
+from fakegpu.cli.compute_domain_controller_command import serve_compute_domain_controller
 from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
-from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.compute_domain.resources import ComputeDomain
 from fakegpu.dra.daemon import DraDriver, DraSettings
@@ -46,7 +47,7 @@ from tests.apiserver import FakeApiServer, RequestRecord
 from tests.apiserver.authorization import Attributes
 from tests.claim_builders import allocated_claim, channel_claim, compute_domain
 from tests.daemon_tasks import stop_and_wait
-from tests.deploy.manifests import one, render
+from tests.deploy.manifests import fakegpu_argv, one, only_container, render
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
 from tests.http_get import http_get
@@ -375,11 +376,22 @@ ACCOUNT_TOKEN = "component-service-account"
 CONTROLLER_NAMESPACE = "fakegpu"
 
 
+def controller_argv(apiserver: FakeApiServer, root: Path) -> list[str]:
+    """The Deployment's own command line, with its ServiceAccount's token in a kubeconfig (as in the pod), its
+    probes on a free loopback port (the pod's 0.0.0.0:8081 is the host's here) and a quicker status sync."""
+    (deployment,) = [o for o in render("compute-domains") if o["kind"] == "Deployment"]
+    argv = fakegpu_argv(only_container(deployment))
+    argv[argv.index("--health-address") + 1] = f"127.0.0.1:{_free_port()}"
+    kubeconfig = apiserver.kubeconfig(root / "controller-kubeconfig", token=ACCOUNT_TOKEN)
+    return [*argv, "--kubeconfig", str(kubeconfig), "--status-interval", "0.1"]
+
+
 async def exercise_compute_domain_controller(apiserver: FakeApiServer, root: Path) -> None:
-    """``fakegpu compute-domain-controller`` as its ServiceAccount: learn the resource.k8s.io version, take a
-    ComputeDomain to Ready (the compute-domain plugin of a node on an NVLink clique, unrestricted, plays the
-    node's IMEX daemon once a channel claim is prepared), then delete it while the node still holds it: the
-    templates, the node's label and the clique go, then the finalizer."""
+    """``fakegpu compute-domain-controller`` run with the Deployment's arguments, as its ServiceAccount: learn
+    the resource.k8s.io version, take a ComputeDomain to Ready (the compute-domain plugin of a node on an
+    NVLink clique, unrestricted, plays the node's IMEX daemon once a channel claim is prepared) with the
+    controller's /readyz answering 200, then delete it while the node still holds it: the templates, the
+    node's label and the clique go, then the finalizer."""
     spec = root / "fabric-node.yaml"
     spec.write_text(
         "version: v1\nfabric: {clusterUUID: 1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10, cliqueID: 1}\ngpus: [{model: b200}]\n"
@@ -394,10 +406,11 @@ async def exercise_compute_domain_controller(apiserver: FakeApiServer, root: Pat
     )
     plugin = driver.compute_domains
     assert plugin is not None
-    client = apiserver.client(token=ACCOUNT_TOKEN)
-    controller = ComputeDomainController(client, CONTROLLER_NAMESPACE, status_interval=0.1)
+    args = cli_parser().parse_args(controller_argv(apiserver, root))
+    assert args.namespace == CONTROLLER_NAMESPACE
     await driver.start()
-    await controller.start()
+    stop = asyncio.Event()
+    controller = asyncio.create_task(serve_compute_domain_controller(args, stop))
     try:
         await plugin.wait_published()
         body = compute_domain("cd")
@@ -419,6 +432,8 @@ async def exercise_compute_domain_controller(apiserver: FakeApiServer, root: Pat
 
         await eventually(prepared, "the channel claim prepared")
         await eventually(lambda: domain_status() == "Ready", "the domain Ready", 10.0, assertions_mean_not_yet=False)
+        status, _, answer = await http_get(f"http://{args.health_address}/readyz")
+        assert (status, answer) == (200, "ok\n"), "the Deployment's readiness probe fails"
         admin = apiserver.client()  # as the user deleting the domain: the API server keeps it for the finalizer
         try:
             await admin.delete(ComputeDomain, "cd", namespace="default")
@@ -431,9 +446,10 @@ async def exercise_compute_domain_controller(apiserver: FakeApiServer, root: Pat
         labels = (apiserver.get_object("nodes", NODE) or {})["metadata"]["labels"]
         assert "resource.nvidia.com/computeDomain" not in labels
     finally:
-        await controller.stop()
-        await client.close()
-        await driver.stop()
+        try:
+            assert await stop_and_wait(stop, controller) == [0]
+        finally:
+            await driver.stop()
 
 
 async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
