@@ -7,9 +7,9 @@ sure every lightkube call site in the component was among the recorded ones, so 
 exercised fails here instead of in a cluster with ``forbidden``.
 
 The ComputeDomain controller runs with its Deployment's arguments as its ServiceAccount, under the rendered
-RBAC: the API server refuses it
-(403) anything the rules do not grant, as a real one does, and only its own requests are counted, not those
-of the compute-domain plugin the test runs beside it to bring a domain to Ready.
+RBAC: the API server refuses it (403) anything the rules do not grant, as a real one does, and only its own
+requests are counted, not those of the compute-domain plugin the test runs beside it to bring a domain to
+Ready.
 """
 
 from __future__ import annotations
