@@ -4,6 +4,7 @@ with the ComputeDomain CRDs installed (deploy/overlays/compute-domains). Runs un
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 
 from fakegpu.cli.slice_commands import API_VERSIONS
@@ -11,6 +12,8 @@ from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
+from fakegpu.telemetry.health_endpoint import FLAG as HEALTH_FLAG
+from fakegpu.telemetry.health_endpoint import Readiness, health_address, health_endpoint
 
 DESCRIPTION = """\
 Keep NVIDIA ComputeDomains as NVIDIA's compute-domain controller does (driver 25.12): add the finalizer
@@ -72,10 +75,21 @@ def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argpars
         default=None,
         help="resource.k8s.io version of the templates (default: the newest the server serves)",
     )
+    parser.add_argument(
+        HEALTH_FLAG,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the kubelet's probes at http://HOST:PORT/healthz (liveness: the controller runs) and "
+        "/readyz (readiness: 200 once it lists and watches ComputeDomains and has finished a pass over them, "
+        "while no API call it retries fails; else 503 and the reason); off unless given; PORT or :PORT "
+        "listens on 127.0.0.1 only, so in a pod give 0.0.0.0:PORT",
+    )
 
 
-async def _serve(args: argparse.Namespace) -> int:
-
+async def serve_compute_domain_controller(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    """Run the controller (and its probes, with ``--health-address``) until a stop signal or ``stop``."""
+    address = health_address(args)
+    readiness = Readiness("starting")
     client = client_factory(args.kubeconfig)()
     controller = ComputeDomainController(
         client,
@@ -83,8 +97,10 @@ async def _serve(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         resource_api_version=args.resource_api_version,
     )
+    readiness.follow(controller.not_ready)
     try:
-        async with DaemonLifecycle() as daemon:
+        async with DaemonLifecycle(stop) as daemon:
+            await daemon.serve_first(None if address is None else health_endpoint(address, readiness))
             await daemon.serve(controller)
             await daemon.wait()
     finally:
@@ -93,4 +109,4 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def run_compute_domain_controller_command(args: argparse.Namespace) -> int:
-    return run_bounded(_serve(args))
+    return run_bounded(serve_compute_domain_controller(args))

@@ -42,7 +42,8 @@ included; a ComputeDomain's ``status`` is written only through ``/status``.
 Limitations: no conversion between resource.k8s.io versions. Objects are stored once per resource (the
 name space is shared by all versions, as in a real cluster) in the version they were written with, and a
 get/list/watch through another version returns them unchanged, with their own ``apiVersion``. No authn/
-authz, no namespaces objects (any namespace is accepted), no admission, no managedFields; strategic merge
+authz unless a test names a token's user and grants (:meth:`FakeApiServer.authorize`, 403 otherwise), no
+namespaces objects (any namespace is accepted), no admission, no managedFields; strategic merge
 patch answers 415; server-side apply is "create, or JSON-merge the applied object" (no field ownership,
 ``force`` ignored, omitted fields are not removed); discovery is the legacy (non-aggregated) JSON form.
 """
@@ -83,6 +84,7 @@ from lightkube.config.models import Cluster, User
 from . import crd_schema, schema_cache
 from . import k8s_selectors as sel
 from . import k8s_validation as val
+from .authorization import Allows, Attributes, Authorizer, forbidden_message
 from .stored_object import StoredObject
 
 JSON = dict[str, Any]
@@ -189,6 +191,8 @@ class RequestRecord(NamedTuple):
     path: str
     query: dict[str, str]
     accept: str = ""
+    user: str | None = None
+    """The user of the request's bearer token (``authorize``); None for an unrestricted request."""
 
 
 @dataclass(frozen=True)
@@ -637,6 +641,9 @@ class FakeApiServer:
         self.bytes_received: collections.Counter[str] = collections.Counter()
         #: discovery, version and health requests (not API verbs, so not in ``counts``)
         self.discovery_requests = 0
+        #: the messages of requests refused 403 because their token's user may not make them (``authorize``)
+        self.forbidden: list[str] = []
+        self._authorizer = Authorizer()
         #: writes refused as malformed or invalid (400/415/422), fault injection excluded
         self.rejections: list[Rejection] = []
         #: tracebacks of unexpected server-side exceptions (answered 500); tests may assert it stays empty
@@ -720,22 +727,30 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def lightkube_config(self, namespace: str = "default") -> KubeConfig:
-        """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (plain http, no credentials)."""
-        return KubeConfig.from_one(cluster=Cluster(server=self.url), user=User(), namespace=namespace)
+    def lightkube_config(self, namespace: str = "default", *, token: str | None = None) -> KubeConfig:
+        """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (plain http; with ``token``, the bearer
+        token of a user given to ``authorize``, else no credentials)."""
+        return KubeConfig.from_one(cluster=Cluster(server=self.url), user=User(token=token), namespace=namespace)
 
-    def client(self) -> AsyncClient:
+    def client(self, *, token: str | None = None) -> AsyncClient:
         """A lightkube client of this server that ignores proxy variables from the environment; the bound
-        method is the client factory the daemons take (``DraDriver(..., apiserver.client)``)."""
-        return AsyncClient(config=self.lightkube_config(), trust_env=False)
+        method is the client factory the daemons take (``DraDriver(..., apiserver.client)``). With ``token``
+        its requests are that user's (``authorize``)."""
+        return AsyncClient(config=self.lightkube_config(token=token), trust_env=False)
 
-    def kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
-        """Write a kubeconfig file pointing at this server and return its path."""
+    def authorize(self, token: str, user: str, allows: Allows) -> None:
+        """Requests bearing ``token`` are ``user``'s from now on and get 403 Forbidden, with a real server's
+        message (also kept in ``forbidden``), for whatever ``allows`` refuses; calling it again for the token
+        replaces the grants. Requests without a token stay unrestricted."""
+        self._authorizer.add(token, user, allows)
+
+    def kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default", *, token: str | None = None) -> Path:
+        """Write a kubeconfig file pointing at this server (with ``token``: as ``client``) and return its path."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {}}],
+            "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
         }
@@ -901,7 +916,9 @@ class FakeApiServer:
         size = len(f"{method} {raw_path} HTTP/1.1\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
         size += 2 + len(body)
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        self.requests.append(RequestRecord(method, split.path, query, headers.get("accept", "")))
+        restricted = self._authorizer.user(headers.get("authorization"))
+        user = restricted[0] if restricted else None
+        self.requests.append(RequestRecord(method, split.path, query, headers.get("accept", ""), user))
         route: _Route | None = None
         injected = False
         try:
@@ -912,6 +929,8 @@ class FakeApiServer:
                     self.bytes_received["discovery"] += size
                 return routed
             route = routed
+            if restricted is not None:
+                self._authorize(route, *restricted)
             with self._lock:
                 self.counts[route.verb] += 1
                 self.bytes_received[route.verb] += size
@@ -1086,6 +1105,19 @@ class FakeApiServer:
         if verb is None:
             raise ApiFailure(405, "the server does not allow this method on the requested resource")
         return verb
+
+    def _authorize(self, route: _Route, user: str, allows: Allows) -> None:
+        group = route.group_version.rpartition("/")[0]
+        request = Attributes(user, route.verb, group, route.kind_key, route.namespace, route.name)
+        if allows(request):
+            return
+        message = forbidden_message(request)
+        with self._lock:
+            self.forbidden.append(message)
+        details: JSON = {"group": group, "kind": route.rtype.plural}
+        if route.name:
+            details["name"] = route.name
+        raise ApiFailure(403, message, details=details)
 
     def _take_fault(self, verb: str, kind: str) -> _Fault | None:
         for fault in self._faults:

@@ -944,3 +944,39 @@ async def test_writes_answer_with_metadata_alone_when_asked(server: FakeApiServe
         node["metadata"] = {"name": "n1"}
         refused = await http.post("/api/v1/nodes", json=node, headers=partial)
         assert refused.status_code == 409 and refused.json()["kind"] == "Status"
+
+
+async def test_a_token_user_gets_only_its_grants_and_a_real_servers_forbidden(server: FakeApiServer) -> None:
+    user = "system:serviceaccount:fakegpu:reader"
+    server.authorize("t0k", user, lambda r: (r.verb, r.group, r.resource) == ("get", "", "nodes"))
+    server.add_node("n1")
+    restricted = server.client(token="t0k")
+    admin = server.client()
+    try:
+        assert (await restricted.get(Node, "n1")).metadata.name == "n1"  # type: ignore[union-attr]
+        with pytest.raises(ApiError) as refused:
+            async for _ in restricted.list(ResourceSlice):
+                pass
+        assert refused.value.status.code == 403 and refused.value.status.reason == "Forbidden"
+        expected = (
+            f'resourceslices.resource.k8s.io is forbidden: User "{user}" cannot list resource "resourceslices" '
+            'in API group "resource.k8s.io" at the cluster scope'
+        )
+        assert refused.value.status.message == expected
+        with pytest.raises(ApiError) as named:
+            await restricted.patch(Node, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type=PatchType.MERGE)
+        assert named.value.status.message == (
+            f'nodes "n1" is forbidden: User "{user}" cannot patch resource "nodes" in API group "" at the cluster scope'
+        )
+        assert server.forbidden == [expected, named.value.status.message]
+        assert [r.user for r in server.requests if r.path.endswith("/nodes/n1")] == [user, user]
+        # Requests without the token are the test's own: unrestricted.
+        async for _ in admin.list(ResourceSlice):
+            pass
+        # New grants replace the old ones.
+        server.authorize("t0k", user, lambda r: r.verb == "list")
+        async for _ in restricted.list(ResourceSlice):
+            pass
+    finally:
+        await restricted.close()
+        await admin.close()

@@ -6,11 +6,14 @@ deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.y
 
 from __future__ import annotations
 
+import argparse
+import re
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
+from fakegpu.cli.compute_domain_controller_command import add_compute_domain_controller_parser
 from tests.deploy.manifests import (
     APPLIED,
     CLUSTER_SCOPED,
@@ -139,19 +142,24 @@ def test_deployment_runs_the_controller_with_its_account_and_namespace() -> None
     assert args.namespace == NAMESPACE
 
 
-def test_cluster_role_grants_what_the_controller_calls() -> None:
-    role = one(render_dir(OVERLAY), "ClusterRole", "fakegpu-compute-domain-controller")
-    grants = {
-        (g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-    }
-    assert grants == {
-        ("resource.nvidia.com", "computedomains"): {"get", "list", "watch", "update"},
-        ("resource.nvidia.com", "computedomains/status"): {"update"},
-        ("resource.nvidia.com", "computedomaincliques"): {"get", "list", "watch", "delete"},
-        ("resource.k8s.io", "resourceclaimtemplates"): {"create", "get", "list", "watch", "update", "delete"},
-        ("", "nodes"): {"get", "list", "watch", "patch"},
-        ("", "events"): {"create"},
-    }
+def test_the_docs_name_the_controllers_flags_and_its_probe() -> None:
+    """README's commands row names every option of ``fakegpu compute-domain-controller``, and deploy/README.md's
+    rack-scale section the health flag and port the Deployment serves its probes on."""
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_compute_domain_controller_parser(sub)
+    options = {o for a in sub.choices["compute-domain-controller"]._actions for o in a.option_strings}
+    options -= {"-h", "--help"}
+    readme = (DEPLOY.parent / "README.md").read_text()
+    commands = readme[readme.index("## Commands") :]
+    row = re.findall(r"^\| `fakegpu compute-domain-controller .*$", commands, re.M)[0]
+    assert sorted(o for o in options if f"[{o} " not in row) == []
+    args = parse_cli(
+        fakegpu_argv(only_container(one(render_dir(OVERLAY), "Deployment", "fakegpu-compute-domain-controller")))
+    )
+    port = args.health_address.rsplit(":", 1)[1]
+    readme = (DEPLOY / "README.md").read_text()
+    rack_scale = readme[readme.index("## 6. Rack scale") : readme.index("## 7.")]
+    assert f"`/readyz` on its `--health-address` (port {port})" in rack_scale
 
 
 def test_crd_files_are_what_the_overlay_lists() -> None:

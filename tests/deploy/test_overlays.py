@@ -207,15 +207,21 @@ def test_kwok_deployment_args_parse_and_avoid_kwok_nodes() -> None:
     assert f"fakegpu virtual-nodes --delete --name-prefix {args.name_prefix}\n" in readme
 
 
-@pytest.mark.parametrize(("overlay", "name"), [("device-plugin", "fakegpu-device-plugin"), ("dra", "fakegpu-dra")])
-def test_daemonsets_probe_the_health_endpoint_they_serve(overlay: str, name: str) -> None:
+@pytest.mark.parametrize(
+    ("overlay", "kind", "name"),
+    [
+        ("device-plugin", "DaemonSet", "fakegpu-device-plugin"),
+        ("dra", "DaemonSet", "fakegpu-dra"),
+        ("compute-domains", "Deployment", "fakegpu-compute-domain-controller"),
+    ],
+)
+def test_daemons_probe_the_health_endpoint_they_serve(overlay: str, kind: str, name: str) -> None:
     """Readiness is /readyz, liveness /healthz, on the port --health-address listens on (not loopback: the
     kubelet probes the pod IP), declared as a named container port. fakegpu's own: NVIDIA's device plugin
     DaemonSet has no probe (NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml) and its DRA
     driver probes a gRPC health service (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/health.go)."""
     health = importlib.import_module("fakegpu.telemetry.health_endpoint")
-    ds = one(render(overlay), "DaemonSet", name)
-    container = only_container(ds)
+    container = only_container(one(render(overlay), kind, name))
     address = health.health_address(parse_cli(fakegpu_argv(container)))
     assert address is not None, f"{name} does not serve --health-address"
     assert address.host in ("0.0.0.0", "::"), f"{name}: the kubelet cannot reach {address}"

@@ -5,6 +5,11 @@ server, which records every request; the requests become RBAC attributes (verb, 
 subresource) exactly as the API server's authorizer sees them. A static pass over the source then makes
 sure every lightkube call site in the component was among the recorded ones, so a new call that no run
 exercised fails here instead of in a cluster with ``forbidden``.
+
+The ComputeDomain controller runs with its Deployment's arguments as its ServiceAccount, under the rendered
+RBAC: the API server refuses it (403) anything the rules do not grant, as a real one does, and only its own
+requests are counted, not those of the compute-domain plugin the test runs beside it to bring a domain to
+Ready.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import copy
 import importlib
 import io
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +28,11 @@ from typing import Any
 import pytest
 
 from fakegpu.cli.cleanup_command import run_cleanup
+from fakegpu.cli.compute_domain_controller_command import serve_compute_domain_controller
 from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
+from fakegpu.dra.compute_domain.resources import ComputeDomain
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
@@ -37,9 +44,10 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import FakeApiServer, RequestRecord
+from tests.apiserver.authorization import Attributes
 from tests.claim_builders import allocated_claim, channel_claim, compute_domain
 from tests.daemon_tasks import stop_and_wait
-from tests.deploy.manifests import one, render
+from tests.deploy.manifests import fakegpu_argv, one, only_container, render
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
 from tests.http_get import http_get
@@ -199,6 +207,24 @@ def granted_rules(objects: list[dict[str, Any]]) -> list[Rule]:
     return rules
 
 
+def account_user(objects: list[dict[str, Any]]) -> str:
+    """The user the API server sees for the ServiceAccount the overlay's workload runs as."""
+    (workload,) = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    namespace = workload["metadata"].get("namespace", "default")
+    account = workload["spec"]["template"]["spec"].get("serviceAccountName", "default")
+    return f"system:serviceaccount:{namespace}:{account}"
+
+
+def enforced(rules: list[Rule]) -> Callable[[Attributes], bool]:
+    """The rules as the API server's RBAC authorizer applies them (``resourceNames`` included)."""
+
+    def allows(request: Attributes) -> bool:
+        access = Access(request.verb, request.group, request.resource)
+        return any(rule.allows(access) and (not rule.names or request.name in rule.names) for rule in rules)
+
+    return allows
+
+
 def grants(rules: list[Rule]) -> set[Access]:
     return {Access(v, g, r) for rule in rules for g in rule.groups for r in rule.resources for v in rule.verbs}
 
@@ -345,6 +371,87 @@ async def _compute_domain_round(apiserver: FakeApiServer, root: Path, i: int, no
         await driver.stop()
 
 
+ACCOUNT_TOKEN = "component-service-account"
+"""The bearer token of the component that runs as its ServiceAccount (``Component.as_account``)."""
+CONTROLLER_NAMESPACE = "fakegpu"
+
+
+def controller_argv(apiserver: FakeApiServer, root: Path) -> list[str]:
+    """The Deployment's own command line, with its ServiceAccount's token in a kubeconfig (as in the pod), its
+    probes on a free loopback port (the pod's 0.0.0.0:8081 is the host's here) and a quicker status sync."""
+    (deployment,) = [o for o in render("compute-domains") if o["kind"] == "Deployment"]
+    argv = fakegpu_argv(only_container(deployment))
+    argv[argv.index("--health-address") + 1] = f"127.0.0.1:{_free_port()}"
+    kubeconfig = apiserver.kubeconfig(root / "controller-kubeconfig", token=ACCOUNT_TOKEN)
+    return [*argv, "--kubeconfig", str(kubeconfig), "--status-interval", "0.1"]
+
+
+async def exercise_compute_domain_controller(apiserver: FakeApiServer, root: Path) -> None:
+    """``fakegpu compute-domain-controller`` run with the Deployment's arguments, as its ServiceAccount: learn
+    the resource.k8s.io version, take a ComputeDomain to Ready (the compute-domain plugin of a node on an
+    NVLink clique, unrestricted, plays the node's IMEX daemon once a channel claim is prepared) with the
+    controller's /readyz answering 200, then delete it while the node still holds it: the templates, the
+    node's label and the clique go, then the finalizer."""
+    spec = root / "fabric-node.yaml"
+    spec.write_text(
+        "version: v1\nfabric: {clusterUUID: 1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10, cliqueID: 1}\ngpus: [{model: b200}]\n"
+    )
+    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
+    plugin_settings = ComputeDomainSettings(namespace=CONTROLLER_NAMESPACE, start_delay=0.0)
+    driver = DraDriver(
+        live,
+        KubeletPaths(root / "kubelet"),
+        DraSettings(cdi_root=root / "cdi", compute_domains=plugin_settings),
+        apiserver.client,
+    )
+    plugin = driver.compute_domains
+    assert plugin is not None
+    args = cli_parser().parse_args(controller_argv(apiserver, root))
+    assert args.namespace == CONTROLLER_NAMESPACE
+    await driver.start()
+    stop = asyncio.Event()
+    controller = asyncio.create_task(serve_compute_domain_controller(args, stop))
+    try:
+        await plugin.wait_published()
+        body = compute_domain("cd")
+        body["spec"]["numNodes"] = 1
+        uid = apiserver.create_direct(body)["metadata"]["uid"]
+
+        def domain_status() -> str | None:
+            assert apiserver.forbidden == [], "the controller's ServiceAccount was refused"
+            return ((apiserver.get_object("computedomains", "cd", "default") or {}).get("status") or {}).get("status")
+
+        await eventually(
+            lambda: domain_status() == "NotReady", "the domain taken up, NotReady", 10.0, assertions_mean_not_yet=False
+        )
+        claim = apiserver.create_direct(channel_claim("wl", NODE, uid))
+        ref = ("default", "wl", claim["metadata"]["uid"])
+
+        async def prepared() -> bool:
+            return (await prepare(plugin.plugin.dra_socket, [ref])).claims[ref[2]].error == ""
+
+        await eventually(prepared, "the channel claim prepared")
+        await eventually(lambda: domain_status() == "Ready", "the domain Ready", 10.0, assertions_mean_not_yet=False)
+        status, _, answer = await http_get(f"http://{args.health_address}/readyz")
+        assert (status, answer) == (200, "ok\n"), "the Deployment's readiness probe fails"
+        admin = apiserver.client()  # as the user deleting the domain: the API server keeps it for the finalizer
+        try:
+            await admin.delete(ComputeDomain, "cd", namespace="default")
+        finally:
+            await admin.close()
+        await eventually(
+            lambda: apiserver.get_object("computedomains", "cd", "default") is None, "the domain cleaned up", 10.0
+        )
+        assert apiserver.objects("resourceclaimtemplates") == apiserver.objects("computedomaincliques") == []
+        labels = (apiserver.get_object("nodes", NODE) or {})["metadata"]["labels"]
+        assert "resource.nvidia.com/computeDomain" not in labels
+    finally:
+        try:
+            assert await stop_and_wait(stop, controller) == [0]
+        finally:
+            await driver.stop()
+
+
 async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
     """``fakegpu virtual-nodes``: bring up (creating and adopting, in the dra-extended mode so the DeviceClasses
     are ensured: one of ours that drifted is replaced), watch and repair, then ``--delete`` (a leftover slice
@@ -426,9 +533,29 @@ def _free_port() -> int:
 class Component:
     overlay: str
     packages: tuple[str, ...]
+    as_account: bool = False
+    """Runs with ``ACCOUNT_TOKEN``, as the overlay's ServiceAccount under its rendered RBAC."""
 
 
 COMPONENTS = {
+    "compute-domains": (
+        Component(
+            "compute-domains",
+            (
+                "fakegpu/cli/compute_domain_controller_command.py",
+                "fakegpu/dra/compute_domain/controller.py",
+                "fakegpu/dra/compute_domain/claim_templates.py",
+                "fakegpu/dra/compute_domain/domain_events.py",
+                "fakegpu/dra/compute_domain/domain_status.py",
+                "fakegpu/kube/client.py",
+                "fakegpu/kube/discovery.py",
+                "fakegpu/kube/watch_loop.py",
+                "fakegpu/kube/reconcile_loop.py",
+            ),
+            as_account=True,
+        ),
+        exercise_compute_domain_controller,
+    ),
     "device-plugin": (
         Component(
             "device-plugin",
@@ -464,10 +591,15 @@ COMPONENTS = {
 @pytest.mark.parametrize("name", sorted(COMPONENTS))
 async def test_rbac_covers_every_call_the_component_makes(name, apiserver, root):
     component, exercise = COMPONENTS[name]
+    objects = render(component.overlay)
+    rules = granted_rules(objects)
+    user = None
+    if component.as_account:
+        user = account_user(objects)
+        apiserver.authorize(ACCOUNT_TOKEN, user, enforced(rules))
     await exercise(apiserver, root)
-    made = {a for a in (request_access(r) for r in apiserver.requests) if a is not None}
+    made = {a for a in (request_access(r) for r in apiserver.requests if r.user == user) if a is not None}
     assert made, "the run made no API calls: the exercise is broken"
-    rules = granted_rules(render(component.overlay))
     missing = sorted(str(a) for a in made if not any(rule.allows(a) for rule in rules))
     assert missing == [], f"deploy/overlays/{component.overlay} lacks RBAC for calls the code makes: {missing}"
 

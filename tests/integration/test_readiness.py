@@ -27,6 +27,8 @@ import grpc
 import pytest
 import yaml
 
+from fakegpu.cli.compute_domain_controller_command import serve_compute_domain_controller
+from fakegpu.cli.main import full_parser
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import NodeSettings, run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
@@ -42,6 +44,7 @@ from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.claim_builders import compute_domain
 from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
 from tests.http_get import http_get
@@ -355,3 +358,65 @@ async def test_plugins_registry_mode_is_ready_on_the_kubelets_word(fakegpu_node)
         )
         await stub.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
     assert node.plugins.not_ready() is None
+
+
+# --- the ComputeDomain controller --------------------------------------------------------------------
+
+CONTROLLER = "system:serviceaccount:fakegpu:fakegpu-compute-domain-controller"
+
+
+@pytest.fixture
+def crd_apiserver() -> Iterator[FakeApiServer]:
+    with FakeApiServer(nvidia_crds=True) as server:
+        yield server
+
+
+async def test_compute_domain_controller_is_ready_only_while_watching_and_reconciling(
+    root, crd_apiserver, probes, daemons
+):
+    """The reading of issue 26 on a real Kubernetes v1.36.2 cluster: refused ``list`` on resourceslices, the
+    controller retried forever while ``kubectl rollout status`` reported success. Now /readyz says so, and
+    likewise while the watch of ComputeDomains or a domain's sync is refused; it is ready in between."""
+    refused = {("list", "resourceslices")}
+    crd_apiserver.authorize("sa", CONTROLLER, lambda r: (r.verb, r.resource) not in refused)
+    kubeconfig = crd_apiserver.kubeconfig(root / "kc", token="sa")
+    argv = ["compute-domain-controller", "--kubeconfig", str(kubeconfig), "--health-address", "127.0.0.1:0"]
+    start(daemons, serve_compute_domain_controller, full_parser().parse_args([*argv, "--status-interval", "0.1"]))
+
+    async def refused_with(prefix: str, refusal: str) -> bool:
+        status, body = await probes.ready()
+        assert status == 503 and body.startswith(f"not ready: {prefix}"), body
+        return refusal in body
+
+    def forbidden(verb: str, resource: str) -> str:
+        return f'User "{CONTROLLER}" cannot {verb} resource "{resource}"'
+
+    await eventually(
+        lambda: refused_with("finding the resource.k8s.io version: ", forbidden("list", "resourceslices")),
+        "not ready while the version discovery is forbidden",
+        10.0,
+    )
+    assert await probes.live() == 200
+    refused.clear()
+    refused.add(("watch", "computedomains"))
+    # A refused watch reaches the controller as lightkube's HTTP error, its status line without the message.
+    await eventually(
+        lambda: refused_with("following ComputeDomains: ", "403 Forbidden"),
+        "not ready while the watch is forbidden",
+        10.0,
+    )
+    refused.clear()
+    await probes.wait(200, "ok\n", "ready once it lists, watches and has reconciled")
+
+    refused.add(("create", "resourceclaimtemplates"))
+    crd_apiserver.create_direct(compute_domain("cd"))
+    await eventually(
+        lambda: refused_with(
+            "syncing ComputeDomain default/cd failed: ", forbidden("create", "resourceclaimtemplates")
+        ),
+        "not ready while a domain's sync is forbidden",
+        10.0,
+    )
+    refused.clear()
+    await probes.wait(200, "ok\n", "ready again once the domain syncs")
+    assert crd_apiserver.get_object("resourceclaimtemplates", "imex-channel-0", "default") is not None

@@ -13,6 +13,10 @@ plays each node's daemon (it writes the clique entries, or the status entry of a
 Domains come from one list-then-watch (``fakegpu.kube.watch_loop``); the work runs in the one reconcile loop
 (``fakegpu.kube.reconcile_loop``), and a domain whose sync fails waits out its own backoff
 (``fakegpu.kube.backoff``) while the others go on. Nothing here ends the process but cancellation.
+
+``not_ready`` is the ``/readyz`` answer: ready means watching and reconciling, so an API server that
+refuses the controller (a forbidden list, a failing watch, a domain whose sync fails) keeps it not ready
+with the reason, and ``kubectl rollout status`` waits instead of reporting success.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from fakegpu.kube.backoff import jittered_pause, retry_note
 from fakegpu.kube.client import api_failure, client_target
 from fakegpu.kube.discovery import served_api_version, serves_slices
 from fakegpu.kube.reconcile_loop import reconcile_forever
-from fakegpu.kube.watch_loop import collect, list_then_watch
+from fakegpu.kube.watch_loop import collect, expired, list_then_watch
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +135,38 @@ class ComputeDomainController:
         self._collisions: set[str] = set()
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
+        self._errors: dict[str, str] = {}
+        """uid -> why its last sync failed, while it waits out its backoff."""
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
         """Passes over every domain finished: once it grew by two, one began after whatever came before."""
+        self._listed_at: int | None = None
+        """``passes`` when the domains were last listed; None until a list succeeds, or while the watch fails."""
+        self._problem: str | None = None
+        """The failure being retried before the domains can be followed (version discovery, list, watch)."""
+
+    # ----------------------------------------------------------------------------------- readiness
+
+    def not_ready(self) -> str | None:
+        """What keeps the controller from watching and reconciling, as one line; None once the domains were
+        listed, their watch is not failing, a pass over them finished after the list, and no domain's sync
+        is failing."""
+        if self._problem is not None:
+            return self._problem
+        if self._api_version is None:
+            return "finding the resource.k8s.io version the API server serves"
+        if self._listed_at is None:
+            return "listing ComputeDomains"
+        if self.passes <= self._listed_at:
+            return "reconciling the ComputeDomains listed"
+        if self._errors:
+            failing = sorted(self._errors.items(), key=lambda item: self._domains.get(item[0], ("", "")))
+            uid, error = failing[0]
+            namespace, name = self._domains.get(uid, ("?", "?"))
+            more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
+            return f"syncing ComputeDomain {namespace}/{name} failed{more}: {error}"
+        return None
 
     # ----------------------------------------------------------------------------------- service
 
@@ -181,8 +213,10 @@ class ComputeDomainController:
                 problem = api_failure(exc, client_target(self._client))
             else:
                 if version is not None:
+                    self._problem = None
                     return version
                 problem = "the API server serves no resource.k8s.io version fakegpu knows"
+            self._problem = f"finding the resource.k8s.io version: {problem}"
             failures += 1
             pause = jittered_pause(failures)
             log.warning("compute-domain controller: %s (%s)", problem, retry_note(failures, pause))
@@ -206,6 +240,8 @@ class ComputeDomainController:
         )
 
     def _listed(self, domains: Sequence[Any]) -> None:
+        self._problem = None
+        self._listed_at = self.passes
         self._domains = {}
         for domain in domains:
             self._remember(domain)
@@ -229,16 +265,20 @@ class ComputeDomainController:
 
     def _forget(self, uid: str) -> None:
         self._domains.pop(uid, None)
-        for table in (self._failures, self._retry_at):
+        for table in (self._failures, self._retry_at, self._errors):
             table.pop(uid, None)
         for seen in (self._setup_needed, self._announced, self._collisions):
             seen.discard(uid)
 
     def _watch_failed(self, exc: Exception, pause: float) -> None:
+        problem = api_failure(exc, client_target(self._client))
+        if not expired(exc):  # 410: the watch fell behind, which a new list (at once) mends
+            self._listed_at = None
+            self._problem = f"following ComputeDomains: {problem}"
         log.warning(
             "compute-domain controller: following ComputeDomains failed, listing again in %.1f s: %s",
             pause,
-            api_failure(exc, client_target(self._client)),
+            problem,
         )
 
     # ----------------------------------------------------------------------------------- sync
@@ -268,6 +308,7 @@ class ComputeDomainController:
             else:
                 self._failures.pop(uid, None)
                 self._retry_at.pop(uid, None)
+                self._errors.pop(uid, None)
         self.passes += 1
 
     def _failed(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
@@ -275,13 +316,8 @@ class ComputeDomainController:
         failures = self._failures[uid] = self._failures.get(uid, 0) + 1
         pause = jittered_pause(failures)
         self._retry_at[uid] = loop.time() + pause
-        log.warning(
-            "ComputeDomain %s/%s: %s (%s)",
-            namespace,
-            name,
-            api_failure(exc, client_target(self._client)),
-            retry_note(failures, pause),
-        )
+        error = self._errors[uid] = api_failure(exc, client_target(self._client))
+        log.warning("ComputeDomain %s/%s: %s (%s)", namespace, name, error, retry_note(failures, pause))
 
     async def _sync_domain(self, uid: str, namespace: str, name: str) -> None:
         try:
