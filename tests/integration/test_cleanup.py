@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from fakegpu.cli.cleanup_command import run_cleanup
+from fakegpu.cli.host_leftovers import CDI_DIR_KEPT
 from fakegpu.cli.main import full_parser
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.sharing.errors import SpecError
@@ -145,25 +146,28 @@ async def test_cleanup_removes_what_a_sigkilled_plugin_left(apiserver, root):
         f"would remove directory {host / 'run/nvidia/mps'}",
         f"would remove file {cdi / 'k8s.device-plugin.nvidia.com-gpu.json'}",
         f"would remove socket {run_dir / 'plugin.sock'}",
+        f"would remove directory {run_dir}",
+        f"would remove directory {host / 'run/nvidia'}",
+        f"would keep directory {cdi}: {CDI_DIR_KEPT}",
         "dry run: nothing was changed; run again with --yes to remove the above",
     ]
 
     done = await cleanup(apiserver, host, "--yes")
-    assert done.splitlines() == [line.replace("would remove", "removed") for line in dry.splitlines()[:-1]]
+    assert done.splitlines() == [
+        line.replace("would remove", "removed").replace("would keep", "kept") for line in dry.splitlines()[:-1]
+    ]
     after = node(apiserver)
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
     assert after["status"] == before["status"]
     assert tree(host) == [
         "run",
-        "run/nvidia",
         "var",
         "var/run",
         "var/run/cdi",
         "var/run/cdi/someone-elses.json",
-        "var/run/fakegpu",
     ]
-    assert await cleanup(apiserver, host) == f"nothing of fakegpu's left on node {NODE}\n"
+    assert (await cleanup(apiserver, host)).splitlines()[-1] == f"nothing of fakegpu's left on node {NODE}"
 
 
 async def test_cleanup_never_removes_a_label_fakegpu_did_not_record(apiserver, root):
@@ -190,8 +194,9 @@ def test_host_paths_follow_the_nodes_absolute_symlinks_under_the_host_root(root,
     assert capsys.readouterr().out.splitlines() == [
         f"removed directory {host / 'run/fakegpu/nvidia-smi/dra'}",
         f"removed directory {host / 'run/fakegpu/nvidia-smi'}",
+        f"removed directory {host / 'run/fakegpu'}",
     ]
-    assert tree(host) == ["run", "run/fakegpu", "var", "var/run"]
+    assert tree(host) == ["run", "var", "var/run"]
 
 
 async def test_cleanup_of_a_node_that_does_not_exist_is_named(apiserver, root):
