@@ -79,6 +79,7 @@ class StatusWait:
         self.limits = limits
         self.removals = 0
         self._latest: Node | None = None
+        self._last_removed: dict[str, dict[str, str]] = {}
         self._seen = asyncio.Event()
 
     def _on_change(self, node: Node | None) -> None:
@@ -100,7 +101,9 @@ class StatusWait:
             async with asyncio.timeout(self.limits.timeout):
                 await self._until_settled(started)
         except TimeoutError:
-            return status_lines(status_resources(self._latest))
+            # Off at this instant perhaps, but they kept coming back: name what did last.
+            remaining = status_resources(self._latest) or self._last_removed
+            return status_lines(remaining) or [f"no word from the API server about node {self.node_name}"]
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -123,6 +126,7 @@ class StatusWait:
                 continue
             await self.client.patch(NodeStatus, self.node_name, status_patch(found), patch_type=PatchType.MERGE)
             self.removals += 1
+            self._last_removed = found
             quiet_from = time.monotonic()
             since = duration(quiet_from - started)
             for line in status_lines(found):
