@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, DEFAULT_DRIVER, cdi_vendor
 from fakegpu.dra.compute_domain.cdi_edits import BASE_SPEC_FILE
 from fakegpu.dra.compute_domain.cdi_edits import VENDOR as COMPUTE_DOMAIN_VENDOR
@@ -51,7 +52,7 @@ DEFAULT_NVIDIA_SMI_DIR: Final = Path(DEFAULT_PLUGIN_DIR).parent
 DEFAULT_MPS_ROOT: Final = Path("/run/nvidia/mps")
 """``MPS_ROOT`` in deploy/overlays/device-plugin, as in NVIDIA's chart."""
 DEFAULT_CDI_ROOT: Final = Path("/var/run/cdi")
-DEFAULT_ADMIN_SOCKETS: Final = (Path("/var/run/fakegpu/plugin.sock"), Path("/var/run/fakegpu/dra.sock"))
+DEFAULT_ADMIN_SOCKETS: Final = (DEFAULT_PLUGIN_SOCKET, DEFAULT_DRA_SOCKET)
 """The daemons' ``--admin-socket`` as the overlays set it."""
 RUN_DIR_NAME: Final = "fakegpu"
 """The directory holding the nvidia-smi directories and admin sockets (``/var/run/fakegpu``, the DaemonSets'
