@@ -17,6 +17,7 @@ import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -363,3 +364,42 @@ def test_the_teardown_table_names_every_path_cleanup_looks_for():
     assert f"`--settle` ({DEFAULT_SETTLE:g} s)" in table
     assert f"`--wait-timeout` ({DEFAULT_WAIT_TIMEOUT:g} s)" in table
     assert f"`device-plugins/{CHECKPOINT_NAME}`" in remains and f"`{KUBELET_SOCKET}`" in remains
+
+
+def test_what_is_served_or_holds_others_files_stays_and_the_dry_run_says_why(root):
+    """A socket a live process serves (its daemon still runs), a DRA plugin directory whose socket is served,
+    and directories holding files fakegpu does not write are kept, each named with the reason."""
+    h = root / "h"
+    gpu_dir = h / "var/lib/kubelet/plugins/gpu.nvidia.com"
+    domain_dir = h / "var/lib/kubelet/plugins/compute-domain.nvidia.com"
+    for directory in (gpu_dir, domain_dir / "domains", h / "run/nvidia/mps/shm", h / "run/nvidia/driver"):
+        directory.mkdir(parents=True)
+    (gpu_dir / "checkpoint.json").write_text("{}")
+    (domain_dir / "checkpoint.json").write_text("{}")
+    (domain_dir / "notes.txt").write_text("mine")
+    listeners = []
+    for path in (gpu_dir / "dra.sock", h / "var/run/fakegpu/dra.sock"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen()
+        listeners.append(listener)
+    try:
+        args = full_parser().parse_args(["cleanup", "--node", NODE, "--skip-api", "--host-root", str(h), "--yes"])
+        out = io.StringIO()
+        assert asyncio.run(run_cleanup(args, out=out)) == 0
+    finally:
+        for listener in listeners:
+            listener.close()
+    served = host.SERVED.format(pid=f" (pid {os.getpid()})")
+    assert out.getvalue().splitlines() == [
+        f"removed directory {h / 'run/nvidia/mps/shm'}",
+        f"removed directory {h / 'run/nvidia/mps'}",
+        f"removed file {domain_dir / 'checkpoint.json'}",
+        f"removed directory {domain_dir / 'domains'}",
+        f"kept socket {h / 'var/run/fakegpu/dra.sock'}: {served}",
+        f"kept directory {gpu_dir}: {served}",
+        f"kept directory {domain_dir}: {host.FOREIGN_FILES_KEPT.format(names='notes.txt')}",
+        f"kept directory {h / 'run/nvidia'}: {host.NVIDIA_RUN_DIR_KEPT}",
+    ]
+    assert (gpu_dir / "checkpoint.json").exists() and (domain_dir / "notes.txt").exists()
