@@ -3,7 +3,10 @@
 A daemon that stops normally removes its sockets and (``--cleanup-on-exit``) its labels; one that was
 SIGKILLed, evicted with its RBAC already deleted, or kept its labels for a restart that never came, leaves
 them. So do things no stop removes: the nvidia-smi files and MPS directories on the host, the CDI specs,
-and the ``nvidia.com/*`` extended resources the kubelet keeps in the Node's status for its grace period.
+the DRA plugins' checkpoints and directories (``fakegpu.cli.host_leftovers`` lists every path and what stays
+on purpose), and the ``nvidia.com/*`` extended resources the kubelet keeps in the Node's status for its grace
+period, which it puts back until that ends (``--wait`` removes them until they stay off,
+``fakegpu.cli.node_status_wait``).
 
 Only what fakegpu owns goes: the labels recorded in ``fakegpu.io/managed-labels`` and that annotation
 (``fakegpu.sharing.label_ownership``), never a label someone else wrote; on the host only fakegpu's own
@@ -11,14 +14,14 @@ file names under each location. Dry-run unless ``--yes``: each thing it would re
 output can be read, diffed or grepped before anything changes.
 
 It runs with the caller's credentials (an admin kubeconfig), not as one of the overlays' ServiceAccounts:
-the calls are ``get`` and ``patch`` on ``nodes`` and ``patch`` on ``nodes/status`` (deploy/README.md,
-"Teardown"). The host part runs on the node, e.g. in ``kubectl debug node/N`` with ``--host-root /host``.
+the calls are ``get`` and ``patch`` on ``nodes`` and ``patch`` on ``nodes/status``, with ``--wait`` also
+``list`` and ``watch`` on ``nodes`` (deploy/README.md, "Teardown"). The host part runs on the node, e.g. in
+``kubectl debug node/N`` with ``--host-root /host``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -31,26 +34,28 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
-from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, cdi_vendor
-from fakegpu.fakeplugin.allocate_response import CDI_VENDOR
+from fakegpu.cli.host_leftovers import (
+    DEFAULT_ADMIN_SOCKETS,
+    DEFAULT_CDI_ROOT,
+    DEFAULT_MPS_ROOT,
+    DEFAULT_NVIDIA_SMI_DIR,
+    HostFindings,
+    HostLocations,
+)
+from fakegpu.cli.node_status_wait import (
+    DEFAULT_SETTLE,
+    DEFAULT_WAIT_TIMEOUT,
+    RESOURCE_PREFIX,
+    STATUS_FIELDS,
+    StatusWait,
+    WaitLimits,
+    duration,
+)
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
+from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.label_ownership import OWNED_LABELS_ANNOTATION, label_patch, owned_keys
-from fakegpu.telemetry.nvidia_smi.injection import DEFAULT_PLUGIN_DIR
-
-RESOURCE_PREFIX = "nvidia.com/"
-"""Extended resources fakegpu advertises (NVIDIA's names: nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...)."""
-STATUS_FIELDS = ("capacity", "allocatable")
-DEFAULT_NVIDIA_SMI_DIR = Path(DEFAULT_PLUGIN_DIR).parent
-"""``/var/run/fakegpu/nvidia-smi``: one directory per daemon under it (``device-plugin``, ``dra``)."""
-DEFAULT_MPS_ROOT = Path("/run/nvidia/mps")
-"""``MPS_ROOT`` in deploy/overlays/device-plugin, as in NVIDIA's chart."""
-DEFAULT_CDI_ROOT = Path("/var/run/cdi")
-MAX_SYMLINKS = 40
-"""As the kernel's limit on links followed in one lookup (ELOOP)."""
-DEFAULT_ADMIN_SOCKETS = (Path("/var/run/fakegpu/plugin.sock"), Path("/var/run/fakegpu/dra.sock"))
-"""The daemons' ``--admin-socket`` as the overlays set it."""
 
 
 def add_cleanup_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,6 +113,61 @@ def add_cleanup_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="PATH",
         help="a daemon's --admin-socket (repeatable; default " + ", ".join(str(p) for p in DEFAULT_ADMIN_SOCKETS) + ")",
     )
+    where.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        metavar="DIR",
+        help="the daemons' --kubelet-dir: their sockets, the DRA plugins' directories (default %(default)s)",
+    )
+    add_wait_options(parser)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 < seconds <= 3600.0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most 3600, found {value!r}")
+    return seconds
+
+
+def add_wait_options(parser: argparse.ArgumentParser) -> None:
+    wait = parser.add_argument_group("waiting out the kubelet's grace period")
+    wait.add_argument(
+        "--wait",
+        action="store_true",
+        help=f"with --yes: keep watching the node and remove the {RESOURCE_PREFIX}* resources the kubelet puts "
+        "back, until they stay off (needs list and watch on nodes too)",
+    )
+    wait.add_argument(
+        "--wait-timeout",
+        type=_seconds,
+        default=DEFAULT_WAIT_TIMEOUT,
+        metavar="SECONDS",
+        help="give up waiting after this long, exit 1 and name what remains (default %(default)s)",
+    )
+    wait.add_argument(
+        "--settle",
+        type=_seconds,
+        default=DEFAULT_SETTLE,
+        metavar="SECONDS",
+        help="how long the resources must stay off the node for --wait to end (default %(default)s)",
+    )
+
+
+def check_wait(args: argparse.Namespace) -> WaitLimits | None:
+    """The limits of ``--wait``, None without it; a clear error for a combination that cannot work."""
+    if not args.wait:
+        return None
+    if not args.yes:
+        raise SpecError("--wait", "needs --yes (a dry run removes nothing, so there is nothing to wait for)")
+    if args.skip_api:
+        raise SpecError("--wait", "watches the Node: it cannot go with --skip-api")
+    if args.settle >= args.wait_timeout:
+        raise SpecError("--settle", f"{args.settle:g} s must be shorter than --wait-timeout ({args.wait_timeout:g} s)")
+    return WaitLimits(settle=args.settle, timeout=args.wait_timeout)
 
 
 # --- the Node object -------------------------------------------------------------------------------------
@@ -172,83 +232,51 @@ async def clean_node(client: AsyncClient, node_name: str, act: bool, out: TextIO
 # --- this host ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HostLocations:
-    """Where the daemons write on the node (each one a ``fakegpu cleanup`` flag with the daemons' default)."""
-
-    nvidia_smi_dir: Path = DEFAULT_NVIDIA_SMI_DIR
-    mps_root: Path = DEFAULT_MPS_ROOT
-    cdi_root: Path = DEFAULT_CDI_ROOT
-    admin_sockets: tuple[Path, ...] = DEFAULT_ADMIN_SOCKETS
-    host_root: Path = Path("/")
-
-    def _on_host(self, path: Path) -> Path:
-        """``path`` of the node's file system under ``host_root``. Absolute symlinks on the way are followed
-        from ``host_root``, not from here: a node's ``/var/run`` is usually a link to ``/run``, which in
-        ``kubectl debug node`` would otherwise point into the debug container. The last part is not
-        followed (a link is removed as a link)."""
-        parts = list(path.relative_to(path.anchor).parts if path.is_absolute() else path.parts)
-        current, hops = self.host_root, 0
-        while parts:
-            candidate = current / parts.pop(0)
-            if parts and candidate.is_symlink() and hops < MAX_SYMLINKS:
-                hops += 1
-                target = Path(os.readlink(candidate))
-                if target.is_absolute():
-                    current, parts = self.host_root, [*target.relative_to(target.anchor).parts, *parts]
-                else:
-                    parts = [*target.parts, *parts]
-                continue
-            current = candidate
-        return current
-
-    def leftovers(self) -> list[Path]:
-        """Every fakegpu path that exists: directories' contents before the directory itself."""
-        found: list[Path] = []
-        for tree in (self.nvidia_smi_dir, self.mps_root):
-            root = self._on_host(tree)
-            if root.is_dir() and not root.is_symlink():
-                found += sorted(root.iterdir())
-                found.append(root)
-        cdi = self._on_host(self.cdi_root)
-        if cdi.is_dir():
-            found += sorted(cdi.glob(f"{CDI_VENDOR}-*.json"))
-            found += sorted(cdi.glob(f"{cdi_vendor()}-{CLAIM_CLASS}_*"))
-        found += [p for p in map(self._on_host, self.admin_sockets) if p.is_socket()]
-        return found
-
-
 def _kind(path: Path) -> str:
     if path.is_dir() and not path.is_symlink():
         return "directory"
     return "socket" if path.is_socket() else "file"
 
 
+def _remove(path: Path, found: HostFindings) -> None:
+    if path in found.empty_dirs:
+        path.rmdir()  # fails loudly if something appeared in it meanwhile
+    elif _kind(path) == "directory":
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def clean_host(places: HostLocations, act: bool, out: TextIO) -> int:
-    found = places.leftovers()
-    for path in found:
+    """List (and with ``act`` remove) fakegpu's files on this host, then what stays and why; how many went."""
+    found = places.find()
+    for path in found.remove:
         out.write(f"{'removed' if act else 'would remove'} {_kind(path)} {path}\n")
-        if not act:
-            continue
-        if _kind(path) == "directory":
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    return len(found)
+        if act:
+            _remove(path, found)
+    for kept in found.kept:
+        out.write(f"{'kept' if act else 'would keep'} {_kind(kept.path)} {kept.path}: {kept.reason}\n")
+    return len(found.remove)
 
 
 # --- the command ----------------------------------------------------------------------------------------
 
 
 async def run_cleanup(args: argparse.Namespace, client: AsyncClient | None = None, out: TextIO | None = None) -> int:
-    """``client`` for tests (else one from ``--kubeconfig``); exit status 0."""
+    """``client`` for tests (else one from ``--kubeconfig``); exit status 0, 1 when ``--wait`` timed out."""
     out = out or sys.stdout
-    count = 0
+    limits = check_wait(args)
+    count, remaining = 0, []
     if not args.skip_api:
         own = client is None
         client = client or client_factory(args.kubeconfig)()
         try:
             count += await clean_node(client, args.node, args.yes, out)
+            if not args.skip_host:
+                count += clean_host(host_locations(args), args.yes, out)
+            summary(args, count, out)
+            if limits is not None:
+                remaining = await StatusWait(client, args.node, out, limits).run()
         except ApiError as exc:
             raise SpecError(f"node {args.node}", exc.status.message or str(exc)) from None
         except httpx2.HTTPError as exc:
@@ -256,20 +284,33 @@ async def run_cleanup(args: argparse.Namespace, client: AsyncClient | None = Non
         finally:
             if own:
                 await client.close()
-    if not args.skip_host:
-        places = HostLocations(
-            nvidia_smi_dir=args.nvidia_smi_dir,
-            mps_root=args.mps_root,
-            cdi_root=args.cdi_root,
-            admin_sockets=tuple(args.admin_socket or DEFAULT_ADMIN_SOCKETS),
-            host_root=args.host_root,
+    elif not args.skip_host:
+        summary(args, clean_host(host_locations(args), args.yes, out), out)
+    if remaining:
+        out.write(
+            f"still in node {args.node}'s status after {duration(args.wait_timeout)}: {', '.join(remaining)} "
+            "(a device plugin still registered, or a kubelet with a longer grace period)\n"
         )
-        count += clean_host(places, args.yes, out)
+        return 1
+    return 0
+
+
+def host_locations(args: argparse.Namespace) -> HostLocations:
+    return HostLocations(
+        nvidia_smi_dir=args.nvidia_smi_dir,
+        mps_root=args.mps_root,
+        cdi_root=args.cdi_root,
+        admin_sockets=tuple(args.admin_socket or DEFAULT_ADMIN_SOCKETS),
+        kubelet_dir=args.kubelet_dir,
+        host_root=args.host_root,
+    )
+
+
+def summary(args: argparse.Namespace, count: int, out: TextIO) -> None:
     if count == 0:
         out.write(f"nothing of fakegpu's left on node {args.node}\n")
     elif not args.yes:
         out.write("dry run: nothing was changed; run again with --yes to remove the above\n")
-    return 0
 
 
 def run_cleanup_command(args: argparse.Namespace) -> int:

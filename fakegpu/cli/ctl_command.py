@@ -25,13 +25,12 @@ from fakegpu.cli.yaml_output import dump_yaml
 from fakegpu.control.client import EXIT_NO_DAEMON, NoDaemonError, admin_request
 from fakegpu.control.operations import BY_NAME, OPERATIONS, Operation
 from fakegpu.control.protocol import AdminError
+from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.kubelet.admin_socket import KUBELET_ADMIN_SOCKET, default_admin_socket
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 
-DEFAULT_PLUGIN_SOCKET = Path("/var/run/fakegpu/plugin.sock")
-DEFAULT_DRA_SOCKET = Path("/var/run/fakegpu/dra.sock")
 SOCKET_ENV = "FAKEGPU_ADMIN_SOCKET"
 EXIT_REFUSED = 1
 

@@ -15,6 +15,7 @@ from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
 from fakegpu.cli.nvidia_smi_command import add_inject_options
 from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
+from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.kube.client import KUBECONFIG_HELP
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.bug_modes import BUG_MODES
@@ -74,7 +75,7 @@ def add_plugin(plugin: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ask the kubelet to call PreStartContainer before each container start",
     )
-    add_admin_socket_option(plugin, "/var/run/fakegpu/plugin.sock")
+    add_admin_socket_option(plugin, str(DEFAULT_PLUGIN_SOCKET))
     add_cdi_root_option(plugin, "the plugin's CDI specs (with a CDI deviceListStrategy)")
     plugin.add_argument(
         "--bug-compat",
@@ -116,7 +117,7 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     )
     dra.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     add_cdi_root_option(dra, "the claims' CDI specs")
-    add_admin_socket_option(dra, "/var/run/fakegpu/dra.sock")
+    add_admin_socket_option(dra, str(DEFAULT_DRA_SOCKET))
     add_feature_gates_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")

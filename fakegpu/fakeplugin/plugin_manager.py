@@ -40,6 +40,15 @@ from fakegpu.sharing.mps_daemon import PLUGIN_WAIT_ERROR, mps_daemon_error
 
 log = logging.getLogger(__name__)
 
+PLUGIN_SOCKET_PREFIX = "nvidia-"
+PLUGIN_SOCKET_SUFFIX = ".sock"
+
+
+def plugin_socket_name(resource: str) -> str:
+    """``nvidia.com/gpu`` -> ``nvidia-gpu.sock`` in ``device-plugins/``, as NVIDIA's plugin names its sockets."""
+    return PLUGIN_SOCKET_PREFIX + resource.split("/", 1)[1] + PLUGIN_SOCKET_SUFFIX
+
+
 RegistrationMode = Literal["kubelet", "plugins-registry", "none"]
 """``none``: serve without registering, as NVIDIA does with an empty ``--kubelet-socket``."""
 
@@ -187,7 +196,7 @@ class PluginManager:
 
     # -- serving ---------------------------------------------------------------------------------
     def _socket_path(self, name: str) -> Path:
-        return self.paths.device_plugins / ("nvidia-" + name.split("/", 1)[1] + ".sock")
+        return self.paths.device_plugins / plugin_socket_name(name)
 
     def _make_server(self, name: str) -> ResourceServer:
         def record(method: str, ids: Sequence[str]) -> None:

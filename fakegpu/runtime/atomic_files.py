@@ -12,9 +12,17 @@ import os
 import tempfile
 from pathlib import Path
 
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_name_glob(name_glob: str) -> str:
+    """The glob of the temp files ``atomic_write`` makes for files matching ``name_glob``: what a writer killed
+    between the temp file and the rename leaves (``fakegpu cleanup`` looks for them)."""
+    return f".{name_glob}.*{TEMP_SUFFIX}"
+
 
 def atomic_write(path: Path, blob: bytes, mode: int) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as tmp:
             os.fchmod(tmp.fileno(), mode)

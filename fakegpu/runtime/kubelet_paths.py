@@ -11,6 +11,8 @@ from pathlib import Path
 
 DEFAULT_ROOT = Path("/var/lib/kubelet")
 KUBELET_SOCKET = "kubelet.sock"
+DRA_SOCKET = "dra.sock"
+"""A DRA driver's service socket in its plugin directory (``plugins/<driver>/dra.sock``)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class KubeletPaths:
 
     def dra_socket(self, driver: str) -> Path:
         """``plugins/<driver>/dra.sock``: where a DRA driver serves the kubelet."""
-        return self.plugins / driver / "dra.sock"
+        return self.dra_plugin_dir(driver) / DRA_SOCKET
 
     def dra_plugin_dir(self, driver: str) -> Path:
         return self.plugins / driver

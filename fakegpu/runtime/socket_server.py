@@ -30,6 +30,9 @@ plugins built on grpc-go answer with."""
 
 
 _private_names = itertools.count()
+PRIVATE_SOCKET_PREFIX = ".fg"
+"""What the private name a server binds before renaming it into place starts with (``.fg<pid>.<n>``, hex):
+left behind only by a process killed between the two, and ``fakegpu cleanup`` looks for it."""
 """Numbers the private names servers bind before they are renamed into place."""
 
 
@@ -141,7 +144,7 @@ class SocketServer:
         # gRPC binds a private name, renamed into place once it serves: gRPC unlinks the path it bound when
         # the server stops, whatever file is there by then, and a path another plugin took over in between
         # must keep that plugin's socket (deleting it made two plugins on one directory fight).
-        private = self.socket_path.with_name(f".fg{os.getpid():x}.{next(_private_names):x}")
+        private = self.socket_path.with_name(f"{PRIVATE_SOCKET_PREFIX}{os.getpid():x}.{next(_private_names):x}")
         # gRPC refuses a path of MAX_SOCKET_PATH bytes (its own limit is one shorter): where even the short
         # private name does not fit, bind the public path itself, as before the rename existed.
         bound = private if len(os.fsencode(private)) < MAX_SOCKET_PATH else self.socket_path

@@ -635,30 +635,42 @@ def test_the_claim_status_grant_is_limited_to_this_driver():
 
 #: what deploy/README.md ("Teardown") tells an admin to grant whoever runs ``fakegpu cleanup``
 CLEANUP_GRANTS = {Access("get", "", "nodes"), Access("patch", "", "nodes"), Access("patch", "", "nodes/status")}
+#: and on top for ``fakegpu cleanup --wait``, which follows the Node
+CLEANUP_WAIT_GRANTS = {Access("list", "", "nodes"), Access("watch", "", "nodes")}
+CLEANUP_MODULES = ["fakegpu/cli/cleanup_command.py", "fakegpu/cli/node_status_wait.py", "fakegpu/kube/node_watch.py"]
 
 
-async def test_cleanup_makes_exactly_the_calls_the_teardown_documents(apiserver):
-    """``fakegpu cleanup`` runs with the admin's credentials, under no overlay's ServiceAccount (``kubectl
-    delete -k`` has deleted those by then), so no overlay grants it anything; the README names the calls
-    instead, and this keeps that list exact: every call made is on it, everything on it is made."""
+async def cleanup_calls(apiserver: FakeApiServer, *flags: str) -> set[Access]:
+    """The calls one ``fakegpu cleanup --skip-host --yes`` run makes on a Node with leftovers."""
     node = apiserver.get_object("nodes", NODE)
     assert node is not None
     node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"
     node["metadata"]["annotations"] = {"fakegpu.io/managed-labels": "nvidia.com/gpu.count"}
     node["status"] = {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "0"}}
     apiserver.update_direct(node)
+    seen = len(apiserver.requests)
     client = apiserver.client()
     try:
-        args = cli_parser().parse_args(["cleanup", "--node", NODE, "--skip-host", "--yes"])
+        args = cli_parser().parse_args(["cleanup", "--node", NODE, "--skip-host", "--yes", *flags])
         assert await run_cleanup(args, client=client, out=io.StringIO()) == 0
     finally:
         await client.close()
-    made = {a for a in (request_access(r) for r in apiserver.requests) if a is not None}
+    return {a for a in (request_access(r) for r in apiserver.requests[seen:]) if a is not None}
+
+
+async def test_cleanup_makes_exactly_the_calls_the_teardown_documents(apiserver):
+    """``fakegpu cleanup`` runs with the admin's credentials, under no overlay's ServiceAccount (``kubectl
+    delete -k`` has deleted those by then), so no overlay grants it anything; the README names the calls
+    instead, and this keeps that list exact: every call made is on it, everything on it is made."""
+    made = await cleanup_calls(apiserver)
     assert made == CLEANUP_GRANTS
-    sites = client_call_sites(["fakegpu/cli/cleanup_command.py"])
+    waited = await cleanup_calls(apiserver, "--wait", "--settle", "0.2")
+    assert waited == CLEANUP_GRANTS | CLEANUP_WAIT_GRANTS
+    sites = client_call_sites(CLEANUP_MODULES)
     assert sites and all(
-        any(a.verb == s.verb and (s.resource is None or (a.group, a.resource) == s.resource) for a in made)
+        any(a.verb == s.verb and (s.resource is None or (a.group, a.resource) == s.resource) for a in waited)
         for s in sites
     ), [str(s) for s in sites]
     readme = " ".join((ROOT / "deploy/README.md").read_text().split())
     assert "grant exactly `get` and `patch` on `nodes` and `patch` on `nodes/status`" in readme
+    assert "`--wait` also needs `list` and `watch` on `nodes`" in readme

@@ -26,6 +26,8 @@ VENDOR: Final = cdi_vendor(COMPUTE_DOMAIN_DRIVER)
 BASE_CLASS: Final = "device"
 BASE_DEVICE: Final = "all"
 BASE_SPEC_ID: Final = "base"
+BASE_SPEC_FILE: Final = spec_file_name(VENDOR, BASE_CLASS, BASE_SPEC_ID, ".yaml")
+"""``k8s.compute-domain.nvidia.com-device_base.yaml``, written at every start and never removed (as NVIDIA's)."""
 IMEX_CHANNEL_MAJOR: Final = 234
 CHANNEL_FILE_MODE: Final = 0o666
 DAEMON_CONFIG_DIR: Final = "/imexd"
@@ -80,4 +82,4 @@ def claim_spec(devices: list[dict[str, Any]]) -> dict[str, Any]:
 def write_base_spec(cdi_root: Path) -> Path:
     """``k8s.compute-domain.nvidia.com-device_base.yaml``: device ``all`` the daemon's claim references."""
     spec = new_spec(VENDOR, BASE_CLASS, [{"name": BASE_DEVICE, "containerEdits": {"env": [VOID_VISIBLE_DEVICES]}}])
-    return write_spec_file(cdi_root, spec_file_name(VENDOR, BASE_CLASS, BASE_SPEC_ID, ".yaml"), spec)
+    return write_spec_file(cdi_root, BASE_SPEC_FILE, spec)
