@@ -42,9 +42,10 @@ included; a ComputeDomain's ``status`` is written only through ``/status``.
 Limitations: no conversion between resource.k8s.io versions. Objects are stored once per resource (the
 name space is shared by all versions, as in a real cluster) in the version they were written with, and a
 get/list/watch through another version returns them unchanged, with their own ``apiVersion``. No authn/
-authz, no namespaces objects (any namespace is accepted), no admission, no managedFields; strategic merge
-patch answers 415; server-side apply is "create, or JSON-merge the applied object" (no field ownership,
-``force`` ignored, omitted fields are not removed); discovery is the legacy (non-aggregated) JSON form.
+authz, Namespace objects only with ``namespaces_and_crds`` (and then only a terminating one refuses writes, a
+missing one does not), no other admission, no managedFields; strategic merge patch answers 415; server-side
+apply is "create, or JSON-merge the applied object" (no field ownership, ``force`` ignored, omitted fields
+are not removed); discovery is the legacy (non-aggregated) JSON form.
 """
 
 from __future__ import annotations
