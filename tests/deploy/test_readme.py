@@ -7,7 +7,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.main import main
 from fakegpu.cli.slice_commands import dra_feature_gates
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
 from fakegpu.dra.compute_domain.kubelet_plugin import compute_domain_specs
@@ -219,3 +222,23 @@ def test_resource_slices_listing_is_what_the_driver_publishes() -> None:
     )
     assert block is not None
     assert block.group(1).splitlines() == expected
+
+
+def test_gfd_labels_block_is_what_the_quoted_fakegpu_labels_command_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found = re.search(
+        r"`fakegpu (labels [^`]+)`\nprints, (\d+) with the timestamp [^;]*; without `--timestamp` it prints (\d+)",
+        text(),
+    )
+    assert found is not None, "deploy/README.md names the fakegpu labels command behind the GFD listing"
+    command, with_timestamp, without = found.group(1).split(), int(found.group(2)), int(found.group(3))
+    block = re.search(r"grep '\^nvidia.com/' \| sort\n(.*?)\n```", text(), flags=re.S)
+    assert block is not None
+    assert main(command) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert block.group(1).splitlines() == sorted(printed)
+    assert len(printed) == with_timestamp
+    at = command.index("--timestamp")
+    assert main(command[:at] + command[at + 2 :]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == without
