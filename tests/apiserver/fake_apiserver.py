@@ -25,7 +25,8 @@ served like Background), ``deletecollection`` with selectors answering the list 
 subresources (create/update of a ResourceClaim ignores ``status``; ``/status`` changes only
 ``status``), feature-gate field dropping for ResourceSlices, field/label selectors, list paging
 (``limit``/``continue``; ``remainingItemCount`` only without selectors, as a real server) and watches
-(initial ``ADDED`` events when no ``resourceVersion`` is given, replay of the history after a given
+(initial ``ADDED`` events when no ``resourceVersion`` is given or with ``sendInitialEvents=true``, which ends
+them with the ``k8s.io/initial-events-end`` BOOKMARK kubectl's waits need, replay of the history after a given
 ``resourceVersion``, ``410 Expired`` ERROR event after :meth:`FakeApiServer.compact` or once the bounded
 history, ``history_limit`` events, has dropped the version, ``timeoutSeconds``).
 
