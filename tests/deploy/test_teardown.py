@@ -254,3 +254,13 @@ def test_no_command_depends_on_a_part_never_applied() -> None:
 def test_applied_directories_match_the_block() -> None:
     deleted = {s.value("-k") for s in steps() if s.kubectl("delete")} - {None}
     assert deleted == {f"deploy/{d}" for d in APPLIED}
+
+
+def test_the_readmes_summary_quotes_the_blocks_commands() -> None:
+    summary = (ROOT / "README.md").read_text()
+    (label,) = [s for s in steps() if s.kubectl("label")]
+    assert f"`{label.line}`" in summary
+    (cleanup,) = [s for s in steps() if s.fakegpu("cleanup")]
+    # The summary's one command does both halves (no --skip-host); its flags are the block's.
+    flags = " ".join(a for a in cleanup.argv[4:] if a != "--skip-host")
+    assert f"`fakegpu cleanup --node N {flags}`" in summary
