@@ -25,7 +25,8 @@ served like Background), ``deletecollection`` with selectors answering the list 
 subresources (create/update of a ResourceClaim ignores ``status``; ``/status`` changes only
 ``status``), feature-gate field dropping for ResourceSlices, field/label selectors, list paging
 (``limit``/``continue``; ``remainingItemCount`` only without selectors, as a real server) and watches
-(initial ``ADDED`` events when no ``resourceVersion`` is given, replay of the history after a given
+(initial ``ADDED`` events when no ``resourceVersion`` is given or with ``sendInitialEvents=true``, which ends
+them with the ``k8s.io/initial-events-end`` BOOKMARK kubectl's waits need, replay of the history after a given
 ``resourceVersion``, ``410 Expired`` ERROR event after :meth:`FakeApiServer.compact` or once the bounded
 history, ``history_limit`` events, has dropped the version, ``timeoutSeconds``).
 
@@ -42,10 +43,11 @@ included; a ComputeDomain's ``status`` is written only through ``/status``.
 Limitations: no conversion between resource.k8s.io versions. Objects are stored once per resource (the
 name space is shared by all versions, as in a real cluster) in the version they were written with, and a
 get/list/watch through another version returns them unchanged, with their own ``apiVersion``. No authn/
-authz unless a test names a token's user and grants (:meth:`FakeApiServer.authorize`, 403 otherwise), no
-namespaces objects (any namespace is accepted), no admission, no managedFields; strategic merge
-patch answers 415; server-side apply is "create, or JSON-merge the applied object" (no field ownership,
-``force`` ignored, omitted fields are not removed); discovery is the legacy (non-aggregated) JSON form.
+authz unless a test names a token's user and grants (:meth:`FakeApiServer.authorize`, 403 otherwise),
+Namespace objects only with ``namespaces_and_crds`` (and then only a terminating one refuses writes, a
+missing one does not), no other admission, no managedFields; strategic merge patch answers 415; server-side
+apply is "create, or JSON-merge the applied object" (no field ownership, ``force`` ignored, omitted fields
+are not removed); discovery is the legacy (non-aggregated) JSON form.
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ class ResourceType:
     namespaced: bool
     has_status: bool = False
     field_labels: tuple[str, ...] = ()
+    short_names: tuple[str, ...] = ()
+    """what discovery lists as ``shortNames`` (kubectl resolves ``crd`` through it)"""
 
     @property
     def group_resource(self) -> str:
@@ -170,6 +174,21 @@ COMPUTE_DOMAINS = ResourceType(NVIDIA_GROUP, "computedomains", "ComputeDomain", 
 COMPUTE_DOMAIN_CLIQUES = ResourceType(NVIDIA_GROUP, "computedomaincliques", "ComputeDomainClique", namespaced=True)
 #: core/v1 Events, served with the NVIDIA kinds (the compute-domain controller records its transitions)
 EVENTS = ResourceType("", "events", "Event", namespaced=True)
+#: Namespaces and CRDs with their deletion lifecycle (``namespaces_and_crds=True``): what a teardown waits on
+NAMESPACES = ResourceType("", "namespaces", "Namespace", namespaced=False, has_status=True, short_names=("ns",))
+APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+CRDS = ResourceType(
+    APIEXTENSIONS_GROUP,
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+    has_status=True,
+    short_names=("crd", "crds"),
+)
+#: what kube-apiserver's namespace strategy puts in spec.finalizers (the namespace controller's)
+NAMESPACE_FINALIZER = "kubernetes"
+#: what apiextensions-apiserver adds to a CRD being deleted until its custom resources are gone
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 _TYPES = {
     t.plural: t
     for t in (
@@ -182,6 +201,8 @@ _TYPES = {
         COMPUTE_DOMAINS,
         COMPUTE_DOMAIN_CLIQUES,
         EVENTS,
+        NAMESPACES,
+        CRDS,
     )
 }
 
@@ -600,6 +621,7 @@ class FakeApiServer:
         validate_schema: bool = True,
         history_limit: int = 1000,
         nvidia_crds: bool = False,
+        namespaces_and_crds: bool = False,
     ) -> None:
         """``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
         DRA driver's CRDs installed does.
@@ -609,6 +631,14 @@ class FakeApiServer:
         object, too much for a benchmark fleet. ``history_limit`` bounds the watch history (the last N
         events; a watch from an older resourceVersion gets 410 Expired), so a fleet's churn does not keep
         every version of every object alive.
+
+        ``namespaces_and_crds`` serves core/v1 Namespaces and apiextensions.k8s.io/v1 CustomResourceDefinitions
+        with what a teardown meets on a real server: deleting a Namespace only marks it ``Terminating`` and
+        deletes what it holds (objects with finalizers are only marked); deleting a CRD marks it (finalizer
+        ``customresourcecleanup.apiextensions.k8s.io``, condition ``Terminating``) and deletes its custom
+        resources; each goes once nothing of it is left, a CRD's kind is then no longer served. Creating in a
+        terminating namespace answers 403, creating a custom resource of a terminating CRD 405. A namespace
+        need not exist to be written to (no NamespaceLifecycle admission for missing ones).
         """
         parts = kubernetes_version.lstrip("v").split(".")
         if len(parts) not in (2, 3) or parts[0] != "1" or not all(p.isdigit() for p in parts):
@@ -659,6 +689,12 @@ class FakeApiServer:
                 t.plural: t for t in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES)
             }
             self._served[("", "v1")][EVENTS.plural] = EVENTS
+        if namespaces_and_crds:
+            self._served[("", "v1")][NAMESPACES.plural] = NAMESPACES
+            self._served[(APIEXTENSIONS_GROUP, "v1")] = {CRDS.plural: CRDS}
+        # Namespaces and CRDs being deleted, waiting for what they hold to go (see _advance_terminations).
+        self._terminating: set[tuple[str, str, str]] = set()
+        self._advancing = False
         self._lock = threading.RLock()
         # Stored objects are immutable (tests/apiserver/stored_object.py): responses, watch events and the
         # history share them without copies.
@@ -987,11 +1023,16 @@ class FakeApiServer:
             groups = [self._group_doc()] if self.resource_api_versions else []
             if (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
                 groups.append(self._nvidia_group_doc())
+            if (APIEXTENSIONS_GROUP, "v1") in self._served:
+                groups.append(self._single_version_group_doc(APIEXTENSIONS_GROUP, "v1"))
             return _Response(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         if segs == ["apis", RESOURCE_GROUP] and self.resource_api_versions:
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._group_doc()})
         if segs == ["apis", NVIDIA_GROUP] and (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._nvidia_group_doc()})
+        if segs == ["apis", APIEXTENSIONS_GROUP] and (APIEXTENSIONS_GROUP, "v1") in self._served:
+            doc = self._single_version_group_doc(APIEXTENSIONS_GROUP, "v1")
+            return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **doc})
         if segs == ["api", "v1"]:
             return _Response(200, self._resource_list("", "v1"))
         if len(segs) == 3 and segs[0] == "apis" and (segs[1], segs[2]) in self._served:
@@ -1019,10 +1060,14 @@ class FakeApiServer:
         versions = [{"groupVersion": f"{RESOURCE_GROUP}/{v}", "version": v} for v in self.resource_api_versions]
         return {"name": RESOURCE_GROUP, "versions": versions, "preferredVersion": versions[0]}
 
+    @classmethod
+    def _nvidia_group_doc(cls) -> JSON:
+        return cls._single_version_group_doc(NVIDIA_GROUP, NVIDIA_VERSION)
+
     @staticmethod
-    def _nvidia_group_doc() -> JSON:
-        version = {"groupVersion": f"{NVIDIA_GROUP}/{NVIDIA_VERSION}", "version": NVIDIA_VERSION}
-        return {"name": NVIDIA_GROUP, "versions": [version], "preferredVersion": version}
+    def _single_version_group_doc(group: str, version: str) -> JSON:
+        served = {"groupVersion": f"{group}/{version}", "version": version}
+        return {"name": group, "versions": [served], "preferredVersion": served}
 
     def _resource_list(self, group: str, version: str) -> JSON:
         resources: list[JSON] = []
@@ -1034,6 +1079,7 @@ class FakeApiServer:
                     "namespaced": rtype.namespaced,
                     "kind": rtype.kind,
                     "verbs": list(VERBS),
+                    **({"shortNames": list(rtype.short_names)} if rtype.short_names else {}),
                 }
             )
             if rtype.has_status:
@@ -1067,7 +1113,8 @@ class FakeApiServer:
         if watch_path:
             rest = rest[1:]
         namespace = None
-        if rest and rest[0] == "namespaces":
+        # /namespaces/<ns>/<plural>... is a namespaced path; /namespaces[/<name>[/status]] the Namespaces themselves
+        if rest and rest[0] == "namespaces" and ((len(rest) >= 3 and rest[2] in types) or "namespaces" not in types):
             if len(rest) < 3:
                 raise not_found
             namespace, rest = rest[1], rest[2:]
@@ -1242,10 +1289,14 @@ class FakeApiServer:
         rv_param = query.get("resourceVersion", "")
         deadline = time.monotonic() + _number(query, "timeoutSeconds") if query.get("timeoutSeconds") else None
         with self._lock:
-            if rv_param in ("", "0"):
+            if rv_param in ("", "0") or query.get("sendInitialEvents") == "true":
                 for _, obj in sorted(self._by_plural[route.rtype.plural].items()):
                     if watcher.matches(obj):
                         watcher.events.put(_stored_event_line("ADDED", obj))
+                if query.get("sendInitialEvents") == "true":
+                    # WatchList (what kubectl wait and client-go reflectors use): the end of the initial
+                    # events is a BOOKMARK annotated k8s.io/initial-events-end, at the current version.
+                    watcher.events.put(_event_line("BOOKMARK", self._initial_events_end(route)))
             else:
                 try:
                     since = int(rv_param)
@@ -1261,6 +1312,16 @@ class FakeApiServer:
                         watcher.deliver(event)
             self._watchers.append(watcher)
         return _WatchStream(watcher, deadline)
+
+    def _initial_events_end(self, route: _Route) -> JSON:
+        return {
+            "kind": route.rtype.kind,
+            "apiVersion": route.group_version,
+            "metadata": {
+                "resourceVersion": str(self._rv),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        }
 
     def _remove_watcher(self, watcher: _Watcher) -> None:
         with self._lock:
@@ -1334,7 +1395,11 @@ class FakeApiServer:
             obj.pop("status", None)  # status can only be written through /status
         if rtype.group == NVIDIA_GROUP:
             crd_schema.crd_schemas()[rtype.plural].normalize(obj)
+        if rtype is NAMESPACES:
+            obj.setdefault("spec", {})["finalizers"] = [NAMESPACE_FINALIZER]
+            obj["status"] = {"phase": "Active"}
         with self._lock:
+            self._refuse_create_while_terminating(rtype, obj)
             if not meta.get("name"):
                 if not meta.get("generateName"):
                     raise self._invalid(
@@ -1466,7 +1531,8 @@ class FakeApiServer:
             raise self._invalid(rtype, new, errors)
         if new == old or dry_run:
             return new
-        if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        # A terminating Namespace waits on spec.finalizers and what it holds (_advance_terminations), not here.
+        if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers") and rtype is not NAMESPACES:
             return self._commit_delete(rtype, key, "Background", final=new).full()
         return self._commit_put(rtype, key, new)
 
@@ -1616,6 +1682,8 @@ class FakeApiServer:
         """Delete, or only mark for deletion when finalizers remain; returns the object as deleted or marked
         and whether it remains."""
         stored = self._objects[key]
+        if rtype in (NAMESPACES, CRDS):
+            return self._begin_termination(rtype, key)
         if not stored.meta.get("finalizers"):
             return self._commit_delete(rtype, key, propagation), False
         if stored.meta.get("deletionTimestamp"):
@@ -1637,7 +1705,92 @@ class FakeApiServer:
         self._emit(rtype, "DELETED", deleted, None)
         if propagation != "Orphan":
             self._collect_garbage(deleted.meta["uid"])
+        self._advance_terminations()
         return deleted
+
+    # ------------------------------------------------------------------ namespace and CRD termination
+
+    def _refuse_create_while_terminating(self, rtype: ResourceType, obj: JSON) -> None:
+        """What kube-apiserver's NamespaceLifecycle admission and apiextensions-apiserver answer."""
+        meta = obj["metadata"]
+        namespace = self._objects.get(("namespaces", "", meta.get("namespace") or "")) if rtype.namespaced else None
+        if namespace is not None and namespace.meta.get("deletionTimestamp"):
+            raise ApiFailure(
+                403,
+                f'{rtype.group_resource} "{meta.get("name") or meta.get("generateName")}" is forbidden: unable to '
+                f"create new content in namespace {meta['namespace']} because it is being terminated",
+            )
+        crd = self._objects.get(("customresourcedefinitions", "", rtype.group_resource))
+        if crd is not None and crd.meta.get("deletionTimestamp"):
+            raise ApiFailure(405, f'create is not supported on resources of kind "{rtype.group_resource}"')
+
+    def _begin_termination(self, rtype: ResourceType, key: tuple[str, str, str]) -> tuple[StoredObject, bool]:
+        """Mark a Namespace or CRD for deletion (once) and delete what it holds; it goes once that is gone."""
+        stored = self._objects[key]
+        if not stored.meta.get("deletionTimestamp"):
+            marked = stored.full()
+            marked["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=0)
+            if rtype is NAMESPACES:
+                marked["status"] = {"phase": "Terminating"}
+            else:
+                marked["metadata"]["finalizers"] = [
+                    *(marked["metadata"].get("finalizers") or []),
+                    CRD_CLEANUP_FINALIZER,
+                ]
+                condition = {"type": "Terminating", "status": "True", "reason": "InstanceDeletionInProgress"}
+                marked.setdefault("status", {})["conditions"] = [condition]
+            self._commit_put(rtype, key, marked)
+            self._terminating.add(key)
+            self._advance_terminations()
+        remaining = self._objects.get(key)
+        return (remaining, True) if remaining is not None else (stored, False)
+
+    def _held_by(self, key: tuple[str, str, str]) -> list[tuple[str, str, str]]:
+        """The objects a terminating Namespace or CRD waits for."""
+        if key[0] == NAMESPACES.plural:
+            return [k for k in self._objects if k[1] == key[2] and _TYPES[k[0]].namespaced]
+        spec = self._objects[key].full().get("spec") or {}
+        plural, group = (spec.get("names") or {}).get("plural", ""), spec.get("group")
+        if plural not in _TYPES or _TYPES[plural].group != group:
+            return []
+        return list(self._by_plural.get(plural, {}))
+
+    def _advance_terminations(self) -> None:
+        """The namespace controller's and the CRD finalizer's work, done whenever an object goes: delete what a
+        terminating Namespace or CRD holds (objects with finalizers are only marked), and finish those that hold
+        nothing any more (a finished CRD's kind is no longer served)."""
+        if self._advancing or not self._terminating:
+            return
+        self._advancing = True
+        try:
+            progress = True
+            while progress:
+                progress = False
+                for key in sorted(self._terminating):
+                    held = self._held_by(key)
+                    for dependent in held:
+                        if dependent in self._objects:
+                            self._delete_one(_TYPES[dependent[0]], dependent, "Background")
+                    if any(dependent in self._objects for dependent in held):
+                        continue
+                    self._finish_termination(key)
+                    progress = True
+        finally:
+            self._advancing = False
+
+    def _finish_termination(self, key: tuple[str, str, str]) -> None:
+        self._terminating.discard(key)
+        final = self._objects[key].full()
+        if key[0] == NAMESPACES.plural:
+            final["spec"]["finalizers"] = []
+            self._commit_delete(NAMESPACES, key, "Background", final=final)
+            return
+        final["metadata"]["finalizers"] = [f for f in final["metadata"]["finalizers"] if f != CRD_CLEANUP_FINALIZER]
+        self._commit_delete(CRDS, key, "Background", final=final)
+        plural = final["spec"]["names"]["plural"]
+        for group_version, types in list(self._served.items()):
+            if group_version[0] == final["spec"]["group"] and types.pop(plural, None) is not None and not types:
+                del self._served[group_version]
 
     def _collect_garbage(self, owner_uid: str) -> None:
         """Delete the dependents of a deleted owner that have no live owner left: O(its dependents)."""

@@ -5,6 +5,8 @@ ComputeDomain, ask for GPUs a GB200 node publishes, and are gang-scheduled insid
 
 from __future__ import annotations
 
+import re
+
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
@@ -88,3 +90,19 @@ def test_a_gb200_rack_node_publishes_what_a_worker_asks_for() -> None:
     assert len(gpus) == 4
     assert {d["attributes"]["productName"]["string"] for d in gpus} == {"NVIDIA GB200"}
     assert node.fabric is not None and node.fabric.clique == fabric.clique
+
+
+def test_the_readmes_real_cluster_fleets_fit_the_gang_and_do_not() -> None:
+    # README.md reports what the real scheduler did with this job on two KWOK fleets: placed on one of the
+    # first fleet's cliques, Pending on the second. Each clique is one rack, so the numbers must say so.
+    readme = (RACK_SCALE.parents[2] / "README.md").read_text()
+    fits = re.search(r"virtual-nodes --gpus (\d+)xgb200 --racks (\d+) --nodes-per-rack (\d+) --gpu-mode dra`", readme)
+    fails = re.search(r"`--racks (\d+) --nodes-per-rack (\d+)` \(no clique with (\w+) nodes\)", readme)
+    assert fits is not None and fails is not None
+    objs = objects()
+    workers = one(objs, "ComputeDomain", "train-16gpu")["spec"]["numNodes"]
+    (request,) = one(objs, "ResourceClaimTemplate", "four-gb200")["spec"]["spec"]["devices"]["requests"]
+    gpus_per_node, per_rack = int(fits.group(1)), int(fits.group(3))
+    assert gpus_per_node >= request["exactly"]["count"] and per_rack >= workers
+    assert int(fails.group(2)) < workers and fails.group(3) == "four" and workers == 4
+    assert f"its {fails.group(3)} workers landed" in readme.replace("\n", " ")

@@ -7,9 +7,15 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from fakegpu.cli.inventory_options import inventory_inputs
+from fakegpu.cli.main import main
 from fakegpu.cli.slice_commands import dra_feature_gates
+from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
+from fakegpu.dra.compute_domain.kubelet_plugin import compute_domain_specs
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory, load_labels, load_node
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from tests.deploy.manifests import (
@@ -174,3 +180,65 @@ def test_single_config_patch_names_a_real_volume_and_configmap() -> None:
     assert any(v["name"] == volume and "configMap" in v for v in mounted), f"no mounted ConfigMap volume {volume}"
     examples = {d["metadata"]["name"] for p in (DEPLOY / "examples" / "configs").glob("*.yaml") for d in load_docs(p)}
     assert config_map in examples
+
+
+def kubectl_table(header: list[str], rows: list[list[tuple[str, int]]]) -> list[str]:
+    """Lines as `kubectl get` prints them (each column as wide as its longest value plus 3 spaces, the last one
+    unpadded), from cells given as (shown text, length of the real value): a generated name shows its random
+    suffix as `…` but takes the width of the real one."""
+    table = [[(h, len(h)) for h in header], *rows]
+    widths = [max(length for (length,) in ((c[i][1],) for c in table)) for i in range(len(header))]
+    return [
+        "".join(text + " " * (widths[i] + 3 - len(text)) for i, (text, _) in enumerate(cells[:-1])) + cells[-1][0]
+        for cells in table
+    ]
+
+
+def test_resource_slices_listing_is_what_the_driver_publishes() -> None:
+    dra = only_container(one(render("dra"), "DaemonSet", "fakegpu-dra"))
+    args = parse_cli(fakegpu_argv(dra))
+    assert args.compute_domains, "the overlay's driver runs the compute-domain plugin too"
+    env = container_env(dra, DRA_NODE)
+    _, mig_mode = dra_feature_gates(args, env)
+    node = load_node(inventory_inputs(args, env))
+    gpu = SliceOptions(driver=args.driver_name, mig_mode=mig_mode, server_minor=36)
+    published = slice_objects(node, gpu, build_slice_specs(node, gpu, {}))
+    domains = SliceOptions(driver=COMPUTE_DOMAIN_DRIVER)
+    published += slice_objects(node, domains, compute_domain_specs(node, domains, {}))
+    suffix = 5  # the API server's random generateName suffix
+    rows = [
+        [
+            (s["metadata"]["generateName"] + "…", len(s["metadata"]["generateName"]) + suffix),
+            *((v, len(v)) for v in (s["spec"]["nodeName"], s["spec"]["driver"], s["spec"]["pool"]["name"])),
+            ("…", 1),
+        ]
+        for s in sorted(published, key=lambda s: str(s["metadata"]["generateName"]))
+    ]
+    expected = kubectl_table(["NAME", "NODE", "DRIVER", "POOL", "AGE"], rows)
+    block = re.search(
+        rf"^\$ kubectl get resourceslices --field-selector spec.nodeName={DRA_NODE}\n(.*?)\n```",
+        text(),
+        flags=re.M | re.S,
+    )
+    assert block is not None
+    assert block.group(1).splitlines() == expected
+
+
+def test_gfd_labels_block_is_what_the_quoted_fakegpu_labels_command_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found = re.search(
+        r"`fakegpu (labels [^`]+)`\nprints, (\d+) with the timestamp [^;]*; without `--timestamp` it prints (\d+)",
+        text(),
+    )
+    assert found is not None, "deploy/README.md names the fakegpu labels command behind the GFD listing"
+    command, with_timestamp, without = found.group(1).split(), int(found.group(2)), int(found.group(3))
+    block = re.search(r"grep '\^nvidia.com/' \| sort\n(.*?)\n```", text(), flags=re.S)
+    assert block is not None
+    assert main(command) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert block.group(1).splitlines() == sorted(printed)
+    assert len(printed) == with_timestamp
+    at = command.index("--timestamp")
+    assert main(command[:at] + command[at + 2 :]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == without
