@@ -347,7 +347,9 @@ async def test_plugins_registry_mode_is_ready_on_the_kubelets_word(fakegpu_node)
     (k8s.io/kubelet pluginregistration v1, as NVIDIA/k8s-device-plugin's plugin watcher path): readiness
     follows what it last said."""
     node = await fakegpu_node("2xl4", registration="plugins-registry")
-    assert node.plugins.not_ready() is None
+    # The kubelet sends NotifyRegistrationStatus after it has taken the plugin's devices, so the fixture can
+    # return before it arrives.
+    await eventually(lambda: node.plugins.not_ready() is None, "the kubelet's word that the plugin is registered")
     socket = node.kubelet.paths.plugins_registry / registry_socket_name(GPU)
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
         stub = reg_grpc.RegistrationStub(channel)
