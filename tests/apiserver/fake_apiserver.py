@@ -290,6 +290,14 @@ class _Fault:
 
 
 @dataclass
+class _Delay:
+    verb: str
+    kind: str
+    seconds: float
+    remaining: int
+
+
+@dataclass
 class _Event:
     rv: int
     plural: str
@@ -709,6 +717,7 @@ class FakeApiServer:
         self._history_floor = 0
         self._watchers: list[_Watcher] = []
         self._faults: list[_Fault] = []
+        self._delays: list[_Delay] = []
         self._verb_counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._random = random.Random()
         self._httpd: _HTTPServer | None = None
@@ -817,6 +826,18 @@ class FakeApiServer:
             raise ValueError(f"unknown verb {verb!r}")
         with self._lock:
             self._faults.append(_Fault(verb, kind, status, times, message))
+
+    def delay_next(self, verb: str, kind: str, seconds: float, times: int = 1) -> None:
+        """Answer the next ``times`` requests of ``verb`` on ``kind`` (plural, "*" for any) ``seconds`` late,
+        as a real API server busy with a collection delete of thousands of objects does. The request is
+        carried out after the pause, whether or not the client still waits for it (a real server goes on
+        with a request whose client timed out)."""
+        if verb not in (*VERBS, "*"):
+            raise ValueError(f"unknown verb {verb!r}")
+        if seconds <= 0 or times < 1:
+            raise ValueError(f"a delay needs seconds > 0 and times >= 1, got {seconds} and {times}")
+        with self._lock:
+            self._delays.append(_Delay(verb, kind, seconds, times))
 
     def objects(self, kind_plural: str, namespace: str | None = None) -> list[JSON]:
         """Deep copies of the stored objects of a resource, sorted by namespace and name."""
@@ -972,6 +993,9 @@ class FakeApiServer:
                 self.bytes_received[route.verb] += size
                 self._verb_counts[(route.verb, route.kind_key)] += 1
                 fault = self._take_fault(route.verb, route.kind_key)
+                delay = self._take_delay(route.verb, route.kind_key)
+            if delay and self._stopping.wait(delay):
+                raise ApiFailure(503, "the fake API server is stopping")
             if fault is not None:
                 injected = True
                 message = fault.message or f"injected failure: {route.verb} {route.kind_key}"
@@ -1174,6 +1198,15 @@ class FakeApiServer:
                     self._faults.remove(fault)
                 return fault
         return None
+
+    def _take_delay(self, verb: str, kind: str) -> float:
+        for delay in self._delays:
+            if delay.verb in (verb, "*") and delay.kind in (kind, "*", kind.split("/", maxsplit=1)[0]):
+                delay.remaining -= 1
+                if delay.remaining <= 0:
+                    self._delays.remove(delay)
+                return delay.seconds
+        return 0.0
 
     def _dispatch(
         self, route: _Route, query: Mapping[str, str], headers: Mapping[str, str], body: bytes

@@ -656,6 +656,34 @@ async def test_fault_injection(server: FakeApiServer, client: AsyncClient) -> No
     assert isinstance(expired.error, ApiError) and expired.error.status.code == 410
 
 
+async def test_a_delayed_request_is_answered_late_and_carried_out_after_the_client_gave_up(
+    server: FakeApiServer, client: AsyncClient
+) -> None:
+    """``delay_next`` models a loaded server: the answer comes late, and a client that stopped waiting does
+    not stop the request (the object is deleted all the same)."""
+    await client.create(make_slice(name="a"))
+    with pytest.raises(ValueError, match="seconds > 0"):
+        server.delay_next("delete", "resourceslices", 0)
+    server.delay_next("delete", "resourceslices", 0.5)
+    with pytest.raises(httpx2.ReadTimeout):
+        await _delete_with_timeout(client, "a", 0.1)
+    await eventually(lambda: server.objects("resourceslices") == [], "the late delete carried out")
+    server.delay_next("get", "*", 0.2, times=1)
+    with pytest.raises(ApiError):  # answered (late), then promptly: the delay was used up
+        await client.get(ResourceSlice, "a")
+    with pytest.raises(ApiError):
+        await client.get(ResourceSlice, "a")
+    assert server.count("get", "resourceslices") == 2
+
+
+async def _delete_with_timeout(client: AsyncClient, name: str, seconds: float) -> None:
+    """A delete the client waits ``seconds`` for (lightkube's ``delete`` takes no timeout)."""
+    generic: Any = client._client
+    request = generic.prepare_request("delete", res=ResourceSlice, name=name)
+    request.timeout = httpx2.Timeout(seconds)
+    await generic.send(generic.build_adapter_request(request))
+
+
 async def test_device_classes_and_direct_helpers(server: FakeApiServer, client: AsyncClient) -> None:
     cls = {
         "apiVersion": "resource.k8s.io/v1",
