@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
 
-def _line(what: str, done: int, total: int, elapsed: float) -> str:
+def _line(what: str, done: int, total: int, elapsed: float, step: str = "") -> str:
     rate = done / elapsed if elapsed > 0 else 0.0
-    return f"{what}: {done}/{total} ({rate:.0f}/s, {elapsed:.0f} s)"
+    line = f"{what}: {done}/{total} ({rate:.0f}/s, {elapsed:.0f} s)"
+    return f"{line}, {step}" if step else line
 
 
 async def _tick(
@@ -26,6 +27,7 @@ async def _tick(
     read: Callable[[], tuple[int, int]],
     interval: float,
     plain_every: float,
+    step: Callable[[], str],
 ) -> None:
     started = time.monotonic()
     on_terminal = stream.isatty()
@@ -34,7 +36,7 @@ async def _tick(
         await asyncio.sleep(interval)
         done, total = read()
         now = time.monotonic()
-        text = _line(what, done, total, now - started)
+        text = _line(what, done, total, now - started, step())
         if on_terminal:
             stream.write(f"\r\x1b[K{text}")
             stream.flush()
@@ -52,9 +54,11 @@ async def progress(
     *,
     interval: float = 1.0,
     plain_every: float = 10.0,
+    step: Callable[[], str] = lambda: "",
 ) -> AsyncIterator[None]:
-    """Show ``what: done/total (rate)`` while the body runs; ``read`` gives (done, total)."""
-    task = asyncio.create_task(_tick(stream, what, read, interval, plain_every))
+    """Show ``what: done/total (rate)`` while the body runs; ``read`` gives (done, total), ``step`` what is
+    being waited for when the count alone would not move (a collection delete the server takes minutes over)."""
+    task = asyncio.create_task(_tick(stream, what, read, interval, plain_every, step))
     try:
         yield
     finally:

@@ -31,10 +31,11 @@ from fakegpu.cli.slice_commands import add_slice_options, check_api_version_serv
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, client_target
 from fakegpu.kube.discovery import DiscoveryError
+from fakegpu.kube.lean_requests import LongCall
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK, RackLayout, TopologyKeys, parse_topology_keys
-from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
+from fakegpu.virtual_nodes.api import LONG_CALL, Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
@@ -369,11 +370,13 @@ async def run_virtual_nodes(
     out: TextIO | None = None,
     err: TextIO | None = None,
     retry_pause: float = 0.2,
+    long_call: LongCall = LONG_CALL,
     watching: Callable[[Watcher], object] = lambda watcher: None,
 ) -> int:
     """The whole command in the caller's event loop; tests pass their own ``client``, ``stop`` and a
-    short ``retry_pause`` (the first pause before retrying a failed request; it doubles each time), and
-    may follow the ``--watch`` loop's progress through ``watching``, called with it before it runs."""
+    short ``retry_pause`` (the first pause before retrying a failed request; it doubles each time), a
+    short ``long_call`` (how long lists and collection deletes may take), and may follow the ``--watch``
+    loop's progress through ``watching``, called with it before it runs."""
     out = out or sys.stdout
     err = err or sys.stderr
 
@@ -390,7 +393,7 @@ async def run_virtual_nodes(
             say(f"warning: {warning}")
     own_client = client is None
     client = client or _client(args.kubeconfig)
-    api = Api(client, backoff=retry_pause)
+    api = Api(client, backoff=retry_pause, long_call=long_call)
 
     def say_target() -> None:
         """After per-node errors: where those requests went (the errors themselves name the object)."""
@@ -421,7 +424,9 @@ async def _delete_nodes(
     controller: VirtualNodeController, err: TextIO, say: Callable[[str], None], say_target: Callable[[], None]
 ) -> int:
     """``--delete``: the report's lines and the calls made; the exit status."""
-    async with progress(err, "deleting virtual nodes", lambda: (controller.done, controller.total)):
+    async with progress(
+        err, "deleting virtual nodes", lambda: (controller.done, controller.total), step=lambda: controller.step
+    ):
         deleted = await controller.delete_all()
     for line in deleted.lines():
         say(line)

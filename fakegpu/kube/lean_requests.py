@@ -4,6 +4,9 @@
   count, retry or stop at one).
 - A delete by label selector: its ``deletecollection`` takes no selector, so it could only delete every
   object of a kind.
+- A request allowed to take long (``LongCall``): a list or a collection delete of thousands of objects can
+  outlast the client's usual read timeout (lightkube's 10 s) on a loaded server, so such a request asks the
+  server to finish within ``timeoutSeconds`` and waits for the answer a little longer than that.
 - A write from JSON already serialised, answered with the stored object's identity only: a 30 KB
   ResourceSlice built from a pool template is text already, and turning it into a model, the model into
   JSON, and the 30 KB answer back into a model cost more client CPU than the request itself (measured with
@@ -104,6 +107,31 @@ class Page(Generic[T]):
     """How many objects the pages after this one hold, when the server says (it does for a list it can count)."""
 
 
+@dataclass(frozen=True)
+class LongCall:
+    """How long a list page or a collection delete may take. The server is asked to finish within
+    ``server_seconds`` (``timeoutSeconds``, a query parameter of both verbs); the client waits
+    ``read_seconds`` for the answer, longer, so that a server that needs the whole time answers (or answers
+    its own timeout) instead of the client giving up on a request the server goes on carrying out."""
+
+    server_seconds: int
+    read_seconds: float
+
+    def __post_init__(self) -> None:
+        if self.server_seconds < 1 or self.read_seconds <= self.server_seconds:
+            raise ValueError(
+                f"a long call needs server_seconds >= 1 and read_seconds above it, got {self.server_seconds} "
+                f"and {self.read_seconds}"
+            )
+
+    def apply(self, generic: Any, request: Any) -> None:
+        """Set the server-side timeout and the longer read timeout on a lightkube ``BasicRequest``; the
+        other timeouts (connect, write, pool) stay the client's."""
+        request.params["timeoutSeconds"] = self.server_seconds
+        base: httpx2.Timeout = generic._client.timeout
+        request.timeout = httpx2.Timeout(connect=base.connect, read=self.read_seconds, write=base.write, pool=base.pool)
+
+
 def _selectors(labels: Mapping[str, Any] | None, fields: Mapping[str, Any] | None) -> dict[str, str]:
     params: dict[str, str] = {}
     if labels:
@@ -122,14 +150,18 @@ async def list_page(
     labels: Mapping[str, Any] | None = None,
     fields: Mapping[str, Any] | None = None,
     decode_as: type[Any] | None = None,
+    long_call: LongCall | None = None,
 ) -> Page[Any]:
     """One page of at most ``limit`` objects of ``kind`` (a cluster-scoped lightkube resource), decoded as
-    ``kind`` or, given, as the narrower msgspec struct ``decode_as`` (e.g. ``SliceHead``)."""
+    ``kind`` or, given, as the narrower msgspec struct ``decode_as`` (e.g. ``SliceHead``); with
+    ``long_call``, allowed that long."""
     generic: Any = client._client  # lightkube's request plumbing is untyped
     params: dict[str, Any] = {"limit": limit, **_selectors(labels, fields)}
     if continue_token:
         params["continue"] = continue_token
     request = generic.prepare_request("list", res=kind, params=params)
+    if long_call is not None:
+        long_call.apply(generic, request)
     response = await generic.send(generic.build_adapter_request(request))
     generic.raise_for_status(response)
     body = response.content
@@ -146,6 +178,7 @@ async def all_pages(
     labels: Mapping[str, Any] | None = None,
     fields: Mapping[str, Any] | None = None,
     decode_as: type[Any] | None = None,
+    long_call: LongCall | None = None,
     send: Callable[[Callable[[], Awaitable[Page[Any]]]], Awaitable[Page[Any]]] | None = None,
 ) -> AsyncIterator[Page[Any]]:
     """Every page of a list, one request each; the caller keeps what it needs of a page before the next.
@@ -155,7 +188,14 @@ async def all_pages(
 
         def request(token: str | None = token) -> Awaitable[Page[Any]]:
             return list_page(
-                client, kind, limit=limit, continue_token=token, labels=labels, fields=fields, decode_as=decode_as
+                client,
+                kind,
+                limit=limit,
+                continue_token=token,
+                labels=labels,
+                fields=fields,
+                decode_as=decode_as,
+                long_call=long_call,
             )
 
         page = await (send(request) if send is not None else request())
@@ -171,15 +211,20 @@ async def delete_collection(
     *,
     labels: Mapping[str, Any],
     propagation: str = "Background",
+    long_call: LongCall | None = None,
 ) -> None:
     """Delete every object of ``kind`` the label selector picks, in one request; dependents go the way
-    ``propagation`` says (``Background``: the garbage collector deletes what the objects own)."""
+    ``propagation`` says (``Background``: the garbage collector deletes what the objects own). The answer
+    (every deleted object, hundreds of MB for thousands of ResourceSlices) is checked for its status only."""
     if not labels:
         raise ValueError("a collection delete needs a label selector: without one it deletes every object of the kind")
     generic: Any = client._client
-    await generic.request(
-        "deletecollection", res=kind, params={**_selectors(labels, None), "propagationPolicy": propagation}
-    )
+    params = {**_selectors(labels, None), "propagationPolicy": propagation}
+    request = generic.prepare_request("deletecollection", res=kind, params=params)
+    if long_call is not None:
+        long_call.apply(generic, request)
+    response = await generic.send(generic.build_adapter_request(request))
+    generic.raise_for_status(response)
 
 
 PARTIAL_METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"

@@ -12,6 +12,12 @@ publish a second object. That failure is marked ``uncertain`` for the caller to 
 Anything else fails the one object it was about. Credentials the kubeconfig cannot produce (an exec plugin
 that is missing or fails, a token file that is gone) are ``KubeconfigError``: a bad input, not a server
 problem.
+
+Lists and collection deletes are long calls (``LONG_CALL``): on a real Kubernetes v1.36.2 server a collection
+delete of about 7000 ResourceSlices outlived the client's 10 s read timeout and ``--delete`` failed after its
+nodes were gone. A long call asks the server to finish within ``timeoutSeconds`` and waits longer than that;
+one that times out all the same (or is answered 504) is tried again up to ``long_retries`` times, each retry
+told to ``notice`` so the user sees a slow server being waited for, not a hang.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ from lightkube.types import PatchType
 
 from fakegpu.dra.slice_digest import SliceKey, slice_key
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
-from fakegpu.kube.backoff import retry_pause
+from fakegpu.kube.backoff import retry_note, retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
 from fakegpu.kube.lean_requests import (
+    LongCall,
     Page,
     SliceHead,
     Stored,
@@ -57,6 +64,14 @@ CLASS_KINDS: dict[str, Any] = {
 }
 MAX_RETRY_AFTER = 10.0
 """The longest pause a 429's ``Retry-After`` is followed for, in seconds."""
+LONG_CALL = LongCall(server_seconds=60, read_seconds=75.0)
+"""Lists and collection deletes: the server's own bound on a request (``--request-timeout``, 60 s by
+default) asked for explicitly, and a read timeout above it."""
+LONG_RETRIES = 8
+"""How often a long call that timed out is tried again: a server that needs minutes to delete thousands of
+slices is waited for about ten minutes (each try goes on from what the previous one deleted)."""
+TIMED_OUT = 504
+"""The status a server answers when a request outlived its ``timeoutSeconds``."""
 
 
 class ApiCallError(Exception):
@@ -111,10 +126,23 @@ def retry_after(exc: ApiError) -> float | None:
 
 
 class Api:
-    def __init__(self, client: AsyncClient, *, retries: int = 3, backoff: float = 0.2, trust_env: bool = True) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        retries: int = 3,
+        backoff: float = 0.2,
+        trust_env: bool = True,
+        long_call: LongCall = LONG_CALL,
+        long_retries: int = LONG_RETRIES,
+    ) -> None:
         self.client = client
         self.retries = retries
         self.backoff = backoff
+        self.long_call = long_call
+        self.long_retries = long_retries
+        self.notice: Callable[[str], None] = lambda line: None
+        """Told of each retry of a long call that timed out: one line naming the request and the next try."""
         self.trust_env = trust_env
         """Whether proxies and CA bundles from the environment apply (``/version`` uses its own connection)."""
         self.calls: collections.Counter[str] = collections.Counter()
@@ -125,11 +153,14 @@ class Api:
     def server(self) -> str:
         return str(self.client.config.cluster.server)
 
-    async def call(self, verb: str, what: str, request: Callable[[], Awaitable[T]], *, idempotent: bool = True) -> T:
+    async def call(
+        self, verb: str, what: str, request: Callable[[], Awaitable[T]], *, idempotent: bool = True, long: bool = False
+    ) -> T:
         """Run one request (again on retryable failures); failures raise ApiCallError naming ``what``.
 
         A request that is not ``idempotent`` (a create with ``generateName``) is repeated only when the
-        server cannot have acted on it: a 429, or a connection that was never made."""
+        server cannot have acted on it: a 429, or a connection that was never made. A ``long`` one (sent
+        with ``self.long_call``) that timed out is repeated up to ``long_retries`` times."""
         attempt = 0
         while True:
             self.calls[verb] += 1
@@ -139,10 +170,17 @@ class Api:
                 code = exc.status.code
                 if code == 429 and self.limit is not None:
                     self.limit.throttled()
-                if code in RETRYABLE and attempt < self.retries and (idempotent or code == 429):
+                if (
+                    code in RETRYABLE
+                    and attempt < self._tries(long and code == TIMED_OUT)
+                    and (idempotent or code == 429)
+                ):
                     attempt += 1
                     pause = retry_after(exc) if code == 429 else None
-                    await asyncio.sleep(retry_pause(attempt, first=self.backoff) if pause is None else pause)
+                    pause = retry_pause(attempt, first=self.backoff) if pause is None else pause
+                    if long and code == TIMED_OUT:
+                        self._notice_slow(what, f"{code} {exc.status.reason or 'Timeout'}", attempt, pause)
+                    await asyncio.sleep(pause)
                     continue
                 reason = exc.status.reason or "Error"
                 uncertain = not idempotent and code is not None and code >= 500
@@ -150,9 +188,13 @@ class Api:
                 raise ApiCallError(message, code, uncertain=uncertain) from None
             except httpx2.HTTPError as exc:
                 sent = not isinstance(exc, NOT_SENT)
-                if attempt < self.retries and (idempotent or not sent):
+                slow = long and isinstance(exc, httpx2.ReadTimeout)
+                if attempt < self._tries(slow) and (idempotent or not sent):
                     attempt += 1
-                    await asyncio.sleep(retry_pause(attempt, first=self.backoff))
+                    pause = retry_pause(attempt, first=self.backoff)
+                    if slow:
+                        self._notice_slow(what, f"no answer in {self.long_call.read_seconds:g} s", attempt, pause)
+                    await asyncio.sleep(pause)
                     continue
                 detail = str(exc) or type(exc).__name__
                 raise ApiCallError(
@@ -167,6 +209,13 @@ class Api:
             if self.limit is not None:
                 self.limit.succeeded()
             return result
+
+    def _tries(self, slow: bool) -> int:
+        """How many retries a failure allows: a long call that timed out gets ``long_retries``."""
+        return max(self.retries, self.long_retries) if slow else self.retries
+
+    def _notice_slow(self, what: str, detail: str, attempt: int, pause: float) -> None:
+        self.notice(f"{what}: the API server is slow ({detail}); waiting for it, {retry_note(attempt + 1, pause)}")
 
     # -- nodes -----------------------------------------------------------------------------------------
     async def get_node(self, name: str) -> JSON | None:
@@ -220,7 +269,8 @@ class Api:
         await self.call(
             "deletecollection",
             "deleting the virtual nodes",
-            lambda: delete_collection(self.client, Node, labels=labels),
+            lambda: delete_collection(self.client, Node, labels=labels, long_call=self.long_call),
+            long=True,
         )
 
     # -- ResourceSlices --------------------------------------------------------------------------------
@@ -258,7 +308,8 @@ class Api:
         page = await self.call(
             "list",
             "listing ResourceSlices",
-            lambda: list_page(self.client, kind, limit=1, labels=labels, decode_as=SliceHead),
+            lambda: list_page(self.client, kind, limit=1, labels=labels, decode_as=SliceHead, long_call=self.long_call),
+            long=True,
         )
         return slice_key(page.items[0]) if page.items else None
 
@@ -291,7 +342,8 @@ class Api:
         await self.call(
             "deletecollection",
             "deleting ResourceSlices",
-            lambda: delete_collection(self.client, kind, labels=labels),
+            lambda: delete_collection(self.client, kind, labels=labels, long_call=self.long_call),
+            long=True,
         )
 
     # -- DeviceClasses (the dra-extended mode) ---------------------------------------------------------
@@ -352,7 +404,8 @@ class Api:
             labels=labels,
             fields=fields,
             decode_as=decode_as,
-            send=lambda request: self.call("list", what, request),
+            long_call=self.long_call,
+            send=lambda request: self.call("list", what, request, long=True),
         )
         async for page in pages:
             yield page

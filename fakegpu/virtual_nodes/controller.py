@@ -15,7 +15,8 @@ blindly: the node's slices are listed again and the writes worked out anew, so n
 
 ``--delete`` hands adopted nodes back, then deletes the created ones in one collection delete by label; the
 garbage collector takes their slices (owner references), and one more collection delete takes whatever
-slices of the prefix it has not (an adopted node's, or all of them on a server without the collector).
+slices of the prefix it has not (an adopted node's, or all of them on a server without the collector). What it
+is doing is in ``step``, for the progress line: on a loaded server the collection deletes take minutes.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ class VirtualNodeController:
         self.done = 0
         """Nodes (or, deleting, objects) finished so far: what a progress line shows against ``total``."""
         self.total = 0
+        self.step = ""
+        """What a long ``--delete`` is waiting for, for the progress line (empty when nothing long)."""
+        api.notice = lambda line: say(f"warning: {line}")
         self._templates: dict[str, PoolTemplate] = {}
         self._dropped_fields_checked = False
         self._node_status_kept: bool | None = None
@@ -524,10 +528,12 @@ class VirtualNodeController:
             await self.api.patch_node(name, {"metadata": {"labels": {OWNER_LABEL: None}}})
             report.problems[name] = "labelled as a virtual node but not a KWOK node: left alone, label removed"
         if created:
+            self.step = f"deleting {len(created)} node(s)"
             await self._delete_created(created, selector, report)
             self.done = self.total
         if api_version is not None:
             await self._sweep_slices(api_version, selector, report, waiting=bool(created))
+            self.step = ""
             report.classes_kept = sorted(
                 str(c["metadata"]["name"]) for c in await self.api.list_device_classes(api_version) if is_our_class(c)
             )
@@ -592,6 +598,7 @@ class VirtualNodeController:
         if not await self._left_after_collector(api_version, selector, waiting=waiting):
             return
         report.swept = True
+        self.step = "deleting the ResourceSlices left"
         try:
             await self.api.delete_slices(api_version, selector)
         except ApiCallError as exc:
@@ -609,6 +616,7 @@ class VirtualNodeController:
         first = await self.api.first_slice(api_version, labels=selector)
         if first is None or not waiting:
             return first is not None
+        self.step = "waiting for the garbage collector to delete their ResourceSlices"
         deadline = time.monotonic() + GC_WAIT
         progress_at = time.monotonic()
         while time.monotonic() < deadline and time.monotonic() - progress_at < GC_STALL:

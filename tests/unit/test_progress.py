@@ -41,3 +41,12 @@ async def test_elsewhere_a_short_run_prints_nothing_and_a_long_one_plain_lines()
         await eventually(lambda: log.getvalue().count("\n") >= 2, "plain progress lines")
     assert "\r" not in log.getvalue()
     assert log.getvalue().splitlines()[0].startswith("deleting: 3/9 (")
+
+
+async def test_the_line_names_what_is_waited_for_when_the_count_cannot_move():
+    stream = Terminal()
+    step = "deleting the ResourceSlices left"
+    async with progress(stream, "deleting virtual nodes", lambda: (0, 0), interval=0.01, step=lambda: step):
+        await eventually(lambda: f"(0/s, 0 s), {step}" in stream.getvalue(), "the step on the progress line")
+        step = ""
+        await eventually(lambda: stream.getvalue().endswith(" s)"), "no step once nothing long runs")
