@@ -1,15 +1,16 @@
-"""``fakegpu virtual-nodes --delete`` against a slow API server.
+"""``fakegpu virtual-nodes --delete`` against a slow API server, and against one with nothing to delete.
 
 On a real Kubernetes v1.36.2 server a collection delete of about 7000 ResourceSlices outlived the client's
-10 s read timeout and ``--delete`` ended in exit 1 after its nodes were gone. Here the client's usual timeout
-is made small (``OLD_TIMEOUT``) and the long-call bounds too (``LONG``), so the same situations take a second
-or two.
+10 s read timeout and ``--delete`` ended in exit 1 after its nodes were gone; ``--delete`` with nothing of the
+prefix took 33.6 s. Here the client's usual timeout is made small (``OLD_TIMEOUT``) and the long-call bounds
+too (``LONG``), so the same situations take a second or two.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -81,6 +82,21 @@ def leave_slices_behind(server: FakeApiServer) -> int:
     return len(slices)
 
 
+async def test_deleting_nothing_makes_three_reads_and_returns_at_once(server, run):
+    """No node and no slice of the prefix: the served-version probe is the one-item list of the prefix's
+    slices, so nothing is waited for and nothing swept."""
+    before = len(server.requests)
+    started = time.monotonic()
+    result = await run("--delete")
+    took = time.monotonic() - started
+    assert result.code == 0, result.err
+    requests = server.requests[before:]
+    assert len(requests) <= 3, [(r.method, r.path) for r in requests]
+    assert {r.method for r in requests} == {"GET"}
+    # The issue's figure; three local requests take a few milliseconds, so this only fails on a wait.
+    assert took < 1.0, f"deleting nothing took {took:.2f} s"
+
+
 async def test_a_collection_delete_answered_after_the_clients_old_timeout_still_ends_in_exit_0(server, run):
     """The real failure: nodes gone, thousands of slices left, their collection delete slower than the
     client's usual read timeout. Every try is that slow, so only waiting long enough succeeds."""
@@ -137,5 +153,5 @@ async def test_a_list_that_times_out_once_is_retried(server, run):
     assert server.count("list", "nodes") - before == 2
     assert "fakegpu: warning: listing nodes: the API server is slow (no answer in 1.5 s)" in result.err
     sent = server.requests[first:]
-    lists = [r for r in sent if r.method == "GET" and r.path.endswith("/nodes")]
+    lists = [r for r in sent if r.method == "GET" and r.path.endswith(("/nodes", "/resourceslices"))]
     assert lists and all(r.query.get("timeoutSeconds") == str(LONG.server_seconds) for r in lists)
