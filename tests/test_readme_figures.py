@@ -52,6 +52,7 @@ from fakegpu.telemetry.http_endpoint import parse_listen_address
 from fakegpu.telemetry.nvidia_smi.command import NOT_FOUND
 from fakegpu.telemetry.nvidia_smi.mig_tables import NO_MIG_DEVICES
 from fakegpu.virtual_nodes.cost_estimate import (
+    DEFAULT_MAX_SERVER_MEMORY,
     ESTIMATE_MINOR,
     GIB,
     MEASURED_NODES,
@@ -357,7 +358,7 @@ FLEET_COST_PLANS = (
 def fleet_cost_table() -> str:
     """The README's table of virtual-node costs, built with the estimate ``--dry-run`` prints."""
     parser = full_parser()
-    limit = parse_limit(str(default_of("virtual-nodes", "max_server_memory")))
+    limit = parse_limit(DEFAULT_MAX_SERVER_MEMORY)
     rows = [
         f"| `fakegpu virtual-nodes` with | objects per node | ResourceSlices | API-server memory per node | nodes "
         f"within the default {size(limit)} |",
@@ -387,7 +388,7 @@ def test_the_virtual_node_cost_figures_are_the_codes():
         f"{MEASURED_NODES} dynamic-MIG 8x H100 nodes took the API server from "
         f"{MEASURED_SERVER_RSS_BEFORE / GIB:g} to {MEASURED_SERVER_RSS_AFTER / GIB:g} GiB",
         f"about {SERVER_BYTES_PER_BYTE:.0f} bytes of API-server memory per byte sent",
-        f"`--max-server-memory` ({default_of('virtual-nodes', 'max_server_memory')} by default",
+        f"`--max-server-memory` ({DEFAULT_MAX_SERVER_MEMORY} by default",
         f"Kubernetes 1.{ESTIMATE_MINOR} layout unless `--server-version` says",
     ):
         assert figure in text, figure

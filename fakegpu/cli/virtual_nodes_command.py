@@ -247,11 +247,12 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
     )
     group.add_argument(
         "--max-server-memory",
-        default=DEFAULT_MAX_SERVER_MEMORY,
+        default=None,
         metavar="SIZE",
         help="refuse a plan estimated to add more than SIZE to the API server's memory (bytes of objects "
         "times what a real API server was measured to hold per byte); 0 goes ahead whatever the estimate "
-        f"(default %(default)s; the slice layout of Kubernetes 1.{ESTIMATE_MINOR} unless --server-version)",
+        f"(default {DEFAULT_MAX_SERVER_MEMORY}; the slice layout of Kubernetes 1.{ESTIMATE_MINOR} unless "
+        "--server-version)",
     )
     group.add_argument(
         "--no-timestamp",
@@ -290,6 +291,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 ("--gpus", bool(args.gpus)),
                 ("--node-spec", bool(args.node_spec)),
                 ("--gpu-mode", args.gpu_mode is not None),
+                ("--max-server-memory", args.max_server_memory is not None),
             )
             if given
         ]
@@ -403,7 +405,7 @@ async def run_virtual_nodes(
         print(f"fakegpu: {line}" if stream is err else line, file=stream, flush=True)
 
     settings = settings_from_args(args)
-    limit = parse_limit(args.max_server_memory)
+    limit = parse_limit(DEFAULT_MAX_SERVER_MEMORY if args.max_server_memory is None else args.max_server_memory)
     nodes: list[VirtualNode] = []
     if not args.delete:
         timestamp = None if args.no_timestamp else int(time.time())

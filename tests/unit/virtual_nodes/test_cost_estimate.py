@@ -84,3 +84,16 @@ def test_the_layout_follows_the_version_flags():
 
 def test_the_ratio_is_about_fifty_bytes_of_server_memory_per_byte_sent():
     assert 40 < SERVER_BYTES_PER_BYTE < 60
+
+
+def test_the_limit_applies_to_a_bring_up_not_to_delete(parse):
+    with pytest.raises(SpecError) as caught:
+        settings_from_args(parse("--delete", "--max-server-memory", "8Gi"))
+    assert caught.value.source == "--delete" and "--max-server-memory" in caught.value.message
+
+
+@pytest.mark.parametrize("other", ["--delete", "--watch"])
+def test_a_dry_run_neither_deletes_nor_watches(parse, capsys, other):
+    with pytest.raises(SystemExit):
+        parse("--dry-run", other)
+    assert "not allowed with argument" in capsys.readouterr().err
