@@ -64,7 +64,9 @@ Create (or adopt) KWOK nodes with fake GPUs and GPU Feature Discovery labels, so
 be rehearsed on many GPU nodes. As a real node, each pool offers its GPUs one way (--gpu-mode): device
 plugin resources in capacity and allocatable, or DRA ResourceSlices owned by the Node, never both. KWOK
 must run in the cluster to keep the nodes Ready. The nodes carry the taint kwok.x-k8s.io/node=fake:NoSchedule:
-rehearsal pods need a toleration for it. Re-running with the same
+rehearsal pods need a toleration for it. Before writing, it prints what the plan will cost the API server
+(bytes of objects, and the memory a real API server was measured to need for them) and refuses a plan above
+--max-server-memory; --dry-run prints the plan and that estimate only. Re-running with the same
 arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
 label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
 """
