@@ -21,6 +21,7 @@ from fakegpu.cli.catalog_command import NOTE_COLUMNS, OFF_TABLE_NOTE, render_boa
 from fakegpu.cli.ctl_command import EXIT_REFUSED
 from fakegpu.cli.main import COMMANDS, EXIT_USAGE, USAGE_ERRORS, full_parser, main
 from fakegpu.cli.progress import progress
+from fakegpu.cli.virtual_nodes_command import pools_from_args, settings_from_args
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
@@ -50,7 +51,20 @@ from fakegpu.telemetry.dcgm.gpu_activity import DEFAULT_TARGET, UTILIZATION_ANNO
 from fakegpu.telemetry.http_endpoint import parse_listen_address
 from fakegpu.telemetry.nvidia_smi.command import NOT_FOUND
 from fakegpu.telemetry.nvidia_smi.mig_tables import NO_MIG_DEVICES
-from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES
+from fakegpu.virtual_nodes.cost_estimate import (
+    DEFAULT_MAX_SERVER_MEMORY,
+    ESTIMATE_MINOR,
+    GIB,
+    MEASURED_NODES,
+    MEASURED_SERVER_RSS_AFTER,
+    MEASURED_SERVER_RSS_BEFORE,
+    SERVER_BYTES_PER_BYTE,
+    estimate_options,
+    fleet_cost,
+    parse_limit,
+    size,
+)
+from fakegpu.virtual_nodes.pools import DEFAULT_MODE, GPU_MODES, build_virtual_nodes
 from tests.deploy.manifests import KUBERNETES_VERSION
 from tests.reliability import kubelet_soak
 from tests.reliability.process_probe import RSS_LIMIT
@@ -329,3 +343,52 @@ def test_the_bad_input_example_is_what_fakegpu_prints(capsys):
     argv, expected = block[0].split(), block[1]
     assert main(argv) == EXIT_USAGE
     assert capsys.readouterr().err.strip() == expected, "README's bad-input example drifted"
+
+
+FLEET_COST_PLANS = (
+    "--gpus 8xh100-80gb",
+    "--gpus 8xh100-80gb --gpu-mode dra",
+    "--gpus 8xh100-80gb --gpu-mode dra --mig-mode dynamic",
+    "--gpus 8xb200 --gpu-mode dra --mig-mode dynamic",
+    "--gpus 4xgb200 --racks 1 --gpu-mode dra",
+)
+"""The node kinds of the README's table of what a virtual node costs the API server."""
+
+
+def fleet_cost_table() -> str:
+    """The README's table of virtual-node costs, built with the estimate ``--dry-run`` prints."""
+    parser = full_parser()
+    limit = parse_limit(DEFAULT_MAX_SERVER_MEMORY)
+    rows = [
+        f"| `fakegpu virtual-nodes` with | objects per node | ResourceSlices | API-server memory per node | nodes "
+        f"within the default {size(limit)} |",
+        "|---|---|---|---|---|",
+    ]
+    for plan in FLEET_COST_PLANS:
+        args = parser.parse_args(["virtual-nodes", *plan.split()])
+        settings = settings_from_args(args)
+        nodes, _ = build_virtual_nodes(pools_from_args(args), settings.name_prefix, None)
+        options = estimate_options(settings.driver, settings.mig_mode, settings.server_minor, settings.api_version)
+        (pool,) = fleet_cost(nodes, settings.shape, options).pools
+        memory = pool.per_node * SERVER_BYTES_PER_BYTE
+        rows.append(
+            f"| `{plan}` | {size(pool.per_node)} | {pool.slices_per_node} | {size(memory)} | "
+            f"{spaced(int(limit // memory))} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def test_the_virtual_node_cost_table_is_what_the_estimate_says():
+    assert fleet_cost_table() in section("Virtual nodes (KWOK)"), fleet_cost_table()
+
+
+def test_the_virtual_node_cost_figures_are_the_codes():
+    text = flat(section("Virtual nodes (KWOK)"))
+    for figure in (
+        f"{MEASURED_NODES} dynamic-MIG 8x H100 nodes took the API server from "
+        f"{MEASURED_SERVER_RSS_BEFORE / GIB:g} to {MEASURED_SERVER_RSS_AFTER / GIB:g} GiB",
+        f"about {SERVER_BYTES_PER_BYTE:.0f} bytes of API-server memory per byte sent",
+        f"`--max-server-memory` ({DEFAULT_MAX_SERVER_MEMORY} by default",
+        f"Kubernetes 1.{ESTIMATE_MINOR} layout unless `--server-version` says",
+    ):
+        assert figure in text, figure

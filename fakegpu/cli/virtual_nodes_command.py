@@ -37,6 +37,13 @@ from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.rack_layout import NVL72_NODES_PER_RACK, RackLayout, TopologyKeys, parse_topology_keys
 from fakegpu.virtual_nodes.api import LONG_CALL, Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
+from fakegpu.virtual_nodes.cost_estimate import (
+    DEFAULT_MAX_SERVER_MEMORY,
+    ESTIMATE_MINOR,
+    estimate_options,
+    fleet_cost,
+    parse_limit,
+)
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
 from fakegpu.virtual_nodes.pool_rules import checked_mig_mode, rack_pool
@@ -58,7 +65,9 @@ Create (or adopt) KWOK nodes with fake GPUs and GPU Feature Discovery labels, so
 be rehearsed on many GPU nodes. As a real node, each pool offers its GPUs one way (--gpu-mode): device
 plugin resources in capacity and allocatable, or DRA ResourceSlices owned by the Node, never both. KWOK
 must run in the cluster to keep the nodes Ready. The nodes carry the taint kwok.x-k8s.io/node=fake:NoSchedule:
-rehearsal pods need a toleration for it. Re-running with the same
+rehearsal pods need a toleration for it. Before writing, it prints what the plan will cost the API server
+(bytes of objects, and the memory a real API server was measured to need for them) and refuses a plan above
+--max-server-memory; --dry-run prints the plan and that estimate only. Re-running with the same
 arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
 label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
 """
@@ -233,6 +242,21 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help="delete the virtual nodes created with --name-prefix and their ResourceSlices, hand back adopted "
         "ones as they were",
     )
+    mode.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and what it would cost the API server, and stop: no API server is asked, nothing "
+        "is written",
+    )
+    group.add_argument(
+        "--max-server-memory",
+        default=None,
+        metavar="SIZE",
+        help="refuse a plan estimated to add more than SIZE to the API server's memory (bytes of objects "
+        "times what a real API server was measured to hold per byte); 0 goes ahead whatever the estimate "
+        f"(default {DEFAULT_MAX_SERVER_MEMORY}; the slice layout of Kubernetes 1.{ESTIMATE_MINOR} unless "
+        "--server-version)",
+    )
     group.add_argument(
         "--no-timestamp",
         action="store_true",
@@ -270,6 +294,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 ("--gpus", bool(args.gpus)),
                 ("--node-spec", bool(args.node_spec)),
                 ("--gpu-mode", args.gpu_mode is not None),
+                ("--max-server-memory", args.max_server_memory is not None),
             )
             if given
         ]
@@ -385,12 +410,16 @@ async def run_virtual_nodes(
         print(f"fakegpu: {line}" if stream is err else line, file=stream, flush=True)
 
     settings = settings_from_args(args)
+    limit = parse_limit(DEFAULT_MAX_SERVER_MEMORY if args.max_server_memory is None else args.max_server_memory)
     nodes: list[VirtualNode] = []
     if not args.delete:
         timestamp = None if args.no_timestamp else int(time.time())
         nodes, warnings = build_virtual_nodes(pools_from_args(args), settings.name_prefix, timestamp)
         for warning in warnings:
             say(f"warning: {warning}")
+        _plan_and_cost(nodes, settings, limit, say)
+        if args.dry_run:
+            return 0
     own_client = client is None
     client = client or _client(args.kubeconfig)
     api = Api(client, backoff=retry_pause, long_call=long_call)
@@ -405,7 +434,7 @@ async def run_virtual_nodes(
     try:
         if args.delete:
             return await _delete_nodes(controller, err, say, say_target)
-        ok = await _bring_up(controller, nodes, err, say, say_target)
+        ok = await _bring_up(controller, err, say, say_target)
         if args.watch:
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
             await _watch(controller, resync, stop, say, watching)
@@ -418,6 +447,18 @@ async def run_virtual_nodes(
     finally:
         if own_client:
             await client.close()
+
+
+def _plan_and_cost(nodes: list[VirtualNode], settings: Settings, limit: int, say: Callable[[str], None]) -> None:
+    """The plan and its cost, before the server is asked anything; a plan above ``limit`` is refused here,
+    so a fleet too big for the control plane is never half written."""
+    options = estimate_options(settings.driver, settings.mig_mode, settings.server_minor, settings.api_version)
+    cost = fleet_cost(nodes, settings.shape, options)
+    for line in (*plan_lines(nodes), *cost.lines(limit)):
+        say(line)
+    refusal = cost.refusal(limit)
+    if refusal is not None:
+        raise refusal
 
 
 async def _delete_nodes(
@@ -438,14 +479,11 @@ async def _delete_nodes(
 
 async def _bring_up(
     controller: VirtualNodeController,
-    nodes: list[VirtualNode],
     err: TextIO,
     say: Callable[[str], None],
     say_target: Callable[[], None],
 ) -> bool:
-    """The plan, then bring-up with its report and the calls made; whether every node came up."""
-    for line in plan_lines(nodes):
-        say(line)
+    """Bring-up with its report and the calls made; whether every node came up."""
     await controller.discover()
     async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
         report = await controller.bring_up()

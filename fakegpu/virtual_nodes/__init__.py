@@ -9,7 +9,8 @@ Modules, one concept each: ``names`` (node names), ``pools`` (which nodes with w
 ``pool_rules`` (rules across pools: a rack layout's single pool, dynamic MIG), ``node_manifest`` (the Node
 object and how to bring an existing one in line), ``slice_template`` (a pool's ResourceSlices built once,
 each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-extended`` pool needs),
-``api`` (counted API calls, and the server's version), ``controller`` (bring up, adopt, delete),
+``cost_estimate`` (what a plan adds to the API server and etcd, before it is written), ``api`` (counted API
+calls, and the server's version), ``controller`` (bring up, adopt, delete),
 ``watcher`` (keep them as planned) and ``report`` (what happened). The command line is
 ``fakegpu.cli.virtual_nodes_command``.
 """

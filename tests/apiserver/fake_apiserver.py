@@ -677,6 +677,8 @@ class FakeApiServer:
         self.counts: collections.Counter[str] = collections.Counter()
         #: bytes received (request line, headers, body) per API verb; discovery requests under "discovery"
         self.bytes_received: collections.Counter[str] = collections.Counter()
+        #: request bodies received (the objects as sent, nothing of the HTTP around them) per (verb, kind)
+        self.body_bytes: collections.Counter[tuple[str, str]] = collections.Counter()
         #: discovery, version and health requests (not API verbs, so not in ``counts``)
         self.discovery_requests = 0
         #: the messages of requests refused 403 because their token's user may not make them (``authorize``)
@@ -991,6 +993,7 @@ class FakeApiServer:
             with self._lock:
                 self.counts[route.verb] += 1
                 self.bytes_received[route.verb] += size
+                self.body_bytes[(route.verb, route.kind_key)] += len(body)
                 self._verb_counts[(route.verb, route.kind_key)] += 1
                 fault = self._take_fault(route.verb, route.kind_key)
                 delay = self._take_delay(route.verb, route.kind_key)
