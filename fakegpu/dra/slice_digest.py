@@ -13,7 +13,6 @@ slices are their driver's own objects, and nobody else writes them in practice.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,22 +76,6 @@ def slice_key(obj: Any) -> SliceKey:
         owner_uid=owners[0] if len(owners) == 1 else None,
         labels=dict(_get(meta, "labels") or {}),
     )
-
-
-def spec_as_wished(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A slice spec without what the server fills in for the same wish: the pool generation and taints'
-    ``timeAdded``. Comparing what was sent with what is stored this way tells whether fields were dropped."""
-    out: dict[str, Any] = json.loads(json.dumps(spec))
-    out.get("pool", {}).pop("generation", None)
-    for device in out.get("devices") or []:
-        for taint in device.get("basic", device).get("taints") or []:
-            taint.pop("timeAdded", None)
-    return out
-
-
-def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
-    """Whether the server kept less of a slice spec than was sent (the fields of a disabled feature gate)."""
-    return spec_as_wished(sent) != spec_as_wished(stored)
 
 
 def holds_plan(keys: Sequence[SliceKey], digest: str, count: int, owner_uid: str | None) -> bool:

@@ -5,9 +5,10 @@ inventory (its health, the options, the Node's UID) and digested (``fakegpu.dra.
 written carries the digest in its ``fakegpu.io/slice-plan`` annotation. Whether the API server holds the wish
 is then read from the listed slices' metadata alone (listed in pages, each slice reduced to its key as its page
 arrives), so a re-publish with nothing changed costs a list and no rebuilding, sorting or comparing of devices.
-When it does not hold the wish, the pool generation is bumped in every slice and slices are updated (existing
-names in name order), created or deleted to match. Slices without the annotation (written by an older
-fakegpu, or by someone else) never match: they are rewritten once, and carry it from then on.
+When it does not hold the wish, the writes are the ones ``fakegpu.dra.slice_write_plan`` plans (as for the
+virtual nodes): the pool generation bumped in every slice, existing names reused in name order, the rest
+created or deleted. Slices without the annotation (written by an older fakegpu, or by someone else) never
+match: they are rewritten once, and carry it from then on.
 
 Slices that vanish (the kubelet deletes a node's slices at its start and 30 s after the driver disconnects)
 are noticed through a watch and re-created; a periodic resync catches anything a watch missed.
@@ -30,7 +31,8 @@ from lightkube.resources.core_v1 import Node
 
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
-from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, dropped_fields, holds_plan, plan_digest, slice_key
+from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, plan_digest, slice_key
+from fakegpu.dra.slice_write_plan import PoolWish, dropped_fields_warning, plan_slice_writes, take_over
 from fakegpu.kube.backoff import jittered_pause, retry_note
 from fakegpu.kube.client import ApiTarget, api_failure, client_target
 from fakegpu.kube.discovery import (
@@ -288,34 +290,36 @@ class SlicePublisher:
         return True
 
     async def _publish_once(self) -> bool:
-        plan = self._wish()
+        wish = self._wish()
         existing = await self._ours()
-        if holds_plan(existing, plan.digest, len(plan.specs), self.node_uid):
+        driver = self.options.driver
+        pool = PoolWish((driver,) * len(wish.specs), frozenset({driver}), wish.digest, self.node_uid)
+        plan = plan_slice_writes(pool, existing, last_generation=self.generation)
+        if plan.empty:
             self.stats.unchanged += 1
             return False
         node = self.live.inventory.node
-        self.generation = max([self.generation, *(k.generation for k in existing)]) + 1
-        specs = [_with_generation(spec, self.generation) for spec in plan.specs]
+        self.generation = plan.generation
+        specs = [_with_generation(spec, self.generation) for spec in wish.specs]
         objects = slice_objects(node, self.options, specs, node_uid=self.node_uid)
         names: list[str] = []
-        for i, obj in enumerate(objects):
+        for i, write in enumerate(plan.writes):
+            obj = objects[write.index]
             metadata = obj["metadata"]
-            metadata["annotations"] = {PLAN_ANNOTATION: plan.digest}
-            if i < len(existing):
-                metadata["name"] = existing[i].name
-                metadata["resourceVersion"] = existing[i].resource_version
-                metadata.pop("generateName", None)
-                stored = await write_serialized(self.client, self.kind, _body(obj), name=existing[i].name)
+            metadata["annotations"] = {PLAN_ANNOTATION: wish.digest}
+            if write.replaces is not None:
+                take_over(metadata, write.replaces)
+                stored = await write_serialized(self.client, self.kind, _body(obj), name=write.replaces.name)
                 self.stats.updates += 1
             else:
                 stored = await write_serialized(self.client, self.kind, _body(obj))
                 self.stats.creates += 1
             if i == 0:
-                self._check_kept(stored, plan.specs[0])
+                self._check_kept(stored, wish.specs[write.index])
             names.append(stored.metadata.name)
-        for stale in existing[len(objects) :]:
+        for stale in plan.deletes:
             with contextlib.suppress(ApiError):
-                await self.client.delete(self.kind, stale.name)
+                await self.client.delete(self.kind, stale)
             self.stats.deletes += 1
         self._written_names = sorted(names)
         self.stats.publishes += 1
@@ -333,14 +337,8 @@ class SlicePublisher:
         The first slice written stands for the pool: it is the counters slice of a dynamic-MIG layout, or holds
         devices, so it loses what the others would. Such a server keeps the digest annotation all the same, so
         the next publish finds the pool unchanged instead of rewriting it forever."""
-        if not dropped_fields(sent, stored.spec_dict()):
-            return
-        message = (
-            f"the API server dropped fields of the ResourceSlices for node {self.node_name} (partitionable "
-            "devices or device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
-            "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
-        )
-        if message not in self.stats.errors:
+        message = dropped_fields_warning(sent, stored.spec_dict(), self.node_name)
+        if message is not None and message not in self.stats.errors:
             self.stats.errors.append(message)
             log.error("%s", message)
 

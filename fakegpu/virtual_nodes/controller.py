@@ -35,7 +35,8 @@ from lightkube.operators import in_
 
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
-from fakegpu.dra.slice_digest import SliceKey, dropped_fields, holds_plan
+from fakegpu.dra.slice_digest import SliceKey
+from fakegpu.dra.slice_write_plan import PoolWish, SliceWritePlan, dropped_fields_warning, plan_slice_writes, take_over
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
 from fakegpu.kube.lean_requests import Stored
@@ -60,7 +61,13 @@ from fakegpu.virtual_nodes.node_manifest import (
 )
 from fakegpu.virtual_nodes.pools import VirtualNode
 from fakegpu.virtual_nodes.report import BringUpReport, DeleteReport, Outcome
-from fakegpu.virtual_nodes.slice_template import PoolTemplate, SliceBody, slice_bodies, slice_drivers
+from fakegpu.virtual_nodes.slice_template import (
+    PoolTemplate,
+    SliceBody,
+    slice_bodies,
+    slice_drivers,
+    wanted_drivers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -285,15 +292,7 @@ class VirtualNodeController:
         uid = self.uids.get(name)
         if uid is None or self.options is None:
             return False
-        node = self.nodes[name]
-        current = self.relevant(keys)
-        if not node.publishes_slices:
-            return not current
-        drivers = slice_drivers(node, self.options)
-        if any(k.driver not in drivers for k in current):
-            return False
-        template = self.template(node)
-        return holds_plan(current, template.digest(node), template.count, uid)
+        return self._slice_plan(self.nodes[name], uid, self.relevant(keys)).empty
 
     def planned_slice(self, name: str, key: SliceKey) -> bool:
         """Whether one stored slice is part of the node's plan (its digest and owner): what a watch event
@@ -315,9 +314,10 @@ class VirtualNodeController:
         current = self.relevant(keys)
         wrote = False
         for attempt in range(MAX_CONFLICT_RETRIES):
-            if self.slices_as_planned(node.name, current):
+            plan = self._slice_plan(node, uid, current)
+            if plan.empty:
                 return wrote
-            replace, create, delete = self._slice_writes(node, uid, current, options)
+            replace, create, delete = self._slice_writes(node, uid, plan, options)
             wrote = True
             try:
                 await self._write_slices(version, replace, create, delete, counts)
@@ -334,42 +334,38 @@ class VirtualNodeController:
             return True
         raise AssertionError("unreachable")
 
-    def _slice_writes(
-        self, node: VirtualNode, uid: str, current: Sequence[SliceKey], options: SliceOptions
-    ) -> tuple[list[SliceBody], list[SliceBody], list[str]]:
-        """What brings the node's stored slices (``current``) in line: the slices to replace, those to create
-        and the names of those to delete."""
-        # Slices this tool published under another --driver-name, a compute-domain slice of a node off
-        # the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode): deleted.
-        drivers = slice_drivers(node, options) if node.publishes_slices else frozenset()
-        delete = [k.name for k in current if k.driver not in drivers]
+    def _slice_plan(self, node: VirtualNode, uid: str, current: Sequence[SliceKey]) -> SliceWritePlan:
+        """The writes that bring the node's stored slices (``current``, the relevant ones) in line; none when
+        they hold the wish. Slices this tool published under another --driver-name, a compute-domain slice of a
+        node off the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode) are
+        deleted. A driver's slices of a node share node and pool name (one pool per node and driver, named after
+        the node, as the kubelet plugins build it): a slice with others is replaced, not updated."""
+        assert self.options is not None
         if not node.publishes_slices:
-            return [], [], delete
-        mine = sorted((k for k in current if k.name not in delete), key=lambda k: k.name)
+            return plan_slice_writes(PoolWish((), frozenset(), "", uid), current)
+        template = self.template(node)
+        wanted = wanted_drivers(node, self.options, template.count)
+        drivers = slice_drivers(node, self.options)
+        return plan_slice_writes(PoolWish(wanted, drivers, template.digest(node), uid, (node.name, node.name)), current)
+
+    def _slice_writes(
+        self, node: VirtualNode, uid: str, plan: SliceWritePlan, options: SliceOptions
+    ) -> tuple[list[SliceBody], list[SliceBody], list[str]]:
+        """The plan's writes as bodies: the slices to replace (named as the stored slices they update), those
+        to create, and the names of those to delete."""
+        if not plan.writes:
+            return [], [], list(plan.deletes)
+        objects = slice_bodies(node, options, self.template(node).wanted(node), plan.generation, uid)
         replace: list[SliceBody] = []
         create: list[SliceBody] = []
-        template = self.template(node)
-        generation = max((k.generation for k in mine), default=0) + 1
-        objects = slice_bodies(node, options, template.wanted(node), generation, uid)
-        # A driver's slices of a node share node and pool name (one pool per node and driver, named
-        # after the node, as the kubelet plugins build it); a slice with others is replaced, not
-        # updated, and a slice is only ever updated into one of its own driver.
-        reusable: dict[str, list[SliceKey]] = collections.defaultdict(list)
-        for k in mine:
-            if (k.node, k.pool) == (node.name, node.name):
-                reusable[k.driver].append(k)
-        kept: set[str] = set()
-        for obj in objects:
-            if reusable[obj.driver]:
-                reused = reusable[obj.driver].pop(0)
-                obj.metadata.pop("generateName", None)
-                obj.metadata["name"] = reused.name
-                obj.metadata["resourceVersion"] = reused.resource_version
-                kept.add(reused.name)
-                replace.append(obj)
-            else:
+        for write in plan.writes:
+            obj = objects[write.index]
+            if write.replaces is None:
                 create.append(obj)
-        return replace, create, delete + [k.name for k in mine if k.name not in kept]
+            else:
+                take_over(obj.metadata, write.replaces)
+                replace.append(obj)
+        return replace, create, list(plan.deletes)
 
     async def _write_slices(
         self,
@@ -399,12 +395,9 @@ class VirtualNodeController:
         if self._dropped_fields_checked:
             return
         self._dropped_fields_checked = True
-        if dropped_fields(sent.spec_dict(), stored.spec_dict()):
-            self.say(
-                "warning: the API server dropped fields of the ResourceSlices (partitionable devices or "
-                "device taints need the DRAPartitionableDevices / DRADeviceTaints feature gates before "
-                "Kubernetes 1.36); the scheduler will not see MIG counters or taints"
-            )
+        warning = dropped_fields_warning(sent.spec_dict(), stored.spec_dict())
+        if warning is not None:
+            self.say(f"warning: {warning}")
 
     async def delete_slices_of(self, node_name: str) -> int:
         """Delete this tool's slices of a node that is gone (a real cluster's GC would do it too, later)."""

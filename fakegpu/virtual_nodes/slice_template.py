@@ -56,6 +56,15 @@ def slice_drivers(node: VirtualNode, options: SliceOptions) -> frozenset[str]:
     return frozenset({options.driver, COMPUTE_DOMAIN_DRIVER})
 
 
+def wanted_drivers(node: VirtualNode, options: SliceOptions, count: int) -> tuple[str, ...]:
+    """The driver of each of the node's ``count`` slices, in the order ``slice_bodies`` writes them: the GPU
+    driver's, and on an NVLink fabric the compute-domain driver's last. What the write plan
+    (``fakegpu.dra.slice_write_plan``) matches stored slices against before the bodies are built."""
+    if node.inventory.node.fabric is None:
+        return (options.driver,) * count
+    return (*(options.driver,) * (count - 1), COMPUTE_DOMAIN_DRIVER)
+
+
 def direct_specs(node: VirtualNode, options: SliceOptions) -> list[JSON]:
     """The node's slice specs built from its inventory (with the generation mark); devices a node spec
     marks unhealthy carry the XID taint (1.36+). A fabric node's compute-domain slice comes last."""
