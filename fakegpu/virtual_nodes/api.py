@@ -31,6 +31,7 @@ from lightkube.types import PatchType
 
 from fakegpu.dra.slice_digest import SliceKey, slice_key
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
+from fakegpu.kube.asyncio_streams import use_asyncio_streams
 from fakegpu.kube.backoff import retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
 from fakegpu.kube.lean_requests import (
@@ -113,6 +114,7 @@ def retry_after(exc: ApiError) -> float | None:
 class Api:
     def __init__(self, client: AsyncClient, *, retries: int = 3, backoff: float = 0.2, trust_env: bool = True) -> None:
         self.client = client
+        use_asyncio_streams(client)  # thousands of requests: the lighter network backend (see its module)
         self.retries = retries
         self.backoff = backoff
         self.trust_env = trust_env

@@ -971,6 +971,7 @@ class FakeApiServer:
                 "calls": dict(self.counts),
                 "bytes_received": dict(self.bytes_received),
                 "discovery_requests": self.discovery_requests,
+                "connections": self.connections_accepted,
                 "objects": {plural: len(keys) for plural, keys in self._by_plural.items() if keys},
             }
 
