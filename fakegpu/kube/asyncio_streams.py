@@ -100,8 +100,21 @@ class _Stream(AsyncNetworkStream):
         self._transport = transport
         self._protocol = protocol
         self._raw = raw
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[bytes] = []
+        """Writes not yet handed to the transport: a request's head and body go out together (see ``write``)."""
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._flush()
         protocol = self._protocol
         while not protocol.buffer:
             if protocol.eof:
@@ -122,18 +135,26 @@ class _Stream(AsyncNetworkStream):
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Handed to the transport once the task yields: h11 writes a request's head and its body one after
+        the other, and sent apart they cost two TLS records, two system calls and two wake-ups of the
+        server, where one does."""
         if not buffer:
             return
         protocol = self._protocol
         if protocol.eof or self._transport.is_closing():
             raise httpcore2.WriteError(str(protocol.error or "the connection is closed"))
-        self._transport.write(buffer)
-        while protocol.paused_writing:
-            await protocol.wait(timeout, httpcore2.WriteTimeout)
-        if protocol.error is not None:
-            raise httpcore2.WriteError(str(protocol.error))
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(buffer)
+        if protocol.paused_writing:
+            self._flush()
+            while protocol.paused_writing:
+                await protocol.wait(timeout, httpcore2.WriteTimeout)
+            if protocol.error is not None:
+                raise httpcore2.WriteError(str(protocol.error))
 
     async def aclose(self) -> None:
+        self._flush()
         self._transport.close()
 
     async def start_tls(
