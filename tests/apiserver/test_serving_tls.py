@@ -60,3 +60,17 @@ def test_standalone_server_process_over_tls_writes_a_kubeconfig_with_the_ca() ->
         assert config is not None and config.cluster.certificate_auth_data
         assert server.counts()["calls"] == {}  # read over TLS, trusting the server's CA
         assert (server.cpu_seconds() or 0) > 0  # its start-up at least (/proc)
+
+
+async def test_a_watch_streams_over_tls_and_ends_when_the_client_goes() -> None:
+    with FakeApiServer(tls=True) as server:
+        client = server.client()
+        try:
+            events = client.watch(Node, resource_version=server.resource_version)
+            server.add_node("n1")
+            async for kind, node in events:
+                assert (kind, node.metadata.name if node.metadata else None) == ("ADDED", "n1")
+                break
+        finally:
+            await client.close()
+        assert server.errors == []
