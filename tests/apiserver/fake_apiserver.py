@@ -647,25 +647,25 @@ class FakeApiServer:
         tls: bool = False,
     ) -> None:
         """With ``tls`` the server serves HTTPS with a CA of its own (:mod:`tests.apiserver.serving_tls`),
-                which ``lightkube_config``, ``client`` and ``kubeconfig`` carry, so clients verify it as a real one;
-                without, plain HTTP (cheaper for the tests that do not measure the client).
+        which ``lightkube_config``, ``client`` and ``kubeconfig`` carry, so clients verify it as a real one;
+        without, plain HTTP (cheaper for the tests that do not measure the client).
 
         ``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
-                DRA driver's CRDs installed does.
+        DRA driver's CRDs installed does.
 
-                ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
-                server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
-                object, too much for a benchmark fleet. ``history_limit`` bounds the watch history (the last N
-                events; a watch from an older resourceVersion gets 410 Expired), so a fleet's churn does not keep
-                every version of every object alive.
+        ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
+        server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
+        object, too much for a benchmark fleet. ``history_limit`` bounds the watch history (the last N
+        events; a watch from an older resourceVersion gets 410 Expired), so a fleet's churn does not keep
+        every version of every object alive.
 
-                ``namespaces_and_crds`` serves core/v1 Namespaces and apiextensions.k8s.io/v1 CustomResourceDefinitions
-                with what a teardown meets on a real server: deleting a Namespace only marks it ``Terminating`` and
-                deletes what it holds (objects with finalizers are only marked); deleting a CRD marks it (finalizer
-                ``customresourcecleanup.apiextensions.k8s.io``, condition ``Terminating``) and deletes its custom
-                resources; each goes once nothing of it is left, a CRD's kind is then no longer served. Creating in a
-                terminating namespace answers 403, creating a custom resource of a terminating CRD 405. A namespace
-                need not exist to be written to (no NamespaceLifecycle admission for missing ones).
+        ``namespaces_and_crds`` serves core/v1 Namespaces and apiextensions.k8s.io/v1 CustomResourceDefinitions
+        with what a teardown meets on a real server: deleting a Namespace only marks it ``Terminating`` and
+        deletes what it holds (objects with finalizers are only marked); deleting a CRD marks it (finalizer
+        ``customresourcecleanup.apiextensions.k8s.io``, condition ``Terminating``) and deletes its custom
+        resources; each goes once nothing of it is left, a CRD's kind is then no longer served. Creating in a
+        terminating namespace answers 403, creating a custom resource of a terminating CRD 405. A namespace
+        need not exist to be written to (no NamespaceLifecycle admission for missing ones).
         """
         parts = kubernetes_version.lstrip("v").split(".")
         if len(parts) not in (2, 3) or parts[0] != "1" or not all(p.isdigit() for p in parts):
