@@ -3,7 +3,10 @@
 Per size, a fresh fake API server of the tests runs in a process of its own
 (``python -m tests.apiserver.standalone``), and each phase (bring-up, re-run, ``--delete``) runs in a
 fresh client process, as the CLI would, so the client's CPU and peak RSS are its own. The client drives the
-controller of ``fakegpu virtual-nodes`` over HTTP through lightkube. Per phase: wall time, client CPU
+controller of ``fakegpu virtual-nodes`` through lightkube over HTTPS, verifying the fake server's own CA as
+it would a real server's (``--plain-http`` for the old, cheaper path without TLS), so it pays what the real
+path pays: handshakes, encryption, HTTP/1.1 (lightkube does not ask for HTTP/2, so it speaks HTTP/1.1 to a
+real API server too). Per phase: wall time, client CPU
 (user+sys of the whole client process: imports, planning and the run; and of the run alone), client peak
 RSS, API calls by verb and request bytes sent (both counted by the server). Client CPU per node and calls per
 node are the headline figures: they do not depend on the server's speed.
@@ -11,11 +14,16 @@ node are the headline figures: they do not depend on the server's speed.
 The fake server checks every write against the kubernetes-validate schemas, which costs it milliseconds per
 object; above ``--schema-validation-up-to`` nodes it skips that check (its own rules still run) and says so.
 
-With ``--kubeconfig-cluster`` (and ``KUBECONFIG`` set) the same phases run against that cluster instead,
-with a unique ``--name-prefix`` and the fleet deleted at the end; calls by verb then come from the client
-(``Api.calls``) and bytes from a request hook on lightkube's HTTP client (``/version`` is not counted).
+With ``--kubeconfig K`` the same phases run against the cluster K points at instead, with a unique
+``--name-prefix`` and the fleet deleted at the end; calls by verb then come from the client (``Api.calls``)
+and bytes from a request hook on lightkube's HTTP client (``/version`` is not counted). The server's share
+is read where it can be: the control-plane processes of this machine from /proc (a local cluster), else
+the API server's own ``/metrics`` (``process_cpu_seconds_total``, ``process_resident_memory_bytes``; the
+kubeconfig's user needs read access to ``/metrics``); each figure says which server and source it came from.
+Against the fake server, its process's CPU and RSS come from /proc.
 
-Run: ``.venv/bin/python bench/virtual_nodes.py [--sizes 100,1000] [--gpu-mode dra] [--mig-mode dynamic]``.
+Run: ``.venv/bin/python bench/virtual_nodes.py [--sizes 100,1000] [--gpu-mode dra] [--mig-mode dynamic]
+[--kubeconfig K]``.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
+from server_share import pid_reading, read_server, share_text  # bench/ is on sys.path when a script runs
 
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.virtual_nodes.api import Api
@@ -65,12 +74,15 @@ def cpu_seconds() -> float:
 
 async def run_phase(args: argparse.Namespace) -> dict[str, Any]:
     """One phase in this (fresh) process; its CPU figure counts the imports and planning too, as the CLI's would."""
-    fake = bool(args.url)
+    fake = args.fake
     pool = Pool(
         DEFAULT_POOL, InventoryInputs(node_name="", gpus=(args.gpus,)), args.count, in_names=False, mode=args.gpu_mode
     )
     nodes, _ = build_virtual_nodes([pool], args.name_prefix) if args.child != "delete" else ([], [])
-    config = KubeConfig.from_one(cluster=Cluster(server=args.url), user=User()) if fake else KubeConfig.from_env()
+    if args.url:  # --plain-http
+        config = KubeConfig.from_one(cluster=Cluster(server=args.url), user=User())
+    else:
+        config = KubeConfig.from_file(args.kubeconfig)
     client = AsyncClient(config=config, trust_env=not fake)
     sent: collections.Counter[str] = collections.Counter()
 
@@ -133,6 +145,7 @@ class Phase:
     result: dict[str, Any]
     calls: dict[str, int]
     bytes_sent: int
+    server_share: str
 
 
 def diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
@@ -143,9 +156,15 @@ def calls_text(calls: Mapping[str, int]) -> str:
     return ", ".join(f"{verb} {n}" for verb, n in sorted(calls.items()) if n) or "none"
 
 
-def run_child(phase: str, count: int, url: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_child(phase: str, count: int, server: ServerProcess | None, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", phase, "--count", str(count)]
-    command += ["--url", url, "--gpus", args.gpus, "--gpu-mode", args.gpu_mode, "--mig-mode", args.mig_mode]
+    if server is None:
+        command += ["--kubeconfig", args.kubeconfig]
+    elif args.plain_http:
+        command += ["--fake", "--url", server.url]
+    else:
+        command += ["--fake", "--kubeconfig", str(server.kubeconfig)]
+    command += ["--gpus", args.gpus, "--gpu-mode", args.gpu_mode, "--mig-mode", args.mig_mode]
     command += ["--server-version", str(args.server_version), "--concurrency", str(args.concurrency)]
     command += ["--name-prefix", args.name_prefix]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
@@ -169,29 +188,22 @@ def check(phase: str, count: int, result: Mapping[str, Any], calls: Mapping[str,
 
 
 def measure(count: int, args: argparse.Namespace) -> tuple[list[Phase], str, Mapping[str, int]]:
+    if args.kubeconfig:
+        return measure_cluster(count, args), "counted by the client", {}
     phases: list[Phase] = []
-    if args.kubeconfig_cluster:
-        try:
-            for phase in PHASES[:-1]:
-                result = run_child(phase, count, "", args)
-                check(phase, count, result, result["client_calls"])
-                phases.append(Phase(phase, result, result["client_calls"], result["client_bytes"]))
-        finally:  # never leave the fleet behind in somebody's cluster
-            result = run_child("delete", count, "", args)
-        check("delete", count, result, result["client_calls"])
-        phases.append(Phase("delete", result, result["client_calls"], result["client_bytes"]))
-        return phases, "counted by the client", {}
     validate = count <= args.schema_validation_up_to
     objects: Mapping[str, int] = {}
-    with ServerProcess(args.server_version, validate_schema=validate) as server:
+    with ServerProcess(args.server_version, validate_schema=validate, tls=not args.plain_http) as server:
         for phase in PHASES:
             before = server.counts()
-            result = run_child(phase, count, server.url, args)
+            share_before = pid_reading(server.pid, "fake API server", "the tests' API server process, /proc")
+            result = run_child(phase, count, server, args)
+            share_after = pid_reading(server.pid, "fake API server", "the tests' API server process, /proc")
             after = server.counts()
             calls = diff(after["calls"], before["calls"])
             sent = sum(diff(after["bytes_received"], before["bytes_received"]).values())
             check(phase, count, result, calls)
-            phases.append(Phase(phase, result, calls, sent))
+            phases.append(Phase(phase, result, calls, sent, share_text(share_before, share_after)))
             if phase == "bring-up":
                 objects = after["objects"]
         left = server.counts()["objects"]
@@ -202,6 +214,34 @@ def measure(count: int, args: argparse.Namespace) -> tuple[list[Phase], str, Map
     if peak is not None:
         source += f"; server peak RSS {peak:.0f} MiB"
     return phases, source, objects
+
+
+def measure_cluster(count: int, args: argparse.Namespace) -> list[Phase]:
+    """The phases against the kubeconfig's cluster; the fleet is deleted at the end whatever happened."""
+    phases: list[Phase] = []
+
+    def run(phase: str) -> dict[str, Any]:
+        before = read_server(args.kubeconfig)
+        result = run_child(phase, count, None, args)
+        phases.append(
+            Phase(
+                phase,
+                result,
+                result["client_calls"],
+                result["client_bytes"],
+                share_text(before, read_server(args.kubeconfig)),
+            )
+        )
+        return result
+
+    try:
+        for phase in PHASES[:-1]:
+            result = run(phase)
+            check(phase, count, result, result["client_calls"])
+    finally:  # never leave the fleet behind in somebody's cluster
+        result = run("delete")
+    check("delete", count, result, result["client_calls"])
+    return phases
 
 
 def report(count: int, phases: list[Phase], source: str, objects: Mapping[str, int]) -> None:
@@ -219,6 +259,8 @@ def report(count: int, phases: list[Phase], source: str, objects: Mapping[str, i
             f"{r['cpu'] / count * 1000:>11.1f} {r['rss_mib']:>12.0f} {total:>6} {total / count:>10.2f} "
             f"{phase.bytes_sent / 2**20:>8.1f}  {calls_text(phase.calls)}"
         )
+    for phase in phases:
+        print(f"  {phase.name}: {phase.server_share}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -236,10 +278,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the fake server validates writes against the schemas up to this many nodes (default %(default)s)",
     )
     parser.add_argument(
-        "--kubeconfig-cluster",
-        action="store_true",
-        help="run against the cluster of KUBECONFIG instead of the fake server (creates and deletes nodes there)",
+        "--kubeconfig",
+        default="",
+        metavar="K",
+        help="run against the cluster of kubeconfig K instead of the fake server (creates and deletes nodes there)",
     )
+    parser.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="the fake server over plain HTTP instead of TLS (the old, cheaper path)",
+    )
+    parser.add_argument("--fake", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name-prefix", default="", help="node name prefix (default: fakegpu-bench-<random>-)")
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -255,19 +304,23 @@ def main() -> None:
     if args.child:
         child_main(args)
         return
-    if args.kubeconfig_cluster and not os.environ.get("KUBECONFIG"):
-        raise SystemExit("--kubeconfig-cluster needs KUBECONFIG set")
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        raise SystemExit(f"--kubeconfig {args.kubeconfig}: no such file")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    where = "the cluster of KUBECONFIG" if args.kubeconfig_cluster else "the fake API server of the tests"
-    print(f"fakegpu virtual-nodes benchmark against {where}, lightkube over HTTP")
+    if args.kubeconfig:
+        target = KubeConfig.from_file(args.kubeconfig).get()
+        where = f"the cluster of {args.kubeconfig} ({target.cluster.server if target else 'no current context'})"
+    else:
+        where = "the fake API server of the tests" + (" over plain HTTP" if args.plain_http else " over HTTPS")
+    print(f"fakegpu virtual-nodes benchmark against {where}, lightkube, HTTP/1.1")
     print(
         f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()} ({platform.system()}); "
-        + ("" if args.kubeconfig_cluster else "the server runs in its own process; ")
+        + ("" if args.kubeconfig else "the server runs in its own process; ")
         + "each phase runs in a fresh client process"
     )
     print(
         f"nodes: {args.gpus}, --gpu-mode {args.gpu_mode}, --mig-mode {args.mig_mode}, "
-        + ("the cluster's slice layout" if args.kubeconfig_cluster else f"Kubernetes 1.{args.server_version} layout")
+        + ("the cluster's slice layout" if args.kubeconfig else f"Kubernetes 1.{args.server_version} layout")
         + f", concurrency {args.concurrency}, prefix {args.name_prefix}"
     )
     print("CPU s: the client process (imports, planning, run); run CPU s: the controller calls alone")

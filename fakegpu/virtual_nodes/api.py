@@ -37,6 +37,7 @@ from lightkube.types import PatchType
 
 from fakegpu.dra.slice_digest import SliceKey, slice_key
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
+from fakegpu.kube.asyncio_streams import use_asyncio_streams
 from fakegpu.kube.backoff import retry_note, retry_pause
 from fakegpu.kube.discovery import SLICE_KINDS, DiscoveryError, read_server_minor, serves_slices
 from fakegpu.kube.lean_requests import (
@@ -137,6 +138,7 @@ class Api:
         long_retries: int = LONG_RETRIES,
     ) -> None:
         self.client = client
+        use_asyncio_streams(client)  # thousands of requests: the lighter network backend (see its module)
         self.retries = retries
         self.backoff = backoff
         self.long_call = long_call

@@ -1,8 +1,8 @@
 """An in-process fake Kubernetes API server for DRA driver tests.
 
-``FakeApiServer`` serves plain HTTP/1.1 on ``127.0.0.1`` (ephemeral port only) from a background thread
-(``http.server.ThreadingHTTPServer``), so a test's own asyncio loop can drive ``lightkube.AsyncClient``
-against it. It serves ``/version``, legacy discovery (``/api``, ``/api/v1``, ``/apis``,
+``FakeApiServer`` serves HTTP/1.1 on ``127.0.0.1`` (ephemeral port only), plain or over TLS (``tls``), from a
+background thread (``http.server.ThreadingHTTPServer``), so a test's own asyncio loop can drive
+``lightkube.AsyncClient`` against it. It serves ``/version``, legacy discovery (``/api``, ``/api/v1``, ``/apis``,
 ``/apis/resource.k8s.io[/<v>]``), core/v1 ``nodes`` and ``pods`` and resource.k8s.io ``resourceslices``,
 ``deviceclasses`` and ``resourceclaims`` (+ ``status`` subresources of nodes and claims) with the verbs
 create, get, list, update, patch (merge, JSON patch, simplified server-side apply), delete,
@@ -52,6 +52,7 @@ are not removed); discovery is the legacy (non-aggregated) JSON form.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import collections
 import contextlib
@@ -63,6 +64,7 @@ import random
 import select
 import socket
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -87,6 +89,7 @@ from . import crd_schema, schema_cache
 from . import k8s_selectors as sel
 from . import k8s_validation as val
 from .authorization import Allows, Attributes, Authorizer, forbidden_message
+from .serving_tls import ServingTls, make_serving_tls
 from .stored_object import StoredObject
 
 JSON = dict[str, Any]
@@ -479,9 +482,10 @@ class _HTTPServer(ThreadingHTTPServer):
     # waits a second for the retransmission. A real API server accepts far more.
     request_queue_size = 128
 
-    def __init__(self, api: FakeApiServer) -> None:
+    def __init__(self, api: FakeApiServer, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.api = api
+        self.tls = tls
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
 
@@ -491,9 +495,18 @@ class _HTTPServer(ThreadingHTTPServer):
         self.server_name = "127.0.0.1"
         self.server_port = int(self.server_address[1])
 
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """With TLS, the accepted connection is wrapped here and its handshake left to the handler's thread
+        (``_Handler.setup``): a handshake in the accepting thread would make every new client wait for it."""
+        conn, address = super().get_request()
+        if self.tls is None:
+            return conn, address
+        return self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), address
+
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
             self._connections.add(request)
+            self.api.connections_accepted += 1
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
@@ -522,6 +535,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()  # sets the connection's timeout, which bounds the handshake too
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -579,6 +597,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
+            if isinstance(self.connection, ssl.SSLSocket):
+                # No peeking through TLS. An HTTP/1.1 client sends nothing while a response streams, so
+                # anything to read is its close_notify or the end of the connection.
+                return bool(readable)
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
@@ -630,8 +652,13 @@ class FakeApiServer:
         history_limit: int = 1000,
         nvidia_crds: bool = False,
         namespaces_and_crds: bool = False,
+        tls: bool = False,
     ) -> None:
-        """``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
+        """With ``tls`` the server serves HTTPS with a CA of its own (:mod:`tests.apiserver.serving_tls`),
+        which ``lightkube_config``, ``client`` and ``kubeconfig`` carry, so clients verify it as a real one;
+        without, plain HTTP (cheaper for the tests that do not measure the client).
+
+        ``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
         DRA driver's CRDs installed does.
 
         ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
@@ -679,6 +706,8 @@ class FakeApiServer:
         self.bytes_received: collections.Counter[str] = collections.Counter()
         #: request bodies received (the objects as sent, nothing of the HTTP around them) per (verb, kind)
         self.body_bytes: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: connections accepted (each one a TLS handshake with ``tls``): how well clients reuse them
+        self.connections_accepted = 0
         #: discovery, version and health requests (not API verbs, so not in ``counts``)
         self.discovery_requests = 0
         #: the messages of requests refused 403 because their token's user may not make them (``authorize``)
@@ -725,6 +754,7 @@ class FakeApiServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self.tls: ServingTls | None = make_serving_tls() if tls else None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -732,7 +762,7 @@ class FakeApiServer:
         if self._httpd is not None:
             raise RuntimeError("FakeApiServer already started")
         self._stopping.clear()
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, self.tls.context if self.tls is not None else None)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True
         )
@@ -772,12 +802,18 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_data(self) -> str | None:
+        """The CA as a kubeconfig's ``certificate-authority-data`` holds it (base64 PEM); None over plain HTTP."""
+        return base64.b64encode(self.tls.ca_pem).decode() if self.tls is not None else None
 
     def lightkube_config(self, namespace: str = "default", *, token: str | None = None) -> KubeConfig:
-        """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (plain http; with ``token``, the bearer
-        token of a user given to ``authorize``, else no credentials)."""
-        return KubeConfig.from_one(cluster=Cluster(server=self.url), user=User(token=token), namespace=namespace)
+        """A lightkube ``KubeConfig`` for ``AsyncClient(config=...)`` (with ``tls``, trusting this server's CA;
+        with ``token``, the bearer token of a user given to ``authorize``, else no credentials)."""
+        cluster = Cluster(server=self.url, certificate_auth_data=self.ca_data)
+        return KubeConfig.from_one(cluster=cluster, user=User(token=token), namespace=namespace)
 
     def client(self, *, token: str | None = None) -> AsyncClient:
         """A lightkube client of this server that ignores proxy variables from the environment; the bound
@@ -792,11 +828,15 @@ class FakeApiServer:
         self._authorizer.add(token, user, allows)
 
     def kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default", *, token: str | None = None) -> Path:
-        """Write a kubeconfig file pointing at this server (with ``token``: as ``client``) and return its path."""
+        """Write a kubeconfig file pointing at this server (with ``token``: as ``client``; with ``tls``, carrying
+        the CA) and return its path."""
+        cluster = {"server": self.url}
+        if self.ca_data is not None:
+            cluster["certificate-authority-data"] = self.ca_data
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": cluster}],
             "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
@@ -954,6 +994,7 @@ class FakeApiServer:
                 "calls": dict(self.counts),
                 "bytes_received": dict(self.bytes_received),
                 "discovery_requests": self.discovery_requests,
+                "connections": self.connections_accepted,
                 "objects": {plural: len(keys) for plural, keys in self._by_plural.items() if keys},
             }
 

@@ -1,22 +1,30 @@
 """The fake API server in a process of its own, so that a benchmark's client process measures only itself.
 
-``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation]`` prints the server's URL on
-one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT). :class:`ServerProcess` starts and
-stops one from Python and reads its request counts through ``GET /debug/fakegpu/counts``.
+``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation] [--tls --kubeconfig PATH]``
+prints the server's URL on one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT); with
+``--tls`` it serves HTTPS with a CA of its own, which the kubeconfig it writes to PATH carries.
+:class:`ServerProcess` starts and stops one from Python and reads its request counts through
+``GET /debug/fakegpu/counts``.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
 import signal
+import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+
+import yaml
 
 from .fake_apiserver import COUNTS_PATH, FakeApiServer
 
@@ -24,31 +32,59 @@ _REPO = Path(__file__).resolve().parent.parent.parent
 
 
 class ServerProcess:
-    """A child process serving a FakeApiServer; a context manager. ``url`` is set once it serves."""
+    """A child process serving a FakeApiServer; a context manager. ``url`` and ``kubeconfig`` (a file that
+    points at it, with the CA when ``tls``) are set once it serves."""
 
-    def __init__(self, minor: int = 36, *, validate_schema: bool = True, history_limit: int = 1000) -> None:
+    def __init__(
+        self, minor: int = 36, *, validate_schema: bool = True, history_limit: int = 1000, tls: bool = False
+    ) -> None:
         self.args = [sys.executable, "-m", "tests.apiserver.standalone", "--minor", str(minor)]
         self.args += ["--history-limit", str(history_limit)]
         if not validate_schema:
             self.args.append("--no-schema-validation")
+        if tls:
+            self.args.append("--tls")
         self.url = ""
+        self.kubeconfig = Path()
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._context: ssl.SSLContext | None = None
         self._process: subprocess.Popen[str] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> ServerProcess:
-        self._process = subprocess.Popen(self.args, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._folder = tempfile.TemporaryDirectory(prefix="fakegpu-apiserver-")
+        self.kubeconfig = Path(self._folder.name, "kubeconfig")
+        args = [*self.args, "--kubeconfig", str(self.kubeconfig)]
+        self._process = subprocess.Popen(args, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self._process.stdout is not None
         line = self._process.stdout.readline().strip()
-        if not line.startswith("http://"):
+        if not line.startswith(("http://", "https://")):
             self.stop()
             raise RuntimeError(f"the fake API server process did not start (it said {line!r})")
         self.url = line
+        ca = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"].get("certificate-authority-data")
+        if ca is not None:
+            self._context = ssl.create_default_context(cadata=base64.b64decode(ca).decode())
         return self
 
     def counts(self) -> dict[str, Any]:
         """Requests and bytes received per verb so far (the debug endpoint; reading it is not counted)."""
-        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=30) as response:
+        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=30, context=self._context) as response:
             doc: dict[str, Any] = json.load(response)
         return doc
+
+    def cpu_seconds(self) -> float | None:
+        """The server process's CPU so far (user + system, from /proc; Linux), None where /proc does not tell."""
+        if self._process is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def peak_rss_mib(self) -> float | None:
         """The server process's peak resident set (VmHWM), where /proc tells it (Linux)."""
@@ -74,6 +110,9 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
 
     def __enter__(self) -> ServerProcess:
         return self.start()
@@ -96,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         "--no-schema-validation", action="store_true", help="skip the kubernetes-validate schema check of writes"
     )
     parser.add_argument("--history-limit", type=int, default=1000, help="watch events kept (default %(default)s)")
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS with a CA made at start")
+    parser.add_argument("--kubeconfig", help="write a kubeconfig for the server (with the CA under --tls) here")
     args = parser.parse_args(argv)
     done = threading.Event()
 
@@ -105,9 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     server = FakeApiServer(
-        f"1.{args.minor}", validate_schema=not args.no_schema_validation, history_limit=args.history_limit
+        f"1.{args.minor}", validate_schema=not args.no_schema_validation, history_limit=args.history_limit, tls=args.tls
     )
     with server:
+        if args.kubeconfig:
+            server.kubeconfig(args.kubeconfig)
         print(server.url, flush=True)
         # stdin closing (the parent ends or exits) is the other way to stop.
         threading.Thread(target=_wait_for_eof, args=(done,), daemon=True).start()
