@@ -169,7 +169,8 @@ class _Stream(AsyncNetworkStream):
                 server_hostname=server_hostname,
                 ssl_handshake_timeout=timeout,
             )
-            transport = await asyncio.wait_for(upgrade, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for, which on 3.11 can swallow a cancellation
+                transport = await upgrade
         except TimeoutError:
             self._transport.close()
             raise httpcore2.ConnectTimeout("the TLS handshake timed out") from None
