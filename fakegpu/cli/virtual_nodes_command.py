@@ -67,7 +67,8 @@ plugin resources in capacity and allocatable, or DRA ResourceSlices owned by the
 must run in the cluster to keep the nodes Ready. The nodes carry the taint kwok.x-k8s.io/node=fake:NoSchedule:
 rehearsal pods need a toleration for it. Before writing, it prints what the plan will cost the API server
 (bytes of objects, and the memory a real API server was measured to need for them) and refuses a plan above
---max-server-memory; --dry-run prints the plan and that estimate only. Re-running with the same
+--max-server-memory (nodes that exist already count too: give the same limit on a re-run); --dry-run
+prints the plan and that estimate only. Re-running with the same
 arguments writes nothing; --delete removes what this tool created with that --name-prefix (recorded in the
 label fakegpu.io/virtual-node-prefix) and hands adopted nodes back as they were.
 """

@@ -180,6 +180,10 @@ class _Stream(AsyncNetworkStream):
         if transport is None:
             raise httpcore2.ConnectError("the connection closed during the TLS handshake")
         assert isinstance(transport, asyncio.Transport)
+        # start_tls does not call connection_made again: point the protocol at the TLS transport, so that
+        # read flow control pauses and resumes the same transport (pausing the raw one under TLS would never
+        # be undone through the TLS one).
+        self._protocol.transport = transport
         return _Stream(transport, self._protocol, self._raw)
 
     def get_extra_info(self, info: str) -> Any:
@@ -229,7 +233,8 @@ class AsyncioBackend(AsyncNetworkBackend):
 
 async def _connected(connecting: Any, timeout: float | None, socket_options: Iterable[Any] | None) -> _Stream:
     try:
-        transport, protocol = await asyncio.wait_for(connecting, timeout)
+        async with asyncio.timeout(timeout):  # not wait_for, which on 3.11 can swallow a cancellation
+            transport, protocol = await connecting
     except TimeoutError:
         raise httpcore2.ConnectTimeout("connecting timed out") from None
     except OSError as exc:
@@ -246,7 +251,9 @@ def use_asyncio_streams(client: AsyncClient) -> bool:
     with contextlib.suppress(AttributeError):
         transport: Any = client._client._client._transport  # lightkube -> httpx -> transport (untyped here)
         pool = transport._pool  # -> httpcore's pool
-        if isinstance(pool, httpcore2.AsyncConnectionPool):
+        # HTTP/1.1 only: the streams keep one waiter per connection, which HTTP/2's several requests on one
+        # connection would share (lightkube leaves HTTP/2 off, as do these clients).
+        if isinstance(pool, httpcore2.AsyncConnectionPool) and not pool._http2:
             pool._network_backend = AsyncioBackend()
             return True
     return False

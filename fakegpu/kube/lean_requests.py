@@ -127,7 +127,10 @@ class LongCall:
     def apply(self, generic: Any, request: Any) -> None:
         """Set the server-side timeout and the longer read timeout on a lightkube ``BasicRequest``; the
         other timeouts (connect, write, pool) stay the client's."""
+        # Both, as client-go's generated List sends them: the API server bounds a plain list or a collection
+        # delete by the generic ``timeout`` (capped by its --request-timeout), a watch by ``timeoutSeconds``.
         request.params["timeoutSeconds"] = self.server_seconds
+        request.params["timeout"] = f"{self.server_seconds}s"
         base: httpx2.Timeout = generic._client.timeout
         request.timeout = httpx2.Timeout(connect=base.connect, read=self.read_seconds, write=base.write, pool=base.pool)
 

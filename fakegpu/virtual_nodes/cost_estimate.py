@@ -133,14 +133,15 @@ class FleetCost:
         ]
 
     def refusal(self, limit: int) -> SpecError | None:
-        """The one-line refusal of a plan above ``limit`` (0: none), or None."""
+        """The one-line refusal of a plan above ``limit`` (0: none), or None. It is decided before the first
+        request, so a re-run of a fleet already up counts its nodes as if new: the line says so."""
         if not limit or self.server_memory <= limit:
             return None
         return SpecError(
             "--max-server-memory",
             f"the plan would add about {size(self.server_memory)} to the API server's memory ({self.nodes} "
-            f"node(s), {size(self.total_bytes)} of objects), above the limit of {size(limit)}; raise the limit, "
-            "or give --max-server-memory 0 to go ahead anyway",
+            f"node(s), {size(self.total_bytes)} of objects, nodes that exist already counted too), above the "
+            f"limit of {size(limit)}; raise the limit, or give --max-server-memory 0 to go ahead anyway",
         )
 
 
@@ -160,6 +161,10 @@ def parse_limit(text: str) -> int:
         raise SpecError("--max-server-memory", f"{exc}; 0 turns the limit off") from None
     if value < 0:
         raise SpecError("--max-server-memory", f"must not be negative, found {text!r}")
+    if 0 < value < 1:  # "4m" is milli-bytes (a typo for 4Mi?): truncated to 0 it would turn the limit off
+        raise SpecError(
+            "--max-server-memory", f"{text!r} is less than a byte; did you mean Mi? (0 turns the limit off)"
+        )
     return int(value)
 
 

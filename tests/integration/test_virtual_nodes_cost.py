@@ -115,8 +115,8 @@ def test_a_plan_over_the_limit_exits_2_with_one_line_and_writes_nothing(server, 
     cost = planned_cost(*plan)
     assert line == (
         f"fakegpu: error: --max-server-memory: the plan would add about {size(cost.server_memory)} to the API "
-        f"server's memory (3 node(s), {size(cost.total_bytes)} of objects), above the limit of 10.0 MiB; raise "
-        "the limit, or give --max-server-memory 0 to go ahead anyway"
+        f"server's memory (3 node(s), {size(cost.total_bytes)} of objects, nodes that exist already counted "
+        "too), above the limit of 10.0 MiB; raise the limit, or give --max-server-memory 0 to go ahead anyway"
     )
     assert server.requests == [] and server.discovery_requests == 0
 

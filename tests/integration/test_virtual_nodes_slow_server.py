@@ -109,6 +109,7 @@ async def test_a_collection_delete_answered_after_the_clients_old_timeout_still_
     assert server.count("deletecollection", "resourceslices") == 1
     sweep = [r for r in server.requests if r.method == "DELETE" and r.path.endswith("/resourceslices")]
     assert [r.query.get("timeoutSeconds") for r in sweep] == [str(LONG.server_seconds)]
+    assert [r.query.get("timeout") for r in sweep] == [f"{LONG.server_seconds}s"]  # what bounds a non-watch
 
 
 async def test_a_collection_delete_the_server_outlives_is_waited_for_and_reported(server, run):

@@ -12,10 +12,12 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 from lightkube.resources.core_v1 import Node
 
-from fakegpu.kube.asyncio_streams import AsyncioBackend, use_asyncio_streams
+from fakegpu.kube.asyncio_streams import PAUSE_READING_AT, AsyncioBackend, use_asyncio_streams
 from fakegpu.kube.client import load_config
 from fakegpu.kube.lean_requests import write_serialized
 from tests.apiserver import FakeApiServer
+from tests.apiserver.serving_tls import make_serving_tls
+from tests.eventually import eventually
 
 
 def _backend(client: AsyncClient) -> object:
@@ -88,3 +90,33 @@ async def test_nothing_listening_is_a_connect_error() -> None:
 
 def test_a_stand_in_client_is_left_alone() -> None:
     assert use_asyncio_streams(object()) is False  # type: ignore[arg-type]
+
+
+async def test_a_large_answer_read_slowly_over_tls_is_read_to_its_end() -> None:
+    """Flow control under TLS: more than ``PAUSE_READING_AT`` bytes arrive before the reader takes them, so the
+    socket is paused, and reading must resume it (through the TLS transport the stream reads from; pausing
+    the raw one and resuming the TLS one left the connection stalled for good)."""
+    size = PAUSE_READING_AT + 2 * 2**20
+    tls = make_serving_tls()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"x" * size)
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=tls.context)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        plain = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        stream = await plain.start_tls(tls.client_context(), server_hostname="127.0.0.1", timeout=5)
+        await stream.write(b"GET\n")
+        protocol = stream._protocol  # type: ignore[attr-defined]
+        await eventually(lambda: protocol.paused_reading, "the unread answer to pause the socket", 10.0)
+        received = 0
+        while chunk := await stream.read(65536, timeout=5):
+            received += len(chunk)
+        assert received == size
+        await stream.aclose()
+    finally:
+        listener.close()

@@ -57,7 +57,7 @@ def test_the_default_limit_is_4_gib_and_0_means_none():
     assert parse_limit("6G") == 6_000_000_000
 
 
-@pytest.mark.parametrize("text", ["lots", "-1Gi", ""])
+@pytest.mark.parametrize("text", ["lots", "-1Gi", "", "4m", "0.5"])
 def test_a_bad_limit_names_the_flag(text):
     with pytest.raises(SpecError) as caught:
         parse_limit(text)
