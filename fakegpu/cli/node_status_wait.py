@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Final, TextIO
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, NodeStatus
 from lightkube.types import PatchType
 
@@ -80,11 +80,19 @@ class StatusWait:
         self.removals = 0
         self._latest: Node | None = None
         self._last_removed: dict[str, dict[str, str]] = {}
+        self._refused: ApiError | None = None
         self._seen = asyncio.Event()
 
     def _on_change(self, node: Node | None) -> None:
         self._latest = node
         self._seen.set()
+
+    def _on_failure(self, exc: Exception) -> None:
+        """A refused list or watch (401, 403: no grant for ``--wait``) is final, not a pause: without it the
+        wait would hear nothing and take the silence for the resources staying off."""
+        if isinstance(exc, ApiError) and exc.status.code in (401, 403):
+            self._refused = exc
+            self._seen.set()
 
     async def run(self) -> list[str]:
         """Remove until nothing came back for ``settle`` seconds (``[]``), or the lines of what remains at
@@ -96,7 +104,9 @@ class StatusWait:
             f"{duration(ENDPOINT_STOP_GRACE_PERIOD)} ends; giving up after {duration(self.limits.timeout)})\n"
         )
         self.out.flush()
-        watch = asyncio.create_task(NodeWatch(self.client, self.node_name, self._on_change).run())
+        watch = asyncio.create_task(
+            NodeWatch(self.client, self.node_name, self._on_change, on_failure=self._on_failure).run()
+        )
         try:
             async with asyncio.timeout(self.limits.timeout):
                 await self._until_settled(started)
@@ -115,12 +125,19 @@ class StatusWait:
         return []
 
     async def _until_settled(self, started: float) -> None:
-        quiet_from = started
+        quiet_from: float | None = None  # no word yet is not quiet: the first answer starts the count
         while True:
-            left = quiet_from + self.limits.settle - time.monotonic()
-            if left <= 0 or not await wait_event(self._seen, left):
-                return
+            if quiet_from is None:
+                await self._seen.wait()
+            else:
+                left = quiet_from + self.limits.settle - time.monotonic()
+                if left <= 0 or not await wait_event(self._seen, left):
+                    return
             self._seen.clear()
+            if self._refused is not None:
+                raise self._refused
+            if quiet_from is None:
+                quiet_from = time.monotonic()
             found = status_resources(self._latest)
             if not found:
                 continue

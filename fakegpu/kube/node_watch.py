@@ -31,8 +31,12 @@ class NodeWatch:
         name: str,
         on_change: Callable[[Node | None], None],
         retry_interval: float = RETRY_PAUSE,
+        on_failure: Callable[[Exception], None] | None = None,
     ) -> None:
+        """``on_failure`` hears of each failed list or watch (it is retried all the same), for a caller to
+        whom some failures are final, e.g. a refusal."""
         self.client = client
+        self.on_failure = on_failure
         self.name = name
         self.on_change = on_change
         self.retry_interval = retry_interval
@@ -59,3 +63,5 @@ class NodeWatch:
     def _failed(self, exc: Exception, pause: float) -> None:
         self.errors += 1
         log.warning("watching node %s failed (%s); watching again", self.name, exc)
+        if self.on_failure is not None:
+            self.on_failure(exc)

@@ -403,3 +403,22 @@ def test_what_is_served_or_holds_others_files_stays_and_the_dry_run_says_why(roo
         f"kept directory {h / 'run/nvidia'}: {host.NVIDIA_RUN_DIR_KEPT}",
     ]
     assert (gpu_dir / "checkpoint.json").exists() and (domain_dir / "notes.txt").exists()
+
+
+async def test_wait_without_the_grant_to_watch_nodes_fails_instead_of_taking_silence_for_success(apiserver):
+    """``--wait`` needs ``list`` and ``watch`` on nodes beyond the plain clean-up's grants; refused them, it
+    must say so rather than hear nothing for ``--settle`` seconds and report the resources gone."""
+    with_gpu_status(apiserver)
+    user = "system:serviceaccount:ops:cleaner"
+    apiserver.authorize(
+        "t0ken", user, lambda a: a.resource in ("nodes", "nodes/status") and a.verb in ("get", "patch")
+    )
+    args = full_parser().parse_args(
+        ["cleanup", "--node", NODE, "--skip-host", "--yes", "--wait", "--settle", "1", "--wait-timeout", "30"]
+    )
+    client = apiserver.client(token="t0ken")
+    try:
+        with pytest.raises(SpecError, match=rf"^node {NODE}: .*forbidden.*cannot list resource \"nodes\""):
+            await run_cleanup(args, client=client, out=io.StringIO())
+    finally:
+        await client.close()
