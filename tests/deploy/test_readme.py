@@ -116,7 +116,7 @@ def test_load_commands_carry_the_manifests_image_into_the_cluster() -> None:
 
 def test_walkthrough_applies_shared_directories_first_and_deletes_them_last() -> None:
     applied = re.findall(r"^kubectl apply -k deploy/(\S+)$", text(), flags=re.M)
-    deleted = re.findall(r"^kubectl delete -k deploy/(\S+) --ignore-not-found$", text(), flags=re.M)
+    deleted = re.findall(r"^kubectl delete -k deploy/(\S+) --ignore-not-found(?: --timeout=\S+)?$", text(), flags=re.M)
     assert set(applied) == set(deleted) == set(APPLIED), "every applied directory is applied and deleted"
     faces = [f"overlays/{o}" for o in OVERLAYS]
     for face in faces:

@@ -261,6 +261,16 @@ def test_the_readmes_summary_quotes_the_blocks_commands() -> None:
     (label,) = [s for s in steps() if s.kubectl("label")]
     assert f"`{label.line}`" in summary
     (cleanup,) = [s for s in steps() if s.fakegpu("cleanup")]
-    # The summary's one command does both halves (no --skip-host); its flags are the block's.
-    flags = " ".join(a for a in cleanup.argv[4:] if a != "--skip-host")
+    # The summary quotes the block's API half as it is (--skip-host: from a workstation, the host half would
+    # clean the workstation's own directories); the host half is named in words, from `kubectl debug`.
+    flags = " ".join(cleanup.argv[4:])
+    assert "--skip-host" in flags
     assert f"`fakegpu cleanup --node N {flags}`" in summary
+
+
+def test_every_step_that_waits_is_bounded() -> None:
+    """kubectl's own wait is 168 hours: a delete or wait without ``--timeout`` is a step that can hang the way
+    the old block did on the CRD."""
+    waiting = [s for s in steps() if s.kubectl("delete") or s.kubectl("wait")]
+    assert len(waiting) > 5
+    assert [s.line for s in waiting if not s.has("--timeout")] == []
