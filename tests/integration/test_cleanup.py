@@ -410,9 +410,7 @@ async def test_wait_without_the_grant_to_watch_nodes_fails_instead_of_taking_sil
     must say so rather than hear nothing for ``--settle`` seconds and report the resources gone."""
     with_gpu_status(apiserver)
     user = "system:serviceaccount:ops:cleaner"
-    apiserver.authorize(
-        "t0ken", user, lambda a: a.resource in ("nodes", "nodes/status") and a.verb in ("get", "patch")
-    )
+    apiserver.authorize("t0ken", user, lambda a: a.resource in ("nodes", "nodes/status") and a.verb in ("get", "patch"))
     args = full_parser().parse_args(
         ["cleanup", "--node", NODE, "--skip-host", "--yes", "--wait", "--settle", "1", "--wait-timeout", "30"]
     )
