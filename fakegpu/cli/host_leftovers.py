@@ -62,14 +62,16 @@ NVIDIA_RUN_DIR_NAME: Final = "nvidia"
 MAX_SYMLINKS: Final = 40
 """As the kernel's limit on links followed in one lookup (ELOOP)."""
 
-CDI_SPEC_GLOBS: Final = (
-    f"{CDI_VENDOR}-*.json",
-    f"{cdi_vendor(DEFAULT_DRIVER)}-{CLAIM_CLASS}_*",
-    BASE_SPEC_FILE,
-    f"{COMPUTE_DOMAIN_VENDOR}-{CLAIM_CLASS}_*",
-)
-"""The device plugin's specs, the GPU driver's claim specs (YAML, and JSON of older fakegpu versions), the
-compute-domain plugin's base spec and claim specs."""
+DEVICE_PLUGIN_WRITER: Final = "device plugin"
+CDI_SPECS_BY_WRITER: Final = {
+    DEVICE_PLUGIN_WRITER: (f"{CDI_VENDOR}-*.json",),
+    DEFAULT_DRIVER: (f"{cdi_vendor(DEFAULT_DRIVER)}-{CLAIM_CLASS}_*",),
+    COMPUTE_DOMAIN_DRIVER: (BASE_SPEC_FILE, f"{COMPUTE_DOMAIN_VENDOR}-{CLAIM_CLASS}_*"),
+}
+"""Each writer's specs: the device plugin's, the GPU driver's claim specs (YAML, and JSON of older fakegpu
+versions), the compute-domain plugin's base spec and claim specs. A writer that still serves keeps its specs:
+its running containers resolve their devices through them."""
+CDI_SPEC_GLOBS: Final = tuple(glob for globs in CDI_SPECS_BY_WRITER.values() for glob in globs)
 DRA_PLUGIN_ENTRIES: Final = {
     DEFAULT_DRIVER: (DRA_SOCKET, CHECKPOINT_FILE, MPS_DIR),
     COMPUTE_DOMAIN_DRIVER: (DRA_SOCKET, CHECKPOINT_FILE, DOMAINS_DIR),
@@ -83,6 +85,7 @@ DEVICE_PLUGIN_SOCKET_GLOB: Final = plugin_socket_name("nvidia.com/*")
 PRIVATE_SOCKET_GLOB: Final = f"{PRIVATE_SOCKET_PREFIX}*"
 
 SERVED = "a running process{pid} serves it: stop that daemon first"
+SERVED_SPEC = "the {writer} still serves (a running process{pid}): its containers resolve devices through it"
 CDI_DIR_KEPT = "the container runtime's CDI directory, where other writers' specs live too"
 NVIDIA_RUN_DIR_KEPT = "NVIDIA's run directory, which holds more than the MPS root (a driver's or the GPU operator's)"
 KUBELET_CHECKPOINT_KEPT = "the kubelet's own device checkpoint: only the kubelet writes it"
@@ -154,8 +157,24 @@ class HostLocations:
         cdi = self.on_host(self.cdi_root)
         if not cdi.is_dir():
             return
-        found.remove += _matching(cdi, [*CDI_SPEC_GLOBS, *map(temp_name_glob, CDI_SPEC_GLOBS)])
+        for writer, globs in CDI_SPECS_BY_WRITER.items():
+            specs = _matching(cdi, [*globs, *map(temp_name_glob, globs)])
+            pid = self._serving(writer)
+            if pid is None:
+                found.remove += specs
+            else:
+                found.kept += [Kept(spec, SERVED_SPEC.format(writer=writer, pid=pid_text(pid))) for spec in specs]
         found.kept.append(Kept(cdi, CDI_DIR_KEPT))
+
+    def _serving(self, writer: str) -> int | None:
+        """The pid (0 if unknown) of a process still serving for ``writer``, None when none does: a device
+        plugin socket, or the DRA driver's ``dra.sock``."""
+        paths = KubeletPaths(self.on_host(self.kubelet_dir))
+        if writer == DEVICE_PLUGIN_WRITER:
+            sockets = _matching(paths.device_plugins, [DEVICE_PLUGIN_SOCKET_GLOB])
+        else:
+            sockets = [paths.dra_plugin_dir(writer) / DRA_SOCKET]
+        return next((pid for pid in map(_served, sockets) if pid is not None), None)
 
     def _kubelet(self, found: HostFindings) -> None:
         paths = KubeletPaths(self.on_host(self.kubelet_dir))

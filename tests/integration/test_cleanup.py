@@ -377,6 +377,12 @@ def test_what_is_served_or_holds_others_files_stays_and_the_dry_run_says_why(roo
     (gpu_dir / "checkpoint.json").write_text("{}")
     (domain_dir / "checkpoint.json").write_text("{}")
     (domain_dir / "notes.txt").write_text("mine")
+    cdi = h / "var/run/cdi"
+    cdi.mkdir(parents=True)
+    gpu_spec = cdi / "k8s.gpu.nvidia.com-claim_6d1b9f2a-0000-4000-8000-000000000001.yaml"
+    domain_spec = cdi / "k8s.compute-domain.nvidia.com-claim_6d1b9f2a-0000-4000-8000-000000000002.yaml"
+    for spec in (gpu_spec, domain_spec):
+        spec.write_text("cdiVersion: 0.5.0\n")
     listeners = []
     for path in (gpu_dir / "dra.sock", h / "var/run/fakegpu/dra.sock"):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -392,17 +398,22 @@ def test_what_is_served_or_holds_others_files_stays_and_the_dry_run_says_why(roo
         for listener in listeners:
             listener.close()
     served = host.SERVED.format(pid=f" (pid {os.getpid()})")
+    spec_served = host.SERVED_SPEC.format(writer="gpu.nvidia.com", pid=f" (pid {os.getpid()})")
     assert out.getvalue().splitlines() == [
         f"removed directory {h / 'run/nvidia/mps/shm'}",
         f"removed directory {h / 'run/nvidia/mps'}",
+        f"removed file {domain_spec}",  # its driver serves no more
         f"removed file {domain_dir / 'checkpoint.json'}",
         f"removed directory {domain_dir / 'domains'}",
+        f"kept file {gpu_spec}: {spec_served}",  # a running driver's claim keeps its devices
+        f"kept directory {cdi}: {host.CDI_DIR_KEPT}",
         f"kept socket {h / 'var/run/fakegpu/dra.sock'}: {served}",
         f"kept directory {gpu_dir}: {served}",
         f"kept directory {domain_dir}: {host.FOREIGN_FILES_KEPT.format(names='notes.txt')}",
         f"kept directory {h / 'run/nvidia'}: {host.NVIDIA_RUN_DIR_KEPT}",
     ]
-    assert (gpu_dir / "checkpoint.json").exists() and (domain_dir / "notes.txt").exists()
+    assert (gpu_dir / "checkpoint.json").exists() and (domain_dir / "notes.txt").exists() and gpu_spec.exists()
+    assert not domain_spec.exists()
 
 
 async def test_wait_without_the_grant_to_watch_nodes_fails_instead_of_taking_silence_for_success(apiserver):
