@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import io
 import math
 import re
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -20,38 +18,20 @@ from lightkube import AsyncClient
 
 from fakegpu.cli import virtual_nodes_command
 from fakegpu.cli.main import main as cli_main
-from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.kube.client import IN_CLUSTER
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from fakegpu.virtual_nodes import api as virtual_nodes_api
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.integration.virtual_nodes_harness import Run, parse, strict_apiserver
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 KWOK = {"kwok.x-k8s.io/node": "fake"}
 
 
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fakegpu")
-    add_virtual_nodes_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["virtual-nodes", *argv])
-
-
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    api = FakeApiServer("1.36").start()
-    try:
-        yield api
-    finally:
-        api.stop()
-        assert api.rejections == [], "the tool sent an object the API server rejected"
-        assert api.errors == []
+    yield from strict_apiserver()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the bring-up then sends (the server counts each request's body)."""
 
 from __future__ import annotations
 
-import argparse
 import io
 from collections.abc import Iterator
 
@@ -12,7 +11,6 @@ import pytest
 
 from fakegpu.cli.main import main as cli_main
 from fakegpu.cli.virtual_nodes_command import (
-    add_virtual_nodes_parser,
     pools_from_args,
     run_virtual_nodes,
     settings_from_args,
@@ -20,6 +18,7 @@ from fakegpu.cli.virtual_nodes_command import (
 from fakegpu.virtual_nodes.cost_estimate import FleetCost, estimate_options, fleet_cost, parse_limit, size
 from fakegpu.virtual_nodes.pools import build_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.integration.virtual_nodes_harness import parse, strict_apiserver
 
 SENT_KINDS = ("nodes", "resourceslices", "deviceclasses")
 """What a bring-up creates: the objects the estimate counts."""
@@ -30,12 +29,6 @@ PLANS = {
     "NVL72 racks": ("--gpus", "4xgb200", "--racks", "2", "--nodes-per-rack", "3", "--gpu-mode", "dra"),
     "dra-extended": ("--count", "2", "--gpus", "2xh100-80gb", "--gpu-mode", "dra-extended"),
 }
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fakegpu")
-    add_virtual_nodes_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["virtual-nodes", *argv])
 
 
 def planned_cost(*argv: str) -> FleetCost:
@@ -49,13 +42,7 @@ def planned_cost(*argv: str) -> FleetCost:
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    api = FakeApiServer("1.36").start()
-    try:
-        yield api
-    finally:
-        api.stop()
-        assert api.rejections == [], "the tool sent an object the API server rejected"
-        assert api.errors == []
+    yield from strict_apiserver()
 
 
 async def run(server: FakeApiServer, *argv: str) -> tuple[int, str, str]:

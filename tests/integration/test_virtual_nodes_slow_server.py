@@ -8,19 +8,18 @@ too (``LONG``), so the same situations take a second or two.
 
 from __future__ import annotations
 
-import argparse
 import io
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 
 import httpx2
 import pytest
 from lightkube import AsyncClient
 
-from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, run_virtual_nodes
+from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.kube.lean_requests import LongCall
 from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.integration.virtual_nodes_harness import Run, parse, strict_apiserver
 
 OLD_TIMEOUT = 0.25
 """The client's usual timeouts in these tests (lightkube's default is 10 s)."""
@@ -29,28 +28,9 @@ LONG = LongCall(server_seconds=1, read_seconds=1.5)
 FLEET = ("--gpu-mode", "dra", "--count", "3", "--gpus", "2xh100-80gb", "--mig-mode", "dynamic")
 
 
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fakegpu")
-    add_virtual_nodes_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["virtual-nodes", *argv])
-
-
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    api = FakeApiServer("1.36").start()
-    try:
-        yield api
-    finally:
-        api.stop()
-        assert api.rejections == [], "the tool sent an object the API server rejected"
-        assert api.errors == []
+    yield from strict_apiserver()
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from fakegpu.virtual_nodes.watcher import Watcher
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
 from tests.integration.test_virtual_nodes import WRITES, at, slices_of, stamps
-from tests.integration.test_virtual_nodes import parse as parse_flags
+from tests.integration.virtual_nodes_harness import parse as parse_flags
+from tests.integration.virtual_nodes_harness import strict_apiserver
 
 NODES = [f"fakegpu-virtual-000{i}" for i in range(3)]
 
@@ -96,13 +97,7 @@ class Watching:
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    api = FakeApiServer("1.36").start()
-    try:
-        yield api
-    finally:
-        api.stop()
-        assert api.rejections == []
-        assert api.errors == []
+    yield from strict_apiserver()
 
 
 @pytest.fixture
