@@ -9,7 +9,10 @@ write the same CDI specs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,26 +63,58 @@ def gpu_names(cdi_root: Path) -> list[str]:
     return sorted(d["name"] for d in json.loads(path.read_text())["devices"]) if path.exists() else []
 
 
+@dataclass
+class SideBySide:
+    """The ``fakegpu plugin`` daemon on one kubelet emulator and a ``FakeNode`` on its own, from the same inputs."""
+
+    kubelet: KubeletEmulator
+    daemon: asyncio.Task[int]
+    node: FakeNode
+
+    def daemon_running(self) -> None:
+        if self.daemon.done():
+            raise RuntimeError("the daemon exited")  # not "not yet": a wait fails at once
+
+
+@contextlib.asynccontextmanager
+async def side_by_side(
+    root: Path, inputs: InventoryInputs, bugs: frozenset[BugMode] = frozenset(), **daemon: Any
+) -> AsyncIterator[SideBySide]:
+    """Both started; on the way out both stopped, the daemon with exit status 0."""
+    kubelet = KubeletEmulator(root / "dk")
+    await kubelet.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_plugin_daemon(inputs, KubeletPaths(root / "dk"), bug_modes=bugs, stop=stop, **daemon)
+    )
+    node = FakeNode(root / "fk", inputs, bugs=tuple(bugs))
+    try:
+        await node.start()
+        yield SideBySide(kubelet, task, node)
+    finally:
+        try:
+            await node.stop()
+        finally:
+            try:
+                assert await stop_and_wait(stop, task) == [0]
+            finally:
+                await kubelet.stop()
+
+
 async def test_the_fixture_and_the_daemon_serve_and_reload_the_same_plugin(root: Path) -> None:
     config_file = root / "plugin-config.yaml"
     config_file.write_text(config("uuid"))
     inputs = InventoryInputs(node_name="n1", gpus=("2xa100-40gb",), env={"CONFIG_FILE": str(config_file)})
     daemon_cdi = root / "daemon-cdi"
-    kubelet = KubeletEmulator(root / "dk")
-    await kubelet.start()
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "dk"), stop=stop, cdi_root=daemon_cdi))
-    node = FakeNode(root / "fk", inputs)
-    try:
-        await node.start()
+    async with side_by_side(root, inputs, cdi_root=daemon_cdi) as both:
+        kubelet, node = both.kubelet, both.node
         assert node.cdi_root == root / "fk" / "cdi"
         expected = load_inventory(inputs).resource(GPU)
         assert expected is not None and len(expected.devices) == 2
         want = {GPU: {d.id: "Healthy" for d in expected.devices}}
 
         def both_serve(view: dict[str, dict[str, str]]) -> bool:
-            if task.done():
-                raise RuntimeError("the daemon exited")  # not "not yet": fail at once
+            both.daemon_running()
             assert seen(kubelet) == seen(node.kubelet) == view
             return True
 
@@ -99,14 +134,6 @@ async def test_the_fixture_and_the_daemon_serve_and_reload_the_same_plugin(root:
             detail=lambda: (gpu_names(daemon_cdi), gpu_names(node.cdi_root)),
         )
         assert specs(daemon_cdi) == specs(node.cdi_root)
-    finally:
-        try:
-            await node.stop()
-        finally:
-            try:
-                assert await stop_and_wait(stop, task) == [0]
-            finally:
-                await kubelet.stop()
 
 
 async def test_random_device_ids_are_fresh_at_every_later_start_of_the_daemon_and_the_fixture(root: Path) -> None:
@@ -115,26 +142,12 @@ async def test_random_device_ids_are_fresh_at_every_later_start_of_the_daemon_an
     ``stop_plugins``/``start_plugins``), as the kubelets see them."""
     inputs = InventoryInputs(node_name="n1", gpus=("2xt4",))
     stable = device_ids(load_inventory(inputs))
-    kubelet = KubeletEmulator(root / "dk")
-    await kubelet.start()
     admin = root / "admin.sock"
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        run_plugin_daemon(
-            inputs,
-            KubeletPaths(root / "dk"),
-            bug_modes=frozenset({BugMode.RANDOM_DEVICE_IDS}),
-            stop=stop,
-            admin_socket=admin,
-        )
-    )
-    node = FakeNode(root / "fk", inputs, bugs=(BugMode.RANDOM_DEVICE_IDS,))
-    try:
-        await node.start()
+    async with side_by_side(root, inputs, frozenset({BugMode.RANDOM_DEVICE_IDS}), admin_socket=admin) as both:
+        kubelet, node = both.kubelet, both.node
 
         def ids(k: KubeletEmulator) -> set[str]:
-            if task.done():
-                raise RuntimeError("the daemon exited")  # not "not yet": fail at once
+            both.daemon_running()
             return set(k.devices(GPU))
 
         await eventually(lambda: len(ids(kubelet)) == 2, "the daemon's kubelet to see two GPUs", 10.0)
@@ -159,14 +172,6 @@ async def test_random_device_ids_are_fresh_at_every_later_start_of_the_daemon_an
         }
         for who, seen_ids in again.items():
             assert len(seen_ids) == 2 and seen_ids.isdisjoint(first[who] | stable), who
-    finally:
-        try:
-            await node.stop()
-        finally:
-            try:
-                assert await stop_and_wait(stop, task) == [0]
-            finally:
-                await kubelet.stop()
 
 
 async def test_without_the_bug_mode_the_ids_stay_across_plugin_starts(root: Path) -> None:
