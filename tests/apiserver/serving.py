@@ -10,14 +10,20 @@ from .fake_apiserver import FakeApiServer
 
 @contextlib.contextmanager
 def serving(
-    node: str | None = None, version: str = "1.36", *, labels: dict[str, str] | None = None, strict: bool = True
+    node: str | None = None,
+    version: str = "1.36",
+    *,
+    labels: dict[str, str] | None = None,
+    strict: bool = True,
+    nvidia_crds: bool = False,
 ) -> Iterator[FakeApiServer]:
     """``node`` is added with ``labels`` (a user's own labels, which fakegpu must leave alone). With
-    ``strict``, fail if the code under test sent an object the server rejected or broke the server.
+    ``strict``, fail if the code under test sent an object the server rejected or broke the server. With
+    ``nvidia_crds``, the server serves NVIDIA's ComputeDomain CRDs.
 
     A request cut off by a driver's shutdown arrives with no body; anything else is a real rejection.
     """
-    server = FakeApiServer(version).start()
+    server = FakeApiServer(version, nvidia_crds=nvidia_crds).start()
     if node is not None:
         server.add_node(node, labels or {})
     try:

@@ -28,7 +28,7 @@ import yaml
 from fakegpu.cli.cleanup_command import run_cleanup
 from fakegpu.cli.main import full_parser
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from tests.apiserver import FakeApiServer
+from tests.apiserver import FakeApiServer, serving
 from tests.claim_builders import (
     COMPUTE_DOMAIN_DRIVER,
     allocated_claim,
@@ -59,12 +59,8 @@ NOT_READY = "current node not ready in ComputeDomain"
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(nvidia_crds=True).start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, nvidia_crds=True, strict=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def lay_out_node(host: Path) -> None:
@@ -200,12 +196,12 @@ async def test_cleanup_leaves_the_tree_as_it_was_before_the_daemons(apiserver, r
     try:
         sockets = (kubelet / "device-plugins/nvidia-gpu.sock", gpu_socket, domain_socket, run / "dra.sock")
 
-        def serving() -> bool:
+        def daemons_serving() -> bool:
             assert plugin.poll() is None, log_of(root, "plugin")
             assert dra.poll() is None, log_of(root, "dra")
             return all(s.is_socket() for s in sockets)
 
-        await eventually(serving, "both daemons serving their sockets", 30.0)
+        await eventually(daemons_serving, "both daemons serving their sockets", 30.0)
         mounts = await allocate_as_a_kubelet(sockets[0])
         assert str(host / "run/nvidia/mps/shm") in {m.host_path for m in mounts}
         mps = opaque_config(gpu_config({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}))

@@ -21,7 +21,7 @@ from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
-from tests.apiserver import FakeApiServer
+from tests.apiserver import FakeApiServer, serving
 from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
 from tests.claim_builders import COMPUTE_DOMAIN_DRIVER, channel_claim, compute_domain, daemon_claim
 from tests.dra_kubelet_client import get_info, prepare, unprepare
@@ -45,14 +45,8 @@ PLAIN_NODE = "version: v1\ngpus: [{model: h100-80gb, count: 2}]\n"
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(nvidia_crds=True).start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, nvidia_crds=True) as server:
         yield server
-    finally:
-        server.stop()
-        assert [r for r in server.rejections if r.body] == []
-        assert server.errors == []
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
-from tests.apiserver import FakeApiServer, RequestRecord
+from tests.apiserver import FakeApiServer, RequestRecord, serving
 from tests.apiserver.authorization import Attributes
 from tests.claim_builders import allocated_claim, channel_claim, compute_domain
 from tests.daemon_tasks import stop_and_wait
@@ -235,12 +235,8 @@ def grants(rules: list[Rule]) -> set[Access]:
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
     """With NVIDIA's CRDs, for ``fakegpu dra --compute-domains`` (``exercise_compute_domains``)."""
-    server = FakeApiServer(nvidia_crds=True).start()
-    server.add_node(NODE)
-    try:
+    with serving(NODE, nvidia_crds=True, strict=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:

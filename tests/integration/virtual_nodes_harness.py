@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser
-from tests.apiserver.fake_apiserver import FakeApiServer
+from tests.apiserver import FakeApiServer, serving
 
 
 @dataclass
@@ -26,11 +26,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def strict_apiserver(version: str = "1.36") -> Iterator[FakeApiServer]:
-    """A fixture's body: the server for the test, then no object rejected and no server error."""
-    api = FakeApiServer(version).start()
-    try:
+    """A fixture's body: ``tests.apiserver.serving``'s server, and no rejection at all afterwards, not even of a
+    request without a body (the CLI is never cut off mid-request, as a stopping driver can be)."""
+    with serving(version=version) as api:
         yield api
-    finally:
-        api.stop()
-        assert api.rejections == [], "the tool sent an object the API server rejected"
-        assert api.errors == []
+    assert api.rejections == [], "the tool sent an object the API server rejected"
