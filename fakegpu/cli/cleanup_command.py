@@ -51,6 +51,7 @@ from fakegpu.cli.node_status_wait import (
     WaitLimits,
     duration,
 )
+from fakegpu.cli.seconds_argument import positive_seconds
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
@@ -123,16 +124,6 @@ def add_cleanup_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     add_wait_options(parser)
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0.0 < seconds <= 3600.0:
-        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most 3600, found {value!r}")
-    return seconds
-
-
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
     wait = parser.add_argument_group("waiting out the kubelet's grace period")
     wait.add_argument(
@@ -143,14 +134,14 @@ def add_wait_options(parser: argparse.ArgumentParser) -> None:
     )
     wait.add_argument(
         "--wait-timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_WAIT_TIMEOUT,
         metavar="SECONDS",
         help="give up waiting after this long, exit 1 and name what remains (default %(default)s)",
     )
     wait.add_argument(
         "--settle",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_SETTLE,
         metavar="SECONDS",
         help="how long the resources must stay off the node for --wait to end (default %(default)s)",

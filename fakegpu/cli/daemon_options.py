@@ -14,6 +14,7 @@ from fakegpu.cli.inventory_options import add_inventory_options, add_node_invent
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
 from fakegpu.cli.nvidia_smi_command import add_inject_options
+from fakegpu.cli.seconds_argument import seconds_from_zero
 from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
 from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.kube.client import KUBECONFIG_HELP
@@ -124,16 +125,6 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     add_compute_domain_options(dra)
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0.0 <= seconds <= 3600.0:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, found {value!r}")
-    return seconds
-
-
 def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
     """NVIDIA's compute-domain kubelet plugin beside the GPU one (``fakegpu.dra.compute_domain``)."""
     group = dra.add_argument_group("compute domains (multi-node NVLink, IMEX)")
@@ -151,7 +142,7 @@ def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--imex-daemon-start-delay",
-        type=_seconds,
+        type=seconds_from_zero,
         default=1.0,
         metavar="SECONDS",
         help="seconds from a node joining a ComputeDomain to its emulated IMEX daemon being Ready "
