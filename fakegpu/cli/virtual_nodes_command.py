@@ -57,7 +57,7 @@ from fakegpu.virtual_nodes.pools import (
     build_virtual_nodes,
     parse_pool_value,
 )
-from fakegpu.virtual_nodes.report import calls_line
+from fakegpu.virtual_nodes.report import RunReport, calls_line
 from fakegpu.virtual_nodes.watcher import Watcher
 
 DESCRIPTION = """\
@@ -470,12 +470,7 @@ async def _delete_nodes(
         err, "deleting virtual nodes", lambda: (controller.done, controller.total), step=lambda: controller.step
     ):
         deleted = await controller.delete_all()
-    for line in deleted.lines():
-        say(line)
-    if not deleted.ok:
-        say_target()
-    say(calls_line(controller.api.calls))
-    return 0 if deleted.ok else 1
+    return 0 if _told(deleted, controller, say, say_target) else 1
 
 
 async def _bring_up(
@@ -488,6 +483,13 @@ async def _bring_up(
     await controller.discover()
     async with progress(err, "virtual nodes", lambda: (controller.done, controller.total)):
         report = await controller.bring_up()
+    return _told(report, controller, say, say_target)
+
+
+def _told(
+    report: RunReport, controller: VirtualNodeController, say: Callable[[str], None], say_target: Callable[[], None]
+) -> bool:
+    """A run's report, the server it ran against if it failed, and the calls made; whether it went well."""
     for line in report.lines():
         say(line)
     if not report.ok:

@@ -6,11 +6,21 @@ import collections
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 CLASS_SELECTOR = "fakegpu.io/virtual-node=true"
 """The tool's DeviceClasses (``extended_classes.delete_selector``); spelled out here to keep this module a leaf."""
 MAX_PROBLEM_LINES = 10
 """With a broken API server every node fails the same way: a few lines say it, the count says the rest."""
+
+
+class RunReport(Protocol):
+    """What the command prints of a run, a bring-up's or a delete's: its lines, and whether it went well."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def lines(self) -> list[str]: ...
 
 
 class Outcome(enum.Enum):
