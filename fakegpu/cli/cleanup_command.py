@@ -46,10 +46,13 @@ from fakegpu.cli.node_status_wait import (
     DEFAULT_SETTLE,
     DEFAULT_WAIT_TIMEOUT,
     RESOURCE_PREFIX,
-    STATUS_FIELDS,
     StatusWait,
     WaitLimits,
     duration,
+    owned_quantities,
+    status_fields,
+    status_lines,
+    status_patch,
 )
 from fakegpu.cli.seconds_argument import positive_seconds
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
@@ -181,15 +184,11 @@ def node_leftovers(
     lines = [f"label {k}={labels[k]}" for k in sorted(owned_keys(annotations)) if k in labels]
     if OWNED_LABELS_ANNOTATION in annotations:
         lines.append(f"annotation {OWNED_LABELS_ANNOTATION}")
-    status_changes: dict[str, dict[str, None]] = {}
-    for field in STATUS_FIELDS:
-        names = sorted(k for k in status.get(field, {}) if k.startswith(RESOURCE_PREFIX))
-        lines += [f"status.{field} {k}={status[field][k]}" for k in names]
-        if names:
-            status_changes[field] = dict.fromkeys(names)
+    quantities = owned_quantities(status)
+    lines += status_lines(quantities)
     return NodeLeftovers(
         label_patch(labels, annotations, {}),
-        {"status": status_changes} if status_changes else None,
+        status_patch(quantities) if quantities else None,
         tuple(lines),
     )
 
@@ -203,11 +202,8 @@ async def clean_node(client: AsyncClient, node_name: str, act: bool, out: TextIO
             raise SpecError("--node", f"node {node_name} does not exist") from None
         raise
     meta = node.metadata
-    status = node.status
     found = node_leftovers(
-        (meta.labels if meta else None) or {},
-        (meta.annotations if meta else None) or {},
-        {f: getattr(status, f, None) or {} for f in STATUS_FIELDS} if status else {},
+        (meta.labels if meta else None) or {}, (meta.annotations if meta else None) or {}, status_fields(node)
     )
     for line in found.lines:
         out.write(f"{'removed' if act else 'would remove'} {line}\n")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, NodeStatus
@@ -34,16 +35,26 @@ DEFAULT_WAIT_TIMEOUT: Final = ENDPOINT_STOP_GRACE_PERIOD + 2 * 60.0
 """The kubelet's grace period, the settle time after it and room to spare."""
 
 
-def status_resources(node: Node | None) -> dict[str, dict[str, str]]:
-    """``{"capacity": {"nvidia.com/gpu": "2"}, ...}``: the Node's ``nvidia.com/*`` quantities per status field."""
+def status_fields(node: Node | None) -> dict[str, Mapping[str, Any]]:
+    """The Node's ``status.capacity`` and ``status.allocatable`` (empty when it has none)."""
     status = node.status if node is not None else None
+    return {name: getattr(status, name, None) or {} for name in STATUS_FIELDS} if status is not None else {}
+
+
+def owned_quantities(status: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{"capacity": {"nvidia.com/gpu": "2"}, ...}``: the ``nvidia.com/*`` quantities per status field, as
+    cleanup lists, removes and waits for them."""
     found: dict[str, dict[str, str]] = {}
     for name in STATUS_FIELDS:
-        values = (getattr(status, name, None) or {}) if status is not None else {}
-        mine = {k: str(v) for k, v in sorted(values.items()) if k.startswith(RESOURCE_PREFIX)}
+        mine = {k: str(v) for k, v in sorted((status.get(name) or {}).items()) if k.startswith(RESOURCE_PREFIX)}
         if mine:
             found[name] = mine
     return found
+
+
+def status_resources(node: Node | None) -> dict[str, dict[str, str]]:
+    """The Node's ``nvidia.com/*`` quantities per status field."""
+    return owned_quantities(status_fields(node))
 
 
 def status_lines(found: dict[str, dict[str, str]]) -> list[str]:
