@@ -16,7 +16,12 @@ from fakegpu.cli.yaml_output import dump_yaml_documents
 from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
-from fakegpu.kube.discovery import API_PREFERENCE, NEWEST_LAYOUT, OLDEST_MINOR, SUPPORTED_API_VERSIONS
+from fakegpu.kube.discovery import (
+    API_PREFERENCE,
+    NEWEST_LAYOUT,
+    OLDEST_MINOR,
+    served_api_versions,
+)
 from fakegpu.sharing.node import Node
 
 API_VERSIONS = tuple(API_PREFERENCE)
@@ -108,11 +113,6 @@ def slice_options(args: argparse.Namespace, server_minor: int) -> SliceOptions:
         server_minor=server_minor,
         api_version=api_version,
     )
-
-
-def served_api_versions(minor: int) -> list[str]:
-    """The resource.k8s.io versions Kubernetes 1.<minor> serves, newest first."""
-    return [v for v, (first, last) in SUPPORTED_API_VERSIONS.items() if first <= minor <= last]
 
 
 def check_api_version_served(api_version: str, minor: int, *, given: bool) -> None:

@@ -103,6 +103,11 @@ async def served_api_version(serves: Callable[[str], Awaitable[bool]]) -> str | 
     return None
 
 
+def served_api_versions(minor: int) -> list[str]:
+    """The resource.k8s.io versions Kubernetes 1.<minor> serves, newest first."""
+    return [v for v, (first, last) in SUPPORTED_API_VERSIONS.items() if first <= minor <= last]
+
+
 def layout_minor(minor: int, api_version: str | None) -> int:
     """The slice layout to publish for a server at 1.``minor``: clamped into the minors that serve
     ``api_version`` and to NEWEST_LAYOUT."""

@@ -28,7 +28,7 @@ import msgspec
 
 from fakegpu.dra.quantities import parse_quantity
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
-from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS, layout_minor
+from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS, layout_minor, served_api_versions
 from fakegpu.sharing.errors import SpecError
 from fakegpu.virtual_nodes.extended_classes import wanted_classes
 from fakegpu.virtual_nodes.node_manifest import NodeShape, desired_node, new_node
@@ -173,7 +173,7 @@ def estimate_options(driver: str, mig_mode: MigMode, server_minor: int | None, a
     and ``--resource-api-version`` (else the newest version that minor serves)."""
     minor = ESTIMATE_MINOR if server_minor is None else server_minor
     if api_version is None:
-        served = [v for v, (first, last) in SUPPORTED_API_VERSIONS.items() if first <= minor <= last]
+        served = served_api_versions(minor)
         api_version = served[0] if served else next(iter(SUPPORTED_API_VERSIONS))
     return SliceOptions(
         driver=driver,
