@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from fakegpu.control.client import NoDaemonError, admin_call
 from fakegpu.control.protocol import AdminError
-from fakegpu.runtime.eventually import eventually
+from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario.model import (
     FACES,
@@ -188,7 +188,7 @@ class LiveScenarioRun:
 
         try:
             grown = await eventually(looked, "the plugins' watch loop to look again", LOOK_TIMEOUT, interval=_LOOK_POLL)
-        except AssertionError as exc:
+        except WaitTimeout as exc:
             raise LiveStepFailed(str(exc)) from None
         return f"{grown} watch step(s)"
 
