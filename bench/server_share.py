@@ -21,6 +21,8 @@ from pathlib import Path
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
+from tests.reliability.process_probe import rss_bytes
+
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
 
 
@@ -41,11 +43,10 @@ class ServerReading:
 def _proc_reading(pid: str) -> ProcessReading | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        status = Path(f"/proc/{pid}/status").read_text()
+        rss = rss_bytes(int(pid))
     except OSError:
         return None
-    rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return ProcessReading((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss / 1024)
+    return ProcessReading((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss / 2**20)
 
 
 def pid_reading(pid: int | None, name: str, source: str) -> ServerReading | None:
