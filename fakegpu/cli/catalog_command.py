@@ -32,7 +32,7 @@ def render_catalog(verbose: bool) -> str:
             for p in m.mig_profiles:
                 starts = ",".join(str(s) for s in p.placements)
                 lines.append(
-                    f"    {p.name:<11} {p.gi_profile:<13} {p.memory_mib:>6} MiB {p.multiprocessors:>3} SMs "
+                    f"    {p.name:<14} {p.gi_profile:<14} {p.memory_mib:>6} MiB {p.multiprocessors:>3} SMs "
                     f"max {p.max_instances} starts {{{starts}}}:{p.memory_slices} "
                     f"CE/DEC/ENC/JPG/OFA {p.copy_engines}/{p.decoders}/{p.encoders}/{p.jpeg}/{p.ofa}"
                 )

@@ -46,7 +46,9 @@ class MigDeviceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     profile: str
-    start: int = Field(ge=0, le=7)
+    start: int = Field(ge=0, le=11)
+    """Start slot; the widest grid is the RTX PRO 6000 Blackwell's 12 (``nvidia-smi mig -lgipp``), each
+    board's own profiles then say which starts it allows."""
 
 
 class GpuSpec(BaseModel):

@@ -235,8 +235,16 @@ _NVML_GI_PROFILES: Final = (
     "1_SLICE_REV1",
     "2_SLICE_REV1",
     "1_SLICE_REV2",
+    "1_SLICE_GFX",
+    "2_SLICE_GFX",
+    "4_SLICE_GFX",
+    "1_SLICE_NO_ME",
+    "2_SLICE_NO_ME",
+    "1_SLICE_ALL_ME",
+    "2_SLICE_ALL_ME",
+    "3_SLICE_GFX",
 )
-"""NVML's GPU-instance profile constants in value order (``go-nvml pkg/nvml/const.go``)."""
+"""NVML's GPU-instance profile constants in value order (``go-nvml pkg/nvml/const.go``: 0 to 17)."""
 
 
 def _profile(model: GpuModel, p: MigProfile) -> SmiMigProfile:
