@@ -665,6 +665,45 @@ _MODELS: tuple[GpuModel, ...] = (
             "95.125 GiB as 1g.24gb's 23.62 GiB is 23.625",
         ),
     ),
+    # VR200 (Rubin): every number NVIDIA publishes for it comes from one real ``nvidia-smi -q -x`` capture of
+    # a 4-GPU Vera Rubin tray on driver 615.23 / CUDA 13.4 (NVIDIA/k8s-test-infra
+    # tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-vr200.xml, read through its nvml-mock profile
+    # deployments/nvml-mock/helm/nvml-mock/profiles/vr200.yaml @ bb9c07b): product name (the driver's
+    # generic one for a board its table lacks), memory, reserved framebuffer, BAR1, PCI device ID, power
+    # ceiling and floor, idle power, temperature and P-state, PCIe gen6 x16. The capture has MIG disabled
+    # and lists no profiles, so the board has no MIG table here.
+    GpuModel(
+        key="vr200",
+        board="VR200 compute tray GPU (Vera Rubin superchip, 4 GPUs per tray)",
+        product_name="NVIDIA Graphics Device",
+        memory_mib=286524,
+        multiprocessors=224,
+        compute_capability=(10, 7),
+        architecture="Rubin",
+        pci_device_id=0x307F10DE,
+        brand="Nvidia",
+        sxm=True,
+        facts=BoardFacts(
+            power_limit_w=2300,
+            power_min_w=200,
+            idle_power_w=400.0,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P5",
+            fan="N/A",
+            bar1_mib=524288,
+            reserved_mib=1277,
+            pcie_gen=6,
+            pcie_width=16,
+            unverified=(),
+        ),
+        unverified=(
+            "multiprocessors (224) not in the capture nor any NVIDIA source found; a third-party figure",
+            "compute capability 10.7 from the CUDA 13.4 developer preview (sm_107), not from the capture; GFD "
+            "maps compute capability major 10 to the blackwell family and only 13 to rubin",
+            "MIG: the capture reports it disabled and no profiles, so none are modelled",
+        ),
+    ),
     GpuModel(
         key="t4",
         board="Tesla T4 16GB PCIe",
