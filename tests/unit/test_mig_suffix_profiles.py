@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs
 from fakegpu.sharing.catalog import CATALOG
@@ -176,3 +177,27 @@ def test_mig_parted_names_suffix_layouts_with_dots() -> None:
     assert choose_generated("all-balanced", [RTX])[0].counts == (("1g.24gb", 2), ("2g.48gb", 1))
     with pytest.raises(SpecError, match=re.escape("unknown MIG layout 'all-1g.24gb.nope'")):
         choose_generated("all-1g.24gb.nope", [RTX])
+
+
+def test_a_mig_parted_file_with_suffix_profiles(tmp_path: Path) -> None:
+    """A mig-parted config as NVIDIA/mig-parted ships for 0x2BB510DE (layouts re-typed here): suffixed
+    profiles are mig-devices keys as nvidia-smi names them, and the plugin then serves each as its own
+    resource (NVIDIA/k8s-device-plugin internal/rm/rm.go @ v0.20.0)."""
+    parted = {
+        "version": "v1",
+        "mig-configs": {
+            "all-1g.24gb.me.all": [
+                {
+                    "device-filter": ["0x2BB510DE"],
+                    "devices": "all",
+                    "mig-enabled": True,
+                    "mig-devices": {"1g.24gb+me.all": 1, "1g.24gb-me": 3},
+                },
+            ],
+        },
+    }
+    config_file = tmp_path / "mig-parted.yaml"
+    config_file.write_text(yaml.safe_dump(parted))
+    given = inputs(tmp_path, "2xrtx-pro-6000", layout="all-1g.24gb.me.all", cli={"mig_strategy": "mixed"})
+    got = counts(load_inventory(dataclasses.replace(given, mig_config=str(config_file))))
+    assert got == {"nvidia.com/mig-1g.24gb.me.all": 2, "nvidia.com/mig-1g.24gb-me": 6}
