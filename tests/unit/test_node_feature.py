@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -86,13 +87,14 @@ def test_the_schema_check_refuses_what_the_crd_refuses():
     good = node_feature("n1", "default", {"nvidia.com/gpu.count": "1"})
     assert schema_errors(good) == []
     broken: list[dict[str, Any]] = []
-    for mutate in (
+    mutations: tuple[Callable[[dict[str, Any]], object], ...] = (
         lambda o: o.pop("spec"),
         lambda o: o["spec"].__setitem__("labels", {"nvidia.com/gpu.count": 1}),
         lambda o: o["spec"]["features"]["flags"].__setitem__("cpu", {}),  # a feature set without elements
         lambda o: o["spec"]["features"]["instances"].__setitem__("pci", {"elements": [{"vendor": "10de"}]}),
         lambda o: o["spec"].__setitem__("labels", ["nvidia.com/gpu.count=1"]),
-    ):
+    )
+    for mutate in mutations:
         obj = copy.deepcopy(good)
         mutate(obj)
         broken.append(obj)
