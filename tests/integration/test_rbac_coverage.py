@@ -299,7 +299,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             assert node is not None
             node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config
             apiserver.update_direct(node)
-            await eventually(lambda r=replicas: _node_feature_replicas(apiserver) == r, f"NodeFeature of {config}")
+            await eventually(_replicas_are(apiserver, replicas), f"NodeFeature of {config}")
     finally:
         try:
             await stop_and_wait(stop, task)
@@ -308,9 +308,14 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     assert apiserver.objects("nodefeatures") == [], "the NodeFeature stayed after the stop"
 
 
-def _node_feature_replicas(apiserver: FakeApiServer) -> str | None:
-    found = apiserver.objects("nodefeatures")
-    return found[0]["spec"]["labels"].get("nvidia.com/gpu.replicas") if found else None
+def _replicas_are(apiserver: FakeApiServer, replicas: str) -> Callable[[], bool]:
+    """Whether the NodeFeature's labels say ``replicas``."""
+
+    def check() -> bool:
+        found = apiserver.objects("nodefeatures")
+        return bool(found) and found[0]["spec"]["labels"].get("nvidia.com/gpu.replicas") == replicas
+
+    return check
 
 
 async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
