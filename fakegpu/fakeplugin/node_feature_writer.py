@@ -49,7 +49,8 @@ class NodeFeatureWriter:
         self.name = node_feature_name(node_name)
         self._owners: list[dict[str, Any]] | None = None
         self.written = False
-        """Whether this process has written the object (so the stop knows there is one to take back)."""
+        """Whether this process has (or may have: a stop can cut a request short) written the object, so the
+        stop knows there may be one to take back."""
 
     async def owners(self, client: AsyncClient) -> list[dict[str, Any]]:
         """The DaemonSet and pod owning GFD's pod, read once (GFD reads them once per run)."""
@@ -81,8 +82,17 @@ class NodeFeatureWriter:
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
-            await client.create(NodeFeature.from_dict(wanted))
             self.written = True
+            try:
+                await client.create(NodeFeature.from_dict(wanted))
+            except ApiError as missing:
+                if missing.status.code != 404:
+                    raise
+                raise RuntimeError(
+                    f"creating NodeFeature {self.namespace}/{self.name}: the API server does not serve "
+                    f"{GROUP}/{VERSION} {PLURAL} (is Node Feature Discovery installed? Its master turns "
+                    "NodeFeatures into Node labels; without it, turn useNodeFeatureAPI off)"
+                ) from None
             log.info("created NodeFeature %s/%s (%d labels)", self.namespace, self.name, len(labels))
             return True
         existing = _as_dict(current)
@@ -94,8 +104,8 @@ class NodeFeatureWriter:
         if "ownerReferences" in wanted["metadata"]:
             metadata["ownerReferences"] = wanted["metadata"]["ownerReferences"]
         updated = {**existing, "metadata": metadata, "spec": wanted["spec"]}
-        await client.replace(NodeFeature.from_dict(updated))
         self.written = True
+        await client.replace(NodeFeature.from_dict(updated))
         log.info("updated NodeFeature %s/%s (%d labels)", self.namespace, self.name, len(labels))
         return True
 

@@ -11,6 +11,7 @@ write against the CRD's schema (``tests/apiserver/nodefeature_crd.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,24 @@ def test_namespace_and_pod_name_come_from_gfds_env(argv, env, expected):
     args = full_parser().parse_args(["plugin", "--label-node", *argv])
     node = node_settings(args, env)
     assert (node.namespace, node.pod_name) == expected
+
+
+async def test_a_cluster_without_nfd_is_told_so(root, caplog):
+    """Without NFD's CRD the API server answers 404 for nodefeatures: the failed pass says what is missing."""
+    caplog.set_level(logging.WARNING)
+    with serving(NODE, nfd_crds=False) as server:
+        node = gfd_settings(server, root, {"default": NFD})
+        kubelet = KubeletEmulator(root / "kubelet")
+        await kubelet.start()
+        stop = asyncio.Event()
+        inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
+        task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
+        try:
+            await eventually(lambda: "is Node Feature Discovery installed?" in caplog.text or task.done(), "the error")
+            assert not task.done(), task
+        finally:
+            try:
+                assert await stop_and_wait(stop, task) == [0]
+            finally:
+                await kubelet.stop()
+    assert "does not serve nfd.k8s-sigs.io/v1alpha1 nodefeatures" in caplog.text
