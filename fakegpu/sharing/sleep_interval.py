@@ -1,10 +1,11 @@
 """GFD's ``--sleep-interval``: a Go duration (``60s``, ``1m30s``) or ``infinite`` (label once per run).
 
 GFD reads the flag (env ``GFD_SLEEP_INTERVAL``, config ``flags.gfd.sleepInterval``) as a Go
-``time.Duration``; ``infinite`` asks for the labels to be written once per run and never refreshed, the
-setting NVIDIA's chart values carry for v0.19 and later. The duration grammar is Go's ``time.ParseDuration``
-(a sequence of decimal numbers, each with a unit ``ns``, ``us``, ``µs``, ``ms``, ``s``, ``m``, ``h``; ``0``
-alone needs none), so a value a DaemonSet passes GFD means the same here. A config file may also give a
+``time.Duration``; ``infinite`` asks for the labels to be written once per run and never refreshed. (The GFD
+``cmd/gpu-feature-discovery/main.go`` read for this parses the flag with urfave/cli's ``DurationFlag``, which
+knows no ``infinite``: the README's "Differences from NVIDIA" says so.) The duration grammar is Go's
+``time.ParseDuration`` (decimal numbers, each with a unit ``ns``, ``us``, ``µs``, ``ms``, ``s``, ``m``, ``h``;
+``0`` alone needs none), so a value a DaemonSet passes GFD means the same here. A config file may also give a
 number, which NVIDIA's ``api/config/v1/duration.go`` reads as nanoseconds.
 """
 
