@@ -129,7 +129,7 @@ def test_slices_and_deviceclasses_print_valid_objects(capsys):
         capsys,
         "slices",
         "--gpus",
-        "2xa100-40gb",
+        "2xh100-80gb",
         "--mig-mode",
         "dynamic",
         "--node-name",

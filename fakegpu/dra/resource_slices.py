@@ -342,6 +342,13 @@ def whole_gpu_offered_with_dynamic_mig(gpu: PhysicalGpu) -> bool:
     return not gpu.mig_enabled or gpu.model.architecture != "Ampere"
 
 
+def dynamic_mig_capable(gpu: PhysicalGpu) -> bool:
+    """Whether dynamic MIG offers the GPU's MIG profiles (NVIDIA's ``isDynamicMIGCapable``): a MIG-capable GPU
+    that can switch MIG mode without a reset, or an Ampere GPU whose MIG mode is already on. An Ampere GPU with
+    MIG mode off stays a plain whole GPU, without counters. The preparer uses the same rule."""
+    return gpu.model.mig_capable and (gpu.mig_enabled or gpu.model.architecture != "Ampere")
+
+
 def _counter_set(gpu: PhysicalGpu) -> dict[str, Any]:
     model = gpu.model
     counters = _counters(_gpu_capacities(model), range(model.memory_slices))
@@ -356,7 +363,7 @@ def _dynamic_devices(
     """Dynamic MIG (partitionable devices): the whole GPU plus every profile at every allowed start,
     all drawing on the GPU's counter set, so the scheduler itself enforces MIG placement rules."""
     model = gpu.model
-    if not model.mig_capable:
+    if not dynamic_mig_capable(gpu):
         return [_full_gpu(node, gpu, opts, unhealthy)]
     devices: list[Device] = []
     if whole_gpu_offered_with_dynamic_mig(gpu):
@@ -419,7 +426,7 @@ def _check_combined(spec: Spec, gpu: PhysicalGpu) -> None:
 
 def _dynamic_layout(node: Node, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[Spec]:
     per_gpu = [(gpu, _by_name(_dynamic_devices(node, gpu, opts, unhealthy))) for gpu in node.gpus]
-    counter_sets = [(gpu, _counter_set(gpu)) for gpu in node.gpus if gpu.model.mig_capable]
+    counter_sets = [(gpu, _counter_set(gpu)) for gpu in node.gpus if dynamic_mig_capable(gpu)]
     if not opts.split_slices:
         combined: list[Spec] = []
         sets = {gpu.index: s for gpu, s in counter_sets}
@@ -460,7 +467,7 @@ def build_slice_specs(
     if generation < 0:
         raise ValueError(f"pool generation must be >= 0, got {generation}")
     health = unhealthy or {}
-    dynamic = opts.mig_mode == "dynamic" and any(g.model.mig_capable for g in node.gpus)
+    dynamic = opts.mig_mode == "dynamic" and any(dynamic_mig_capable(g) for g in node.gpus)
     layout = _dynamic_layout(node, opts, health) if dynamic else _static_layout(node, opts, health)
     specs: list[dict[str, Any]] = []
     for body in layout:

@@ -131,7 +131,7 @@ async def test_dynamic_mig_layout_per_server_version(root, make_driver, minor, e
     server = FakeApiServer(f"1.{minor}", feature_gates={"DRAPartitionableDevices": True}).start()
     try:
         server.add_node(NODE)
-        driver = await make_driver(server, "8xa100-40gb", mig_mode="dynamic", minor=minor)
+        driver = await make_driver(server, "8xh100-80gb", mig_mode="dynamic", minor=minor)
         assert driver.publisher.stats.errors == []
         got = slices(server)
         assert len(got) == expected_slices
