@@ -14,7 +14,7 @@ from fakegpu.dra.device_attributes import (
     numa_node_attribute,
     partition_id,
 )
-from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
+from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects, spec_devices
 from fakegpu.sharing.inputs import InventoryInputs, load_node
 from fakegpu.sharing.node import Node
@@ -220,3 +220,11 @@ def test_dynamic_mig_whole_gpu_with_partitions_stays_within_the_attribute_limit(
         assert len(device["attributes"]) + len(device["capacity"]) <= 32
         if device["attributes"]["type"]["string"] == "gpu":
             assert set(device["attributes"]) >= FM_KEYS
+
+
+def test_fabric_manager_partitioning_needs_no_passthrough_support():
+    """kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at main: PR #1273 dropped the rule
+    that FabricManagerPartitioning requires PassthroughSupport (full GPUs are partitioned without VFIO), so the
+    gate alone passes NVIDIA's start-up validation and changes the full GPUs' attributes."""
+    validate_feature_gates(FM_GATE)
+    validate_feature_gates(parse_feature_gates("FabricManagerPartitioning=true,DynamicMIG=true"))
