@@ -179,6 +179,7 @@ class DraDriver:
             mig_mode=settings.mig_mode,
             server_minor=settings.server_minor or 36,
             api_version=settings.api_version or "resource.k8s.io/v1",
+            feature_gates=settings.feature_gates,
         )
         self.publisher = SlicePublisher(
             self.client,
