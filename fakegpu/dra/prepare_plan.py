@@ -29,7 +29,10 @@ NVIDIA's common ``NVIDIA_VISIBLE_DEVICES=void``, ``fakegpu.dra.claim_cdi_specs``
 * Time slicing on a full GPU: ``NVIDIA_TIME_SLICE_INTERVAL=Default|Short|Medium|Long`` — a fakegpu
   convention (the real driver calls ``nvidia-smi compute-policy``; nothing real sets this variable).
 
-Only configs the claim or its class states produce sharing variables; the implicit defaults do not.
+Only configs the claim or its class states produce sharing variables; the implicit defaults do not, and a
+config without a ``sharing`` section sets no time slice either (NVIDIA stopped injecting an implicit
+TimeSlicing in kubernetes-sigs/dra-driver-nvidia-gpu PR #1183, ``api/nvidia.com/resource/v1beta1/gpuconfig.go``
+at ed0d0e5).
 """
 
 from __future__ import annotations
@@ -68,6 +71,15 @@ class PreparedResult:
     mps_daemon_id: str | None = None
     """The MPS control daemon of the device's config group (NVIDIA's ``GetMpsControlDaemonID``), whose
     directories the CDI spec mounts; None without an MPS config."""
+    time_slice: str | None = None
+    """The interval prepare sets on this full GPU (NVIDIA's ``TimeSliceApplied``): only with a config whose
+    ``sharing.strategy`` is TimeSlicing, never implicitly; unprepare sets it back to ``Default``."""
+
+    @property
+    def full_gpu_uuid(self) -> str | None:
+        """The UUID when this is a full GPU, whose compute mode and time slice a sharing strategy changes
+        (NVIDIA's ``GpuUUIDs``: MIG devices have none of their own)."""
+        return self.uuid if self.uuid.startswith("GPU-") else None
 
     @property
     def request_name(self) -> str:
@@ -259,11 +271,12 @@ def prepare_plan(
     for result, config in zip(results, chosen, strict=True):
         siblings = by_request[result.request.split("/", 1)[0]]
         env = [f"{VISIBLE_DEVICES_ENV}={','.join(r.uuid for r in siblings)}"]
-        mps_daemon_id = None
+        mps_daemon_id = time_slice = None
         if config.explicit and config.strategy == MPS:
             mps_daemon_id = control_daemon_id(uid, [r.uuid for r in groups[id(config)]])
             env += _mps_env(config, siblings, limits[id(config)])
-        elif config.explicit and config.interval is not None and result.published.kind == "gpu":
+        elif config.sharing_given and config.interval is not None and result.published.kind == "gpu":
+            time_slice = config.interval
             env.append(f"{TIME_SLICE_ENV}={config.interval}")
         try:
             cdi_name = claim_device_name(uid, result.device, result.share_id)
@@ -280,6 +293,7 @@ def prepare_plan(
                 cdi_ids=(qualified_name(vendor, CLAIM_CLASS, cdi_name),),
                 env=tuple(env),
                 mps_daemon_id=mps_daemon_id,
+                time_slice=time_slice,
             )
         )
     return PreparePlan(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))
