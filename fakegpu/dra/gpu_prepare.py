@@ -133,7 +133,7 @@ class GpuClaimPreparer:
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates)
+        prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates, node=self.live.inventory.node)
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:

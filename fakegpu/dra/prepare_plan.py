@@ -46,8 +46,10 @@ from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import PublishedDevice
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, MPS_SUPPORT, TIME_SLICING_SETTINGS, FeatureGates
 from fakegpu.dra.mps_control_files import control_daemon_id, pipe_directory_env
+from fakegpu.dra.mps_multi_user import multi_user_error
 from fakegpu.dra.opaque_config import MPS, TIME_SLICING, SharingConfig, opaque_configs, pick_config
 from fakegpu.runtime.cdi_spec_model import qualified_name
+from fakegpu.sharing.node import Node
 from fakegpu.telemetry.nvidia_smi.injection import VISIBLE_DEVICES_ENV
 
 MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -215,12 +217,25 @@ def check_sharing_gates(config: SharingConfig, gates: FeatureGates) -> None:
         )
 
 
+def _check_multi_user(config: SharingConfig, group: Sequence[_Result], node: Node) -> None:
+    """``multiUser: true`` needs Volta or newer on every full GPU of the group (``fakegpu.dra.mps_multi_user``)."""
+    capabilities = (
+        (r.uuid, node.gpus[r.published.parent_index].model.compute_capability)
+        for r in group
+        if r.published.kind == "gpu"
+    )
+    error = multi_user_error(capabilities)
+    if error:
+        raise ClaimError(f"{config.where}: error applying config: {error}")
+
+
 def prepare_plan(
     claim: Mapping[str, Any],
     driver: str,
     pool: str,
     devices: Mapping[str, PublishedDevice],
     gates: FeatureGates | None = None,
+    node: Node | None = None,
 ) -> PreparePlan:
     """Work out this driver's devices, CDI names and environment for an allocated claim.
 
@@ -228,7 +243,8 @@ def prepare_plan(
     the status shape is the same). Results of other drivers are skipped; results of this driver must
     be in ``pool`` and name a published device. The caller checks the UID against the kubelet's.
     ``gates`` are the driver's feature gates (NVIDIA's defaults when None): a config's sharing strategy
-    must be enabled by its gate (``check_sharing_gates``).
+    must be enabled by its gate (``check_sharing_gates``). ``node`` (the inventory's) gives the GPUs' compute
+    capabilities, which multi-user MPS checks.
     """
     gates = gates or FeatureGates()
     namespace, name, uid = _claim_identity(claim)
@@ -257,6 +273,8 @@ def prepare_plan(
     limits: dict[int, dict[str, int]] = {}
     for config in chosen:
         if config.explicit and config.strategy == MPS and id(config) not in limits:
+            if config.multi_user and node is not None:
+                _check_multi_user(config, groups[id(config)], node)
             try:
                 limits[id(config)] = _mps_limits(config, groups[id(config)])
             except ClaimError as exc:

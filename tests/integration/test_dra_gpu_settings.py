@@ -6,6 +6,7 @@ Each test names the kubernetes-sigs/dra-driver-nvidia-gpu file and tag or commit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -252,3 +253,40 @@ async def test_time_slice_only_from_a_stated_strategy_and_reset_on_unprepare(api
     assert drv.live.gpu_policies.time_slice(gpu0) == "Long"
     assert (await unprepare(drv.plugin.dra_socket, [("default", "long", uid)])).claims[uid].error == ""
     assert drv.live.gpu_policies.time_slice(gpu0) == "Default"
+
+
+# --- item 4: multi-user MPS needs Volta -----------------------------------------------------------------------
+
+
+def pascal_first(gpus: str) -> Inventory:
+    """A node whose GPU 0 reports compute capability 6.1 (a Pascal board: not in fakegpu's catalog, which
+    starts at Volta, so the test makes one from the V100's entry)."""
+    inventory = load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,)))
+    first = inventory.node.gpus[0]
+    pascal = dataclasses.replace(first, model=dataclasses.replace(first.model, compute_capability=(6, 1)))
+    return dataclasses.replace(
+        inventory, node=dataclasses.replace(inventory.node, gpus=(pascal, *inventory.node.gpus[1:]))
+    )
+
+
+async def test_multi_user_mps_needs_volta(apiserver, driver, root):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/sharing.go and mps_capability.go at
+    421c0f4 (main, PR #1153): ``multiUser: true`` (the daemon's ``-M``, clients of several UIDs on one
+    daemon) fails the claim with NVIDIA's text when a full GPU of the group is older than compute
+    capability 7.0; a V100 (7.0) passes, and the claim is not prepared otherwise."""
+    multi = gpu_config({"strategy": "MPS", "mpsConfig": {"multiUser": True}})
+    drv = await driver(pascal_first("2xv100-32gb"))
+    gpu0, gpu1 = (g.uuid for g in drv.live.inventory.node.gpus)
+    uid = apiserver.create_direct(allocated_claim("multi", NODE, ["gpu-0", "gpu-1"], config=[opaque_config(multi)]))[
+        "metadata"
+    ]["uid"]
+    response = await prepare(drv.plugin.dra_socket, [("default", "multi", uid)])
+    assert response.claims[uid].error.endswith(
+        "error applying config: error starting MPS control daemon: multiuser mode was requested but is not "
+        f'supported: {gpu0} has insufficient cudaComputeCapability "6.1", wanted >= "7.0"'
+    )
+    assert drv.live.gpu_policies.compute_mode(gpu0) == "Default", "nothing was started"
+    assert checkpoint(root).load() == {}
+
+    await prepared(apiserver, drv, "volta", ["gpu-1"], multi)
+    assert drv.live.gpu_policies.compute_mode(gpu1) == "Exclusive_Process"
