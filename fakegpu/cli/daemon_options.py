@@ -18,6 +18,7 @@ from fakegpu.cli.seconds_argument import seconds_from_zero
 from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
 from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.kube.client import KUBECONFIG_HELP
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options
@@ -117,6 +118,13 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
         help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
     )
     dra.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    dra.add_argument(
+        "--boot-id-file",
+        type=Path,
+        default=BOOT_ID_PATH,
+        help="the node's boot ID: prepared claims of an earlier boot are forgotten at start, as NVIDIA's "
+        "checkpoint does; give a fake node a boot of its own here (default %(default)s)",
+    )
     add_cdi_root_option(dra, "the claims' CDI specs")
     add_admin_socket_option(dra, str(DEFAULT_DRA_SOCKET))
     add_feature_gates_option(dra)

@@ -72,6 +72,7 @@ def run_dra(args: argparse.Namespace) -> int:
         mig_mode=mig_mode,
         feature_gates=gates,
         cdi_root=args.cdi_root,
+        boot_id_file=args.boot_id_file,
         kubeconfig=args.kubeconfig,
         server_minor=args.server_version,
         api_version=args.resource_api_version,

@@ -40,6 +40,7 @@ from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -153,6 +154,8 @@ class DraSettings:
     opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``."""
     compute_domains: ComputeDomainSettings | None = None
     """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
+    boot_id_file: Path = BOOT_ID_PATH
+    """``--boot-id-file``: the node's boot ID; prepared claims of an earlier boot are forgotten at start."""
 
 
 class DraDriver:
@@ -200,6 +203,7 @@ class DraDriver:
             checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
             metrics=self.metrics,
             gates=settings.feature_gates,
+            boot_id_path=settings.boot_id_file,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
