@@ -8,6 +8,7 @@ not read (``fakegpu.cli.inventory_options``).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
@@ -147,4 +148,12 @@ def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds from a node joining a ComputeDomain to its emulated IMEX daemon being Ready "
         "(default %(default)s)",
+    )
+    group.add_argument(
+        "--gpu-clique-label-enabled",
+        action="store_true",
+        default=os.environ.get("GPU_CLIQUE_LABEL_ENABLED", "").lower() in ("1", "t", "true"),
+        help="set the nvidia.com/gpu.clique node label (<cluster UUID>.<clique ID>) as NVIDIA's compute-domain "
+        "plugin does with this flag (env GPU_CLIQUE_LABEL_ENABLED), refreshed every 10 minutes and removed on "
+        "stop; off by default, where GPU Feature Discovery writes it",
     )

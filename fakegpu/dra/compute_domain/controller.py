@@ -117,9 +117,12 @@ class ComputeDomainController:
         *,
         status_interval: float = STATUS_SYNC_INTERVAL,
         resource_api_version: str | None = None,
+        cliques: bool = True,
     ) -> None:
         """``resource_api_version`` (``resource.k8s.io/v1``, ...) is the version templates are written in;
-        None asks the server for the newest it serves."""
+        None asks the server for the newest it serves. ``cliques`` is the gate ComputeDomainCliques: off, the
+        daemons write ``status.nodes`` themselves and the controller reads no ComputeDomainCliques
+        (``cmd/compute-domain-controller/cdstatus.go`` at commit 3fe9487)."""
         if status_interval <= 0:
             raise ValueError(f"status interval must be positive, got {status_interval}")
         if resource_api_version is not None and resource_api_version not in TEMPLATE_KINDS:
@@ -128,6 +131,7 @@ class ComputeDomainController:
         self._namespace = driver_namespace
         self._interval = status_interval
         self._api_version = resource_api_version
+        self._cliques = cliques
         self._domains: dict[str, tuple[str, str]] = {}
         """uid -> (namespace, name) of every domain the watch saw."""
         self._setup_needed: set[str] = set()
@@ -460,15 +464,18 @@ class ComputeDomainController:
 
     async def _sync_status(self, domain: Obj, *, blocked: bool) -> None:
         uid = domain["metadata"]["uid"]
-        cliques = [
-            _as_dict(c)
-            async for c in self._client.list(
-                ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
-            )
-        ]
         current: Obj = domain.get("status") or {}
         num_nodes = int(domain["spec"].get("numNodes") or 0)
-        nodes = merged_nodes(clique_nodes(cliques), current.get("nodes") or [])
+        if self._cliques:
+            cliques = [
+                _as_dict(c)
+                async for c in self._client.list(
+                    ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
+                )
+            ]
+            nodes = merged_nodes(clique_nodes(cliques), current.get("nodes") or [])
+        else:
+            nodes = [dict(n) for n in current.get("nodes") or []]
         desired = desired_status(nodes, num_nodes, blocked=blocked)
         if desired == current:
             return

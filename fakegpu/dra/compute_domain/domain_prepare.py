@@ -43,7 +43,7 @@ from fakegpu.dra.compute_domain.cdi_edits import (
     daemon_env,
 )
 from fakegpu.dra.compute_domain.devices import CHANNEL_DEVICE, COMPUTE_DOMAIN_DRIVER, DAEMON_DEVICE
-from fakegpu.dra.compute_domain.domain_api import DomainApi, node_clique
+from fakegpu.dra.compute_domain.domain_api import DomainApi
 from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_configs, pick_config
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
 from fakegpu.dra.metrics import DraMetrics
@@ -133,8 +133,10 @@ class ComputeDomainPreparer:
         cdi_root: Path,
         plugin_dir: Path,
         checkpoint: PreparedClaims,
+        clique: Callable[[], str] = lambda: "",
         on_label: Callable[[], None] = lambda: None,
     ) -> None:
+        """``clique`` is the plugin's current clique ID (``fakegpu.dra.compute_domain.node_clique``)."""
         self.driver = COMPUTE_DOMAIN_DRIVER
         self.metrics = DraMetrics()
         self.reader = reader
@@ -144,6 +146,7 @@ class ComputeDomainPreparer:
         self.plugin_dir = plugin_dir
         self.checkpoint = checkpoint
         self.on_label = on_label
+        self._clique = clique
         self._lock = asyncio.Lock()
 
     @property
@@ -152,7 +155,7 @@ class ComputeDomainPreparer:
 
     @property
     def clique(self) -> str:
-        return node_clique(self.live)
+        return self._clique()
 
     def recover(self) -> None:
         """Roll back claims a crash left half-prepared (the kubelet asks again)."""
@@ -259,7 +262,7 @@ class ComputeDomainPreparer:
         if not await self.api.node_ready(domain, self.clique):
             raise ClaimError("error asserting ComputeDomain Ready: current node not ready in ComputeDomain")
         fabric = self.live.inventory.node.fabric
-        if fabric is None:
+        if fabric is None or not self.clique:
             return self._result(ref, result, ()), None  # no clique: nothing to inject, as NVIDIA's prepare
         wanted = channel_count(result.config.allocation_mode, fabric.imex_channels)
         name = claim_device_name(ref.uid, result.device)

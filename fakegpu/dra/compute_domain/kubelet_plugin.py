@@ -8,6 +8,10 @@ it has its own DRA socket and registration socket, its own ResourceSlice (one po
 ``<plugins dir>/compute-domain.nvidia.com/``, and it serves DRAPlugin v1 and v1beta1 (no health stream:
 NVIDIA's compute-domain plugin has none). It also stands in for the node's IMEX daemon
 (``fakegpu.dra.compute_domain.daemon_emulation``).
+
+Like NVIDIA's plugin it reads the node's clique when it starts and refuses to start on an NVLink fabric
+error (gate CrashOnNVLinkFabricErrors, ``fakegpu.dra.compute_domain.fabric_clique``): the ``FabricError``
+ends ``fakegpu dra`` with NVIDIA's ``error creating driver: ...`` text.
 """
 
 from __future__ import annotations
@@ -24,11 +28,14 @@ from lightkube import AsyncClient
 
 from fakegpu.dra.claim_reader import LightkubeClaimReader
 from fakegpu.dra.compute_domain.cdi_edits import write_base_spec
-from fakegpu.dra.compute_domain.daemon_emulation import DEFAULT_START_DELAY, ImexDaemonEmulation
+from fakegpu.dra.compute_domain.daemon_emulation import DEFAULT_START_DELAY, DaemonGates, ImexDaemonEmulation
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
 from fakegpu.dra.compute_domain.domain_api import DomainApi
-from fakegpu.dra.compute_domain.domain_prepare import ComputeDomainPreparer
+from fakegpu.dra.compute_domain.domain_prepare import DOMAINS_DIR, ComputeDomainPreparer
+from fakegpu.dra.compute_domain.fabric_clique import FabricError, FabricGates
+from fakegpu.dra.compute_domain.node_clique import REFRESH_INTERVAL, NodeClique
 from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
+from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
 from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaims
@@ -54,6 +61,10 @@ class ComputeDomainSettings:
     """The driver's namespace (``--namespace``): where the daemons' ComputeDomainCliques are."""
     start_delay: float = DEFAULT_START_DELAY
     """``--imex-daemon-start-delay``: seconds from the node's label to its emulated daemon being Ready."""
+    gpu_clique_label: bool = False
+    """``--gpu-clique-label-enabled`` (NVIDIA's flag, off by default): write ``nvidia.com/gpu.clique``."""
+    clique_refresh_interval: float = REFRESH_INTERVAL
+    """Seconds between two reads of the node's clique (NVIDIA's 10 minutes)."""
 
 
 def compute_domain_specs(node: Node, opts: SliceOptions, _unhealthy: Mapping[str, int | None]) -> list[dict[str, Any]]:
@@ -72,10 +83,13 @@ class ComputeDomainPlugin:
         *,
         cdi_root: Path,
         settings: ComputeDomainSettings,
+        gates: FeatureGates | None = None,
         api_version: str | None = None,
         server_minor: int | None = None,
         resync_interval: float = 30.0,
     ) -> None:
+        """``FabricError`` when the node's NVLink fabric is in error and NVIDIA's plugin would not start."""
+        gates = gates or FeatureGates()
         self.live = live
         self.paths = paths
         self.cdi_root = cdi_root
@@ -95,8 +109,34 @@ class ComputeDomainPlugin:
             resync_interval=resync_interval,
             build_specs=compute_domain_specs,
         )
-        self.api = DomainApi(client, live.inventory.node.name, settings.namespace)
-        self.daemon = ImexDaemonEmulation(client, self.api, live, start_delay=settings.start_delay)
+        try:
+            self.clique = NodeClique(
+                live,
+                client,
+                gates=FabricGates(
+                    crash_on_errors=gates.enabled("CrashOnNVLinkFabricErrors"),
+                    fm_partitioning=gates.enabled("FabricManagerPartitioning"),
+                ),
+                label_enabled=settings.gpu_clique_label,
+                refresh_interval=settings.clique_refresh_interval,
+            )
+        except FabricError as exc:
+            raise FabricError(f"error creating driver: {exc}") from None
+        cliques = gates.enabled("ComputeDomainCliques")
+        self.api = DomainApi(client, live.inventory.node.name, settings.namespace, cliques=cliques)
+        daemon_gates = DaemonGates(
+            cliques=cliques,
+            dns_names=gates.enabled("IMEXDaemonsWithDNSNames"),
+            domains_dir=self.plugin_dir / DOMAINS_DIR,
+        )
+        self.daemon = ImexDaemonEmulation(
+            client,
+            self.api,
+            live,
+            clique=lambda: self.clique.value,
+            gates=daemon_gates,
+            start_delay=settings.start_delay,
+        )
         self.reader = LightkubeClaimReader(client, options.api_version)
         self.preparer = ComputeDomainPreparer(
             self.reader,
@@ -105,6 +145,7 @@ class ComputeDomainPlugin:
             cdi_root=cdi_root,
             plugin_dir=self.plugin_dir,
             checkpoint=PreparedClaims.in_dir(self.plugin_dir),
+            clique=lambda: self.clique.value,
             on_label=self.daemon.wake,
         )
         self.plugin = DraKubeletPlugin(COMPUTE_DOMAIN_DRIVER, paths, self._add_services, services=SERVICES)
@@ -119,6 +160,7 @@ class ComputeDomainPlugin:
         ensure_dir(self.plugin_dir)
         write_base_spec(self.cdi_root)
         self.preparer.recover()
+        await self.clique.start()
         await self.plugin.start()
         self.daemon.start()
         self._publish_task = asyncio.create_task(self._start_publishing(), name="compute-domain-publish")
@@ -154,3 +196,4 @@ class ComputeDomainPlugin:
         await self.publisher.stop()
         await self.daemon.stop()
         await self.plugin.stop()
+        await self.clique.stop()
