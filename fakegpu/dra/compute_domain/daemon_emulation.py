@@ -162,6 +162,9 @@ class ImexDaemonEmulation:
         self.joined_at = 0.0
         self.clique = ""
         """The clique the daemon started with (its ``CLIQUE_ID``), kept until it leaves."""
+        self._seen: tuple[list[dict[str, Any]], int] = ([], 0)
+        """The entries of the object the daemon last wrote (its clique's, or ``status.nodes``) and the domain's
+        ``numNodes`` when it read them (0 when it did not)."""
         self.status: str | None = None
         self.failures = 0
         self._wake = asyncio.Event()
@@ -247,13 +250,7 @@ class ImexDaemonEmulation:
         NVIDIA's daemon runs no IMEX daemon."""
         if not self.clique or self.gates.domains_dir is None:
             return
-        if self.gates.cliques:
-            entries = (await self.api.clique(domain_uid, self.clique) or {}).get("daemons") or []
-            domain = await self.api.domain(domain_uid) if not self.gates.dns_names else None
-        else:
-            domain = await self.api.domain(domain_uid)
-            entries = ((domain or {}).get("status") or {}).get("nodes") or []
-        num_nodes = int(((domain or {}).get("spec") or {}).get("numNodes") or 0)
+        entries, num_nodes = self._seen
         written = write_imex_config(
             self.gates.domains_dir / domain_uid,
             clique_members(entries, self.clique),
@@ -285,6 +282,7 @@ class ImexDaemonEmulation:
                 }
                 try:
                     await self.client.create(ComputeDomainClique.from_dict(obj))
+                    self._seen = ([self._entry(0, status)], 0)
                     return
                 except ApiError as exc:
                     if exc.status.code == 409:
@@ -292,6 +290,7 @@ class ImexDaemonEmulation:
                     raise
             daemons = with_entry(found.get("daemons") or [], self._entry(0, status))
             if daemons is None or await self._patch_clique(found, daemons):
+                self._seen = (daemons if daemons is not None else [dict(d) for d in found.get("daemons") or []], 0)
                 return
         raise RuntimeError(f"too many conflicting writes to ComputeDomainClique {self.api.namespace}/{name}")
 
@@ -347,6 +346,7 @@ class ImexDaemonEmulation:
             status = dict(domain.get("status") or {})
             nodes = [dict(n) for n in status.get("nodes") or []]
             new = edit(nodes)
+            self._seen = (new, int((domain.get("spec") or {}).get("numNodes") or 0))
             if sorted(map(repr, new)) == sorted(map(repr, nodes)):
                 return True
             body: dict[str, Any] = {"nodes": new}
