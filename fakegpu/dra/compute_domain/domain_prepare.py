@@ -19,12 +19,17 @@ errors inside the plugin for 45 s; fakegpu answers at once and the kubelet's own
 
 The checkpoint is the GPU driver's (``fakegpu.dra.prepared_claims``), in this driver's plugin directory; a
 prepared device's ``uuid`` field holds the ComputeDomain's UID (what unprepare needs to clear the label).
+As NVIDIA's ``Prepare`` does, the claim is recorded ``PrepareStarted`` (with the devices it is to get) before
+any side effect, so the node label of a claim still waiting for its daemon is cleared by its unprepare, which
+then leaves the entry ``PrepareAborted`` (``checkpointv.go``, ``device_state.go`` and ``cleanup.go`` at commit
+0807eed, main after v0.4.1).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +53,16 @@ from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_confi
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
-from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaims
+from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaim, PreparedClaims
 from fakegpu.runtime.cdi_spec_model import qualified_name
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
 
+PREPARE_ABORTED_TTL = 90.0
+"""Seconds a ``PrepareAborted`` entry is kept: NVIDIA's ``PrepareAbortedClaimEntryTTL`` (twice its 45 s
+``ErrorRetryMaxTimeout``, ``cmd/compute-domain-kubelet-plugin/cleanup.go``)."""
 DOMAINS_DIR = "domains"
 """``<plugin dir>/domains/<domain UID>``: each domain's daemon directory, mounted at ``/imexd``."""
 
@@ -135,6 +143,7 @@ class ComputeDomainPreparer:
         checkpoint: PreparedClaims,
         clique: Callable[[], str] = lambda: "",
         on_label: Callable[[], None] = lambda: None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``clique`` is the plugin's current clique ID (``fakegpu.dra.compute_domain.node_clique``)."""
         self.driver = COMPUTE_DOMAIN_DRIVER
@@ -147,6 +156,7 @@ class ComputeDomainPreparer:
         self.checkpoint = checkpoint
         self.on_label = on_label
         self._clique = clique
+        self.wall_clock = wall_clock
         self._lock = asyncio.Lock()
 
     @property
@@ -158,7 +168,8 @@ class ComputeDomainPreparer:
         return self._clique()
 
     def recover(self) -> None:
-        """Roll back claims a crash left half-prepared (the kubelet asks again)."""
+        """Roll back claims a crash left half-prepared (the kubelet asks again): their specs and entries; the
+        node label a started channel claim may have set is cleared by the next unprepare or prepare."""
         try:
             self.checkpoint.load()
             started = self.checkpoint.started_only()
@@ -171,18 +182,34 @@ class ComputeDomainPreparer:
             log.warning("rolled back compute-domain claim %s/%s (%s)", claim.namespace, claim.name, claim.uid)
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]:
+        self._expire_aborted()
         stored = self.checkpoint.get(ref.uid)
         if stored is not None and stored.completed:
             return stored.devices
         claim = await read_claim(self.reader, ref)
+        claim_id = f"{ref.namespace}/{ref.name}:{ref.uid}"
         try:
-            return await self._prepare(ref, claim)
+            return await self._prepare(ref, claim, stored)
         except ClaimError as exc:
-            claim_id = f"{ref.namespace}/{ref.name}:{ref.uid}"
             raise ClaimError(f"error preparing devices for claim '{claim_id}': {exc}") from None
 
-    async def _prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> tuple[PreparedResult, ...]:
+    def _expire_aborted(self) -> None:
+        for uid in self.checkpoint.expire_aborted(self.wall_clock(), PREPARE_ABORTED_TTL):
+            log.info("dropped the PrepareAborted checkpoint entry of compute-domain claim %s", uid)
+
+    async def _prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], stored: PreparedClaim | None
+    ) -> tuple[PreparedResult, ...]:
         results = allocated_devices(ref, claim, driver=self.driver, node=self.node)
+        planned = tuple(self._result(ref, r, ()) for r in results)
+        if stored is not None and stored.aborted and same_allocation(stored.devices, planned):
+            claim_id = f"{ref.namespace}/{ref.name}:{ref.uid}"
+            raise ClaimError(f"stale prepare for claim {claim_id}: claim prepare was already aborted")
+        async with self._lock:  # PrepareStarted before any side effect, as NVIDIA's Prepare
+            stored = self.checkpoint.get(ref.uid)
+            if stored is not None and stored.completed:
+                return stored.devices
+            self.checkpoint.start(ref, PreparePlan(ref.uid, ref.namespace, ref.name, self.driver, self.node, planned))
         prepared: list[PreparedResult] = []
         devices: list[dict[str, Any]] = []
         for result in results:
@@ -201,6 +228,9 @@ class ComputeDomainPreparer:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
                 return stored.devices
+            if stored is None or stored.aborted:  # unprepared meanwhile: leave it so
+                claim_id = f"{ref.namespace}/{ref.name}:{ref.uid}"
+                raise ClaimError(f"stale prepare for claim {claim_id}: claim prepare was already aborted")
             if any(r.device == CHANNEL_DEVICE for r in prepared):
                 try:  # again, under the lock: two claims prepared at once both passed the first check
                     self._assert_channel_free(ref)
@@ -242,7 +272,7 @@ class ComputeDomainPreparer:
     def _assert_channel_free(self, ref: ClaimRef) -> None:
         """NVIDIA's ``assertImexChannelNotAllocated(0)``: one workload channel claim per node."""
         for other in self.checkpoint.claims():
-            if other.uid != ref.uid and any(d.device == CHANNEL_DEVICE for d in other.devices):
+            if other.uid != ref.uid and other.completed and any(d.device == CHANNEL_DEVICE for d in other.devices):
                 raise ClaimError(
                     f"allocation failed: channel 0 already allocated by claim {other.uid} (according to checkpoint)"
                 )
@@ -279,20 +309,47 @@ class ComputeDomainPreparer:
         return self._result(ref, result, ids, env), daemon_edits(env, domain_dir)
 
     async def unprepare(self, ref: ClaimRef) -> None:
-        """Clear the node label of a channel claim's domain (only if it still names that domain), then the
-        spec and the checkpoint entry; a daemon claim keeps its directory (NVIDIA's cleanup loop removes it)."""
+        """NVIDIA's ``Unprepare``, crash-safe: clear the node label of a channel claim's domain (only if it still
+        names that domain) first, then the spec, then the checkpoint entry, so a crash anywhere leaves the entry
+        and the kubelet's retry redoes the rest. A completed claim's entry is dropped; a claim unprepared before
+        its prepare completed becomes ``PrepareAborted`` for ``PREPARE_ABORTED_TTL`` seconds, so a stale retry of
+        that prepare is refused; an aborted or unknown claim is a no-op. A daemon claim keeps its directory
+        (NVIDIA's cleanup loop removes it)."""
+        self._expire_aborted()
         stored = self.checkpoint.get(ref.uid)
-        if stored is not None:
-            for device in stored.devices:
-                if device.device == CHANNEL_DEVICE and await self.api.remove_node_label(device.uuid):
-                    self.on_label()
+        if stored is None or stored.aborted:
+            log.info(
+                "unprepared compute-domain claim %s/%s (%s): %s",
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                "not prepared here" if stored is None else "its prepare was already aborted",
+            )
+            return
+        for device in stored.devices:
+            if device.device == CHANNEL_DEVICE and await self.api.remove_node_label(device.uuid):
+                self.on_label()
         async with self._lock:
             remove_spec(self.cdi_root, ref.uid, VENDOR)
-            self.checkpoint.remove(ref.uid)
+            current = self.checkpoint.get(ref.uid)
+            if current is not None and current.completed:
+                self.checkpoint.remove(ref.uid)
+            elif current is not None and not current.aborted:
+                self.checkpoint.abort(ref.uid, self.wall_clock())
         log.info(
             "unprepared compute-domain claim %s/%s (%s)%s",
             ref.namespace,
             ref.name,
             ref.uid,
-            "" if stored is not None else ": not prepared here",
+            "" if stored.completed else ": its prepare had not completed (PrepareAborted)",
         )
+
+
+def same_allocation(stored: tuple[PreparedResult, ...], planned: tuple[PreparedResult, ...]) -> bool:
+    """NVIDIA's ``claimMatchesPreparedClaim``: the same claim version, here the same allocation results and
+    domains (the fields a plan fixes before anything is prepared)."""
+
+    def key(results: tuple[PreparedResult, ...]) -> list[tuple[str, str, str, str]]:
+        return sorted((r.request, r.pool, r.device, r.uuid) for r in results)
+
+    return key(stored) == key(planned)
