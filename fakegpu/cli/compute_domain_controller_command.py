@@ -10,6 +10,13 @@ import re
 
 from fakegpu.cli.slice_commands import API_VERSIONS
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
+from fakegpu.dra.compute_domain.host_imex import (
+    DRIVER_MANAGED,
+    HOST_MANAGED,
+    ISOLATION_CHANNEL,
+    ISOLATION_DOMAIN,
+    validate_imex_config,
+)
 from fakegpu.dra.feature_gates import parse_feature_gates, validate_feature_gates
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
@@ -85,6 +92,18 @@ def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argpars
         "ComputeDomainCliques into the status (the daemons write status.nodes themselves)",
     )
     parser.add_argument(
+        "--imex-mode",
+        default=os.environ.get("IMEX_MODE", DRIVER_MANAGED),
+        help=f"{DRIVER_MANAGED} (default) or {HOST_MANAGED} (env IMEX_MODE; needs HostManagedIMEXDaemon=true): "
+        "no daemon template, the domain is Ready once its workload template exists",
+    )
+    parser.add_argument(
+        "--imex-isolation",
+        default=os.environ.get("IMEX_ISOLATION", ISOLATION_DOMAIN),
+        help=f"IMEX isolation (env IMEX_ISOLATION): {ISOLATION_DOMAIN} (default); {ISOLATION_CHANNEL} is refused "
+        "as NVIDIA refuses it",
+    )
+    parser.add_argument(
         HEALTH_FLAG,
         default=None,
         metavar="HOST:PORT",
@@ -109,6 +128,10 @@ async def serve_compute_domain_controller(args: argparse.Namespace, stop: asynci
         validate_feature_gates(gates)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+    mode = getattr(args, "imex_mode", DRIVER_MANAGED)
+    validate_imex_config(
+        mode, getattr(args, "imex_isolation", ISOLATION_DOMAIN), gates.enabled("HostManagedIMEXDaemon")
+    )
     client = client_factory(args.kubeconfig)()
     controller = ComputeDomainController(
         client,
@@ -116,6 +139,7 @@ async def serve_compute_domain_controller(args: argparse.Namespace, stop: asynci
         status_interval=args.status_interval,
         resource_api_version=args.resource_api_version,
         cliques=gates.enabled("ComputeDomainCliques"),
+        host_managed=mode == HOST_MANAGED,
     )
     readiness.follow(controller.not_ready)
     try:

@@ -77,7 +77,13 @@ def run_dra(args: argparse.Namespace) -> int:
         server_minor=args.server_version,
         api_version=args.resource_api_version,
         compute_domains=ComputeDomainSettings(
-            args.namespace, args.imex_daemon_start_delay, gpu_clique_label=args.gpu_clique_label_enabled
+            args.namespace,
+            args.imex_daemon_start_delay,
+            gpu_clique_label=args.gpu_clique_label_enabled,
+            imex_mode=args.imex_mode,
+            imex_isolation=args.imex_isolation,
+            imex_host_socket=args.imex_host_socket_path,
+            serve_host_imex=not args.no_host_imex_daemon,
         )
         if args.compute_domains
         else None,

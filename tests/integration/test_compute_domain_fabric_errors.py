@@ -21,6 +21,7 @@ from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import FakeApiServer, serving
@@ -155,3 +156,10 @@ def test_fakegpu_dra_exits_1_with_nvidias_error_line(root, apiserver, capsys):
     err = capsys.readouterr().err
     assert "Error: error creating driver: failed to create ComputeDomain manager: error getting cliqueID:" in err
     assert "state=1, refusing to start" in err
+
+
+def test_a_bad_fabric_state_or_status_is_refused_naming_the_field(root):
+    with pytest.raises(SpecError, match=r"fabric\.state"):
+        live(spec(root, state="broken"))
+    with pytest.raises(SpecError, match=r"fabric\.status"):
+        live(spec(root, status="oops"))

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from fakegpu.cli import daemon_runs
+from fakegpu.cli.main import main
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
@@ -265,3 +267,22 @@ def test_settings_default_to_nvidias():
     settings = ComputeDomainSettings()
     assert (settings.gpu_clique_label, settings.clique_refresh_interval) == (False, 600.0)
     assert dataclasses.replace(settings, gpu_clique_label=True).gpu_clique_label
+
+
+def test_dra_compute_domain_flags_reach_the_plugin_settings(monkeypatch, root):
+    """NVIDIA's kubelet-plugin flags (main.go @ 89aa5bb): --gpu-clique-label-enabled, --imex-mode,
+    --imex-isolation, --imex-host-socket-path."""
+    seen: list[DraSettings] = []
+
+    def fake_daemon(inputs: Any, paths: Any, settings: DraSettings, **_: Any) -> Any:
+        seen.append(settings)
+
+    monkeypatch.setattr(daemon_runs, "run_dra_daemon", fake_daemon)
+    monkeypatch.setattr(daemon_runs, "run_bounded", lambda _coroutine: 0)
+    argv = ["dra", "--node-name", NODE, "--compute-domains", "--gpu-clique-label-enabled", "--imex-mode"]
+    argv += ["hostManaged", "--imex-host-socket-path", str(root / "imex.sock"), "--no-host-imex-daemon"]
+    assert main(argv) == 0
+    (settings,) = [s.compute_domains for s in seen]
+    assert settings is not None
+    assert (settings.gpu_clique_label, settings.imex_mode, settings.imex_isolation) == (True, "hostManaged", "domain")
+    assert (settings.imex_host_socket, settings.serve_host_imex) == (root / "imex.sock", False)

@@ -50,6 +50,7 @@ from fakegpu.dra.compute_domain.cdi_edits import (
 from fakegpu.dra.compute_domain.devices import CHANNEL_DEVICE, COMPUTE_DOMAIN_DRIVER, DAEMON_DEVICE
 from fakegpu.dra.compute_domain.domain_api import DomainApi
 from fakegpu.dra.compute_domain.domain_configs import DomainConfig, domain_configs, pick_config
+from fakegpu.dra.compute_domain.host_imex import HostImexError, check_host_imex_ready
 from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
@@ -144,6 +145,7 @@ class ComputeDomainPreparer:
         clique: Callable[[], str] = lambda: "",
         on_label: Callable[[], None] = lambda: None,
         wall_clock: Callable[[], float] = time.time,
+        host_imex_socket: Path | None = None,
     ) -> None:
         """``clique`` is the plugin's current clique ID (``fakegpu.dra.compute_domain.node_clique``)."""
         self.driver = COMPUTE_DOMAIN_DRIVER
@@ -157,6 +159,8 @@ class ComputeDomainPreparer:
         self.on_label = on_label
         self._clique = clique
         self.wall_clock = wall_clock
+        self.host_imex_socket = host_imex_socket
+        """Set under host-managed IMEX: the host daemon's command socket (no labels, no driver daemons)."""
         self._lock = asyncio.Lock()
 
     @property
@@ -277,16 +281,38 @@ class ComputeDomainPreparer:
                     f"allocation failed: channel 0 already allocated by claim {other.uid} (according to checkpoint)"
                 )
 
-    async def _channel(self, ref: ClaimRef, result: AllocatedDevice) -> tuple[PreparedResult, dict[str, Any] | None]:
-        """NVIDIA's ``applyComputeDomainChannelConfigDriverManaged``, in its order."""
-        domain_id = result.config.domain_id
-        self._assert_channel_free(ref)
+    async def _domain_in_namespace(self, ref: ClaimRef, domain_id: str) -> dict[str, Any]:
         domain = await self._domain(domain_id, "ComputeDomain not found")
         if (domain.get("metadata") or {}).get("namespace") != ref.namespace:
             raise ClaimError(
                 "error asserting ComputeDomain's namespace: the ResourceClaim's namespace is different than the "
                 "ComputeDomain's namespace"
             )
+        return domain
+
+    async def _channel_host_managed(
+        self, ref: ClaimRef, result: AllocatedDevice, socket: Path
+    ) -> tuple[PreparedResult, dict[str, Any] | None]:
+        """NVIDIA's ``applyComputeDomainChannelConfigHostManaged``: no label and no daemon; on a fabric node the
+        host daemon must answer READY, then channel 0 alone (domain isolation) is injected."""
+        self._assert_channel_free(ref)
+        await self._domain_in_namespace(ref, result.config.domain_id)
+        if not self.clique:
+            return self._result(ref, result, ()), None
+        try:
+            await check_host_imex_ready(socket)
+        except HostImexError as exc:
+            raise ClaimError(f"host nvidia-imex daemon readiness check failed: {exc}") from None
+        name = claim_device_name(ref.uid, result.device)
+        return self._result(ref, result, (qualified_name(VENDOR, CLAIM_CLASS, name),)), channel_edits(1)
+
+    async def _channel(self, ref: ClaimRef, result: AllocatedDevice) -> tuple[PreparedResult, dict[str, Any] | None]:
+        """NVIDIA's ``applyComputeDomainChannelConfigDriverManaged``, in its order."""
+        if self.host_imex_socket is not None:
+            return await self._channel_host_managed(ref, result, self.host_imex_socket)
+        domain_id = result.config.domain_id
+        self._assert_channel_free(ref)
+        domain = await self._domain_in_namespace(ref, domain_id)
         await self.api.add_node_label(domain_id)
         self.on_label()
         if not await self.api.node_ready(domain, self.clique):
@@ -300,6 +326,8 @@ class ComputeDomainPreparer:
 
     async def _daemon(self, ref: ClaimRef, result: AllocatedDevice) -> tuple[PreparedResult, dict[str, Any]]:
         """NVIDIA's ``applyComputeDomainDaemonConfig``: environment and the domain's directory; never waits."""
+        if self.host_imex_socket is not None:
+            raise ClaimError("ComputeDomain daemon claims are not supported when imex.mode=hostManaged")
         domain_id = result.config.domain_id
         domain = await self._domain(domain_id, "compute domain not found")
         domain_dir = ensure_dir(self.plugin_dir / DOMAINS_DIR / domain_id)
@@ -327,6 +355,8 @@ class ComputeDomainPreparer:
             )
             return
         for device in stored.devices:
+            if self.host_imex_socket is not None:
+                break  # host-managed mode never labels the node
             if device.device == CHANNEL_DEVICE and await self.api.remove_node_label(device.uuid):
                 self.on_label()
         async with self._lock:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,14 @@ from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_do
 from fakegpu.dra.compute_domain.domain_api import DomainApi
 from fakegpu.dra.compute_domain.domain_prepare import DOMAINS_DIR, ComputeDomainPreparer
 from fakegpu.dra.compute_domain.fabric_clique import FabricError, FabricGates
+from fakegpu.dra.compute_domain.host_imex import (
+    DEFAULT_HOST_SOCKET,
+    DRIVER_MANAGED,
+    HOST_MANAGED,
+    ISOLATION_DOMAIN,
+    HostImexDaemon,
+    validate_imex_config,
+)
 from fakegpu.dra.compute_domain.node_clique import REFRESH_INTERVAL, NodeClique
 from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.dra.feature_gates import FeatureGates
@@ -65,11 +74,25 @@ class ComputeDomainSettings:
     """``--gpu-clique-label-enabled`` (NVIDIA's flag, off by default): write ``nvidia.com/gpu.clique``."""
     clique_refresh_interval: float = REFRESH_INTERVAL
     """Seconds between two reads of the node's clique (NVIDIA's 10 minutes)."""
+    imex_mode: str = DRIVER_MANAGED
+    """``--imex-mode``: ``driverManaged`` (daemons per domain) or ``hostManaged`` (gate HostManagedIMEXDaemon)."""
+    imex_isolation: str = ISOLATION_DOMAIN
+    """``--imex-isolation``: ``domain`` (``channel`` is refused, as NVIDIA refuses it)."""
+    imex_host_socket: Path = DEFAULT_HOST_SOCKET
+    """``--imex-host-socket-path``: the host nvidia-imex command socket the readiness check queries."""
+    serve_host_imex: bool = True
+    """In host-managed mode, also serve the emulated host daemon's socket (off: something else serves it)."""
+
+    @property
+    def host_managed(self) -> bool:
+        return self.imex_mode == HOST_MANAGED
 
 
-def compute_domain_specs(node: Node, opts: SliceOptions, _unhealthy: Mapping[str, int | None]) -> list[dict[str, Any]]:
+def compute_domain_specs(
+    node: Node, opts: SliceOptions, _unhealthy: Mapping[str, int | None], *, host_managed: bool = False
+) -> list[dict[str, Any]]:
     """The pool's one slice; health does not change it (NVIDIA taints no channel)."""
-    return [compute_domain_slice_spec(node.name, opts.api_version, generation=0)]
+    return [compute_domain_slice_spec(node.name, opts.api_version, generation=0, host_managed=host_managed)]
 
 
 class ComputeDomainPlugin:
@@ -90,6 +113,9 @@ class ComputeDomainPlugin:
     ) -> None:
         """``FabricError`` when the node's NVLink fabric is in error and NVIDIA's plugin would not start."""
         gates = gates or FeatureGates()
+        validate_imex_config(settings.imex_mode, settings.imex_isolation, gates.enabled("HostManagedIMEXDaemon"))
+        self.settings = settings
+        host_managed = settings.host_managed
         self.live = live
         self.paths = paths
         self.cdi_root = cdi_root
@@ -107,7 +133,7 @@ class ComputeDomainPlugin:
             auto_api_version=api_version is None,
             auto_server_version=server_minor is None,
             resync_interval=resync_interval,
-            build_specs=compute_domain_specs,
+            build_specs=partial(compute_domain_specs, host_managed=host_managed),
         )
         try:
             self.clique = NodeClique(
@@ -147,6 +173,10 @@ class ComputeDomainPlugin:
             checkpoint=PreparedClaims.in_dir(self.plugin_dir),
             clique=lambda: self.clique.value,
             on_label=self.daemon.wake,
+            host_imex_socket=settings.imex_host_socket if host_managed else None,
+        )
+        self.host_imex = (
+            HostImexDaemon(settings.imex_host_socket, live) if host_managed and settings.serve_host_imex else None
         )
         self.plugin = DraKubeletPlugin(COMPUTE_DOMAIN_DRIVER, paths, self._add_services, services=SERVICES)
         self.publish_error = ""
@@ -161,8 +191,11 @@ class ComputeDomainPlugin:
         write_base_spec(self.cdi_root)
         self.preparer.recover()
         await self.clique.start()
+        if self.host_imex is not None:
+            await self.host_imex.start()
         await self.plugin.start()
-        self.daemon.start()
+        if not self.settings.host_managed:  # host-managed: the admin's host daemon, no driver-managed ones
+            self.daemon.start()
         self._publish_task = asyncio.create_task(self._start_publishing(), name="compute-domain-publish")
 
     async def _start_publishing(self) -> None:
@@ -196,4 +229,6 @@ class ComputeDomainPlugin:
         await self.publisher.stop()
         await self.daemon.stop()
         await self.plugin.stop()
+        if self.host_imex is not None:
+            await self.host_imex.stop()
         await self.clique.stop()
