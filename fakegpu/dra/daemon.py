@@ -218,6 +218,7 @@ class DraDriver:
                 self.client,
                 cdi_root=settings.cdi_root,
                 settings=settings.compute_domains,
+                gates=settings.feature_gates,
                 api_version=settings.api_version,
                 server_minor=settings.server_minor,
                 resync_interval=settings.resync_interval,

@@ -50,7 +50,11 @@ CHECKPOINT_MODE: Final = 0o600
 VERSION: Final = "v1"
 PREPARE_STARTED: Final = "PrepareStarted"
 PREPARE_COMPLETED: Final = "PrepareCompleted"
-ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+PREPARE_ABORTED: Final = "PrepareAborted"
+"""An unprepare came before the prepare completed (the compute-domain plugin): the entry stays a while so a
+stale retry of the same prepare is refused instead of redoing it (NVIDIA's ``ClaimCheckpointStatePrepareAborted``,
+``cmd/compute-domain-kubelet-plugin/checkpointv.go`` at commit 0807eed)."""
+ClaimState = Literal["PrepareStarted", "PrepareCompleted", "PrepareAborted"]
 NODE_BOOT_ID: Final = "nodeBootID"
 """NVIDIA's ``CheckpointV2.NodeBootID`` (omitted while empty): the boot the prepared claims belong to."""
 
@@ -77,10 +81,16 @@ class PreparedClaim:
     driver: str
     pool: str
     devices: tuple[PreparedResult, ...]
+    aborted_at: float | None = None
+    """Unix time the entry became ``PrepareAborted`` (NVIDIA's ``abortedAt``)."""
 
     @property
     def completed(self) -> bool:
         return self.state == PREPARE_COMPLETED
+
+    @property
+    def aborted(self) -> bool:
+        return self.state == PREPARE_ABORTED
 
     @property
     def plan(self) -> PreparePlan:
@@ -103,7 +113,7 @@ class PreparedClaim:
             "driver": self.driver,
             "pool": self.pool,
             "devices": [result_json(d) for d in self.devices],
-        }
+        } | ({"abortedAt": self.aborted_at} if self.aborted_at is not None else {})
 
 
 def result_json(result: PreparedResult) -> dict[str, Any]:
@@ -171,8 +181,11 @@ def _parse_claim(raw: Any, where: str, source: str) -> PreparedClaim:
         if not isinstance(raw.get(key), str):
             raise fail(f"{key} must be a string")
     state = raw["state"]
-    if state not in (PREPARE_STARTED, PREPARE_COMPLETED):
-        raise fail(f"state {state!r} is neither {PREPARE_STARTED} nor {PREPARE_COMPLETED}")
+    if state not in (PREPARE_STARTED, PREPARE_COMPLETED, PREPARE_ABORTED):
+        raise fail(f"state {state!r} is none of {PREPARE_STARTED}, {PREPARE_COMPLETED}, {PREPARE_ABORTED}")
+    aborted_at = raw.get("abortedAt")
+    if aborted_at is not None and not isinstance(aborted_at, (int, float)):
+        raise fail("abortedAt must be a number")
     devices = raw.get("devices")
     if not isinstance(devices, list):
         raise fail("devices must be a list")
@@ -188,6 +201,7 @@ def _parse_claim(raw: Any, where: str, source: str) -> PreparedClaim:
         driver=raw["driver"],
         pool=raw["pool"],
         devices=parsed,
+        aborted_at=float(aborted_at) if aborted_at is not None else None,
     )
 
 
@@ -345,6 +359,29 @@ class PreparedClaims:
             self._write(claims)
             return True
 
+    def abort(self, uid: str, at: float) -> PreparedClaim:
+        """Mark a started claim ``PrepareAborted`` (unprepared before its prepare completed), keeping what it
+        was to prepare so a stale retry of the same prepare can be recognised."""
+        with self._lock:
+            claims = dict(self._state())
+            if uid not in claims:
+                raise KeyError(f"claim {uid} has no checkpoint entry")
+            entry = replace(claims[uid], state=PREPARE_ABORTED, aborted_at=at)
+            claims[uid] = entry
+            self._write(claims)
+            return entry
+
+    def expire_aborted(self, now: float, ttl: float) -> list[str]:
+        """Drop ``PrepareAborted`` entries older than ``ttl`` seconds; the UIDs dropped."""
+        with self._lock:
+            claims = dict(self._state())
+            expired = sorted(
+                uid for uid, c in claims.items() if c.aborted and (c.aborted_at is None or now - c.aborted_at >= ttl)
+            )
+            if expired:
+                self._write({uid: c for uid, c in claims.items() if uid not in expired})
+            return expired
+
     def started_only(self) -> list[PreparedClaim]:
         """Claims a crash left between ``start`` and ``complete``: to roll back or redo."""
-        return [c for c in self.claims() if not c.completed]
+        return [c for c in self.claims() if c.state == PREPARE_STARTED]
