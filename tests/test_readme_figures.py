@@ -200,7 +200,7 @@ def figures() -> list[str]:
         f"{NVL72_GPUS_PER_NODE})",
         f"Kubernetes 1.{FIRST_MINOR_WITH_SPLIT_SLICES - 1} gets combined slices, 1.{FIRST_MINOR_WITH_SPLIT_SLICES}+ "
         "separate counter and device slices",
-        f"NoSchedule taint (1.{FIRST_MINOR_WITH_TAINTS}+)",
+        f"taints need 1.{FIRST_MINOR_WITH_TAINTS}+",
         f"(dcgm-exporter's port is {deployed_port('--dcgm-address')})",
         f"turn all of these on (ports {deployed_port('--metrics-address')} and {deployed_port('--dcgm-address')})",
         f"(the DaemonSets use `0.0.0.0:{deployed_port('--health-address')}`)",

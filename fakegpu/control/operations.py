@@ -204,6 +204,14 @@ def _off_bus(request: Request, result: Any) -> str:
     return f"GPU {request['gpu']} fell off the bus (XID {OFF_THE_BUS_XID}): {_unhealthy(result)}"
 
 
+def _gpu_lost(_request: Request, result: Any) -> str:
+    return f"NVML reports the GPU lost: {_unhealthy(result)}"
+
+
+def _unmonitored(request: Request, result: Any) -> str:
+    return f"GPU {request['gpu']} unmonitored (NVML cannot watch its events): {len(result)} device(s): {_list(result)}"
+
+
 def _fault(_request: Request, result: Any) -> str:
     scope = f" for {result['resource']}" if result["resource"] else ""
     effect = FaultSpec.shown(result).effect(result["message"])
@@ -308,6 +316,17 @@ DAEMON_OPERATIONS: tuple[Operation, ...] = (  # the device plugin's and the DRA 
         "off-bus",
         "make a GPU fall off the bus (XID 79): it, its replicas and MIG devices unhealthy",
         _off_bus,
+        (Arg("gpu", "GPU index or UUID"),),
+    ),
+    Operation(
+        "gpu-lost",
+        "NVML reports the GPU lost: every device unhealthy (DRA: gpu.nvidia.com/gpu-lost on every device)",
+        _gpu_lost,
+    ),
+    Operation(
+        "unmonitored",
+        "NVML cannot watch a GPU's events: its devices unhealthy (DRA: gpu.nvidia.com/unmonitored, health Unknown)",
+        _unmonitored,
         (Arg("gpu", "GPU index or UUID"),),
     ),
     Operation(

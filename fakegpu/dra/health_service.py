@@ -1,5 +1,6 @@
 """The DRA resource health service (``v1alpha1.DRAResourceHealth``): the complete device list with
-health, sent at once and again on every change of the live inventory (pushed, not polled)."""
+health, sent at once and again on every change of the live inventory (pushed, not polled). Served, and
+advertised, only with NVIDIA's ``NVMLDeviceHealthCheck`` gate, as NVIDIA's driver does on main."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from fakegpu.dra.health_taints import Health
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2, api_pb2_grpc
 from fakegpu.runtime.change_stream import state_changes
 from fakegpu.sharing.live_inventory import LiveInventory
 
 HEALTH_CHECK_TIMEOUT_SECONDS = 60
 
-DeviceHealthList = Callable[[], list[tuple[str, str, bool, str]]]
-"""Returns (pool, device name, healthy, message) for every published device."""
+DeviceHealthList = Callable[[], list[tuple[str, str, Health, str]]]
+"""Returns (pool, device name, health, message) for every published device."""
+_STATUS: dict[Health, api_pb2.HealthStatus.ValueType] = {
+    "Healthy": api_pb2.HEALTHY,
+    "Unhealthy": api_pb2.UNHEALTHY,
+    "Unknown": api_pb2.UNKNOWN,
+}
 
 
 class HealthService(api_pb2_grpc.DRAResourceHealthServicer):
@@ -24,7 +31,7 @@ class HealthService(api_pb2_grpc.DRAResourceHealthServicer):
         self.live = live
         self.devices = devices
         self._stopping = asyncio.Event()
-        self._changed_at: dict[tuple[str, str], tuple[bool, int]] = {}
+        self._changed_at: dict[tuple[str, str], tuple[Health, str, int]] = {}
 
     def stop_streams(self) -> None:
         self._stopping.set()
@@ -32,16 +39,16 @@ class HealthService(api_pb2_grpc.DRAResourceHealthServicer):
     def _message(self) -> api_pb2.NodeWatchResourcesResponse:
         now = int(time.time())
         out = []
-        for pool, name, healthy, message in self.devices():
+        for pool, name, health, message in self.devices():
             key = (pool, name)
             previous = self._changed_at.get(key)
-            if previous is None or previous[0] != healthy:
-                self._changed_at[key] = (healthy, now)
+            if previous is None or previous[:2] != (health, message):
+                self._changed_at[key] = (health, message, now)
             out.append(
                 api_pb2.DeviceHealth(
                     device=api_pb2.DeviceIdentifier(pool_name=pool, device_name=name),
-                    health=api_pb2.HEALTHY if healthy else api_pb2.UNHEALTHY,
-                    last_updated_time=self._changed_at[key][1],
+                    health=_STATUS[health],
+                    last_updated_time=self._changed_at[key][2],
                     health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_SECONDS,
                     message=message,
                 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -109,3 +110,20 @@ def _xid_list(name: str, env: Mapping[str, str], warnings: list[str]) -> dict[in
 
 def _items(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+HealthEventKind = Literal["xid", "gpu-lost", "unmonitored"]
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """One thing NVML told a driver about a GPU or MIG device, in the order it happened.
+
+    NVIDIA's DRA driver turns each into a device taint (``fakegpu.dra.health_taints``), so the record keeps
+    every event, the ones the XID policy calls harmless too."""
+
+    kind: HealthEventKind
+    xid: int | None = None
+    """The XID of an ``xid`` event; None for the other kinds, and for a device marked unhealthy without one."""
+    forced: bool = False
+    """Marked unhealthy directly (``fakegpu ctl health``): fatal whatever the XID policy says."""
