@@ -185,7 +185,10 @@ def _health(request: Request, result: Any) -> str:
 
 
 def _ignored(xid: int, already: str) -> str:
-    return f"no device changed: XID {xid} is ignored by the daemon's health policy (or {already} already unhealthy)"
+    return (
+        f"no device made unhealthy: XID {xid} is ignored (non-fatal) by the daemon's health policy "
+        f"(or {already} already unhealthy)"
+    )
 
 
 def _unhealthy(result: Sequence[str]) -> str:

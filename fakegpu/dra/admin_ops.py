@@ -102,11 +102,10 @@ class DraAdmin(Protocol):
     def preparer(self) -> PreparedCounts: ...
 
 
-def _health_now(driver: DraAdmin) -> dict[str, tuple[str, str]]:
+def _health_now(driver: DraAdmin) -> dict[str, str]:
     settings = driver.settings
     return {
-        name: (ok, message)
-        for _pool, name, ok, message in device_health(driver.live, settings.driver, settings.mig_mode)
+        name: health for _pool, name, health, _message in device_health(driver.live, settings.driver, settings.mig_mode)
     }
 
 
@@ -119,8 +118,9 @@ HEALTH_GATE_OFF = (
 
 
 def changed_devices(driver: DraAdmin, change: Callable[[], object]) -> list[str]:
-    """The published devices whose health ``change`` changed; with ``NVMLDeviceHealthCheck`` off the change
-    is made and refused with :data:`HEALTH_GATE_OFF`, since no taint or health report follows from it."""
+    """The published devices whose health (Healthy, Unhealthy, Unknown) ``change`` changed: a non-fatal XID
+    changes none, though it taints with effect None. With ``NVMLDeviceHealthCheck`` off the change is made and
+    refused with :data:`HEALTH_GATE_OFF`, since no taint or health report follows from it."""
     before = _health_now(driver)
     change()
     if not driver.settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK):

@@ -562,7 +562,8 @@ async def test_the_ctl_table_has_every_op_of_the_three_daemons_with_their_fields
             ["off-bus", "2"],
             {"gpu": "2"},
             [],
-            "no device changed: XID 79 is ignored by the daemon's health policy (or the GPU was already unhealthy)",
+            "no device made unhealthy: XID 79 is ignored (non-fatal) by the daemon's health policy "
+            "(or the GPU was already unhealthy)",
         ),
         (
             ["health", "3", "--healthy"],
@@ -633,7 +634,7 @@ async def test_ctl_changes_health_and_plans_faults(plugin_admin):
     assert (code, out, err) == (0, f"marked 1 device(s) unhealthy (XID 79): {gpu0}\n", "")
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
     code, out, _ = await ctl("--socket", str(sock), "xid", "1", "13")
-    assert code == 0 and out.startswith("no device changed: XID 13 is ignored")
+    assert code == 0 and out.startswith("no device made unhealthy: XID 13 is ignored")
     code, out, _ = await ctl(
         "--socket", str(sock), "fault", "Allocate", "--times", "2", "--code", "invalid_argument", "--message", "no"
     )
@@ -735,8 +736,10 @@ async def test_dra_health_by_device_name_taints_the_published_device(dra_admin):
         ("gpu-0", "Healthy", ""),
         ("gpu-1", "Unhealthy", "critical XID 79 reported by NVML"),
     ]
-    # A non-fatal XID leaves the device healthy, with NVIDIA's message (and a taint with effect None).
-    assert await admin_call(sock, "xid", target="gpu-0", xid=13) == ["gpu-0"]
+    # A non-fatal XID leaves the device healthy (with NVIDIA's message and a taint with effect None).
+    assert await admin_call(sock, "xid", target="gpu-0", xid=13) == []
+    await eventually(lambda: bool(taints()["gpu-0"]), "gpu-0 tainted", 3.0)
+    assert taints()["gpu-0"] == [{"key": "gpu.nvidia.com/xid", "value": "13", "effect": "None"}]
     assert await admin_call(sock, "off-bus", gpu="0") == ["gpu-0"]
     assert await admin_call(sock, "health", target=str(driver.live.inventory.node.gpus[1].uuid), healthy=True) == [
         "gpu-1"
