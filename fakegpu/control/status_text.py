@@ -124,6 +124,8 @@ def _render_dra(status: dict[str, Any]) -> str:
     lines.append("")
     lines.extend(_gpus(status["gpus"]))
     lines.append("")
+    if status.get("health_published") is False:
+        lines.append("Device health: NVMLDeviceHealthCheck is off, so no taints and no health stream are published")
     lines.append(f"{'DEVICE':<34} {'HEALTH':<10} MESSAGE")
     for d in status["devices"]:
         health = d.get("health", "Healthy" if d["healthy"] else "Unhealthy")

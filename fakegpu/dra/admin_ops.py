@@ -3,7 +3,8 @@
 Ops and their fields:
 
 - ``status``: node, driver, published ResourceSlices (count, pool generation), published devices with
-  health, GPUs, prepared claims from the checkpoint, prepare/unprepare counts, pending and fired faults.
+  health (and whether NVMLDeviceHealthCheck publishes it), GPUs, prepared claims from the checkpoint,
+  prepare/unprepare counts, pending and fired faults.
 - ``health`` (target, healthy, xid=None): set health directly; ``target`` is a published device name
   (``gpu-1``), a GPU or MIG UUID or a GPU index. Returns the published devices whose health changed.
 - ``xid`` (target, xid): an XID event (non-fatal XIDs: the defaults and ``ADDITIONAL_XIDS_TO_IGNORE``);
@@ -178,6 +179,7 @@ async def status(driver: DraAdmin) -> dict[str, Any]:
             {"pool": pool, "name": name, "healthy": health == "Healthy", "health": health, "message": message}
             for pool, name, health, message in device_health(live, settings.driver, settings.mig_mode)
         ],
+        "health_published": settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK),
         "gpus": gpu_status(live),
         "prepared": prepared,
         "checkpoint_error": checkpoint_error,

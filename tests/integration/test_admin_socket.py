@@ -777,6 +777,9 @@ async def test_dra_health_ops_say_when_the_health_gate_is_off(dra_admin):
     assert (code, out) == (EXIT_REFUSED, "")
     assert err.strip().splitlines() == [f"fakegpu: error: {HEALTH_GATE_OFF}"]
     assert driver.live.unhealthy()  # the fake GPU did have the XID
+    code, out, _err = await ctl("--socket", str(sock), "status")
+    assert code == 0
+    assert "Device health: NVMLDeviceHealthCheck is off, so no taints and no health stream are published" in out
     await driver.publisher.publish()
     assert not any(d.get("taints") for s in apiserver.objects("resourceslices") for d in s["spec"]["devices"])
 
