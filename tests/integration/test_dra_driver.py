@@ -476,6 +476,25 @@ async def test_health_stream_pushes_changes(apiserver, make_driver):
         stream.cancel()
 
 
+async def test_health_stream_resends_on_a_heartbeat_without_changes(apiserver, make_driver):
+    """The kubelet takes health older than its check timeout as Unknown, so NVIDIA's driver re-sends the report
+    on its monitor's heartbeat with fresh timestamps (kubernetes-sigs/dra-driver-nvidia-gpu
+    ``cmd/gpu-kubelet-plugin/device_health.go`` ``monitorHeartbeatInterval`` at commit bc3c4d8)."""
+    driver = await make_driver(apiserver, "2xh100-80gb", gates=HEALTH_GATE)
+    driver.health.heartbeat = 0.2
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        stream = health_stream(channel)
+        first = await stream.read()
+        again = await asyncio.wait_for(stream.read(), 2.0)
+        assert isinstance(first, health_pb2.NodeWatchResourcesResponse)
+        assert isinstance(again, health_pb2.NodeWatchResourcesResponse)
+        assert [(d.device.device_name, d.health) for d in again.devices] == [
+            (d.device.device_name, d.health) for d in first.devices
+        ]
+        assert again.devices[0].last_updated_time >= first.devices[0].last_updated_time
+        stream.cancel()
+
+
 async def test_deleted_sockets_are_served_again(apiserver, make_driver):
     driver = await make_driver(apiserver)
     Path(driver.plugin.registration_socket).unlink()
