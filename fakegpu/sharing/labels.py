@@ -197,9 +197,10 @@ def gfd_labels(node: Node, config: PluginConfig, timestamp: int | None = None) -
     any_mig = any(g.mig_enabled for g in gpus)
     labels[_PREFIX + "mps.capable"] = "true" if config.sharing.strategy == "mps" and not any_mig else "false"
     labels.update(_full_gpu_labels(gpus, config))
-    if node.fabric is not None:
-        # GFD's imex labeler: every GPU of a node reports the same fabric IDs, so the label is always written
-        # (GFD omits it only when the GPUs disagree, which a fakegpu node cannot express).
+    if node.fabric is not None and node.fabric.attached:
+        # GFD's imex labeler reads only GPUs go-nvlib calls fabric-attached (registration completed with
+        # SUCCESS, a non-zero cluster UUID): a fabric still registering or in error gets no label. Every GPU of
+        # a node reports the same fabric IDs, so GFD's "non-unique IDs" case cannot arise.
         labels[CLIQUE_LABEL] = node.fabric.clique
     if config.mig_strategy == "single":
         labels[_PREFIX + "mig.strategy"] = "single"

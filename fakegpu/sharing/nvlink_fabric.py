@@ -64,8 +64,9 @@ class NvlinkFabric:
 
     @property
     def attached(self) -> bool:
-        """go-nvlib's ``IsFabricAttached``: registration completed without error."""
-        return self.state == "completed" and self.status == FABRIC_SUCCESS
+        """go-nvlib's ``IsFabricAttached``: registration completed without error, on a multi-node NVLink
+        domain (a zero cluster UUID is not one)."""
+        return self.state == "completed" and self.status == FABRIC_SUCCESS and self.cluster_uuid != ZERO_CLUSTER_UUID
 
 
 def parse_clique(value: str, where: str) -> tuple[str, int]:

@@ -322,6 +322,29 @@ def test_no_clique_label_off_a_fabric(tmp_path):
     assert (got["nvidia.com/gpu.compute.major"], got["nvidia.com/gpu.compute.minor"]) == ("10", "3")
 
 
+@pytest.mark.parametrize(
+    ("fabric", "why"),
+    [
+        ({"state": "not-started"}, "registration not started"),
+        ({"state": "in-progress"}, "registration still in progress"),
+        ({"state": "in-progress", "singleNode": True}, "GFD has no single-node exception"),
+        ({"state": "not-supported"}, "no fabric support"),
+        ({"status": "ERROR_UNKNOWN"}, "registration completed with an error"),
+        ({"clusterUUID": "00000000-0000-0000-0000-000000000000"}, "NVLink but not multi-node capable"),
+    ],
+)
+def test_no_clique_label_unless_the_fabric_is_attached(tmp_path, fabric, why):
+    """GFD's imex labeler (NVIDIA/k8s-device-plugin ``internal/lm/imex.go``, ``getFabricIDs``, at commit 9d4c2ae,
+    unchanged in v0.20.0) skips every GPU go-nvlib's ``IsFabricAttached`` rejects (NVIDIA/go-nvlib
+    ``pkg/nvlib/device/device.go`` at commit 2442aa7: state COMPLETED, status SUCCESS, a non-zero cluster UUID),
+    and with no GPU left writes no ``nvidia.com/gpu.clique``; the node spec's ``fabric.state``, ``status`` and
+    ``singleNode`` say which case a node is in."""
+    spec = {"fabric": {"clusterUUID": CLUSTER, "cliqueID": 2, **fabric}, "gpus": [{"model": "gb200", "count": 4}]}
+    assert "nvidia.com/gpu.clique" not in labels(tmp_path, node_spec=spec), why
+    attached = {"fabric": {"clusterUUID": CLUSTER, "cliqueID": 2, "state": "completed", "status": "SUCCESS"}}
+    assert labels(tmp_path, node_spec={**spec, **attached})["nvidia.com/gpu.clique"] == f"{CLUSTER}.2"
+
+
 def test_nvlink_clique_flag_gives_a_node_without_spec_its_fabric(tmp_path):
     """``--nvlink-clique`` reaches ``Node.fabric`` through ``load_node``, so every command sees it; the
     UUID is written lower-case, as NVML's bytes turned into a UUID string are."""
