@@ -346,8 +346,8 @@ def whole_gpu_offered_with_dynamic_mig(gpu: PhysicalGpu) -> bool:
 def dynamic_mig_capable(gpu: PhysicalGpu) -> bool:
     """Whether dynamic MIG offers the GPU's MIG profiles (NVIDIA's ``isDynamicMIGCapable``): a MIG-capable GPU
     that can switch MIG mode without a reset, or an Ampere GPU whose MIG mode is already on. An Ampere GPU with
-    MIG mode off stays a plain whole GPU, without counters. The preparer uses the same rule."""
-    return gpu.model.mig_capable and (gpu.mig_enabled or gpu.model.architecture != "Ampere")
+    MIG mode off stays a plain whole GPU, without counters. The rule is ``PhysicalGpu.dynamic_mig_capable``."""
+    return gpu.dynamic_mig_capable
 
 
 def _counter_set(gpu: PhysicalGpu) -> dict[str, Any]:

@@ -59,6 +59,14 @@ class PhysicalGpu:
         """The GPU's UUID and those of its MIG devices: everything an event on the GPU touches."""
         return (self.uuid, *(m.uuid for m in self.mig_devices))
 
+    @property
+    def dynamic_mig_capable(self) -> bool:
+        """Whether the DRA driver's dynamic MIG offers this GPU's MIG profiles (NVIDIA's ``isDynamicMIGCapable``):
+        a MIG-capable GPU that switches MIG mode without a reset (Hopper and later), or an Ampere GPU whose MIG
+        mode is already on. An Ampere GPU with MIG mode off stays a plain whole GPU. The one rule for the
+        slices, the preparer and the fake nvidia-smi."""
+        return self.model.mig_capable and (self.mig_enabled or self.model.architecture != "Ampere")
+
 
 @dataclass(frozen=True)
 class Node:

@@ -9,8 +9,9 @@ host CLI everything.
 
 A GPU the container sees only through some of its MIG devices is shown as a MIG-enabled GPU whose memory
 it may not read (``VisibleGpu.whole`` False), as NVML answers in such a container. With the DRA driver's
-dynamic MIG, a MIG-capable GPU also carries ``mig_options``: every MIG device the driver may create on it
-(every profile at every placement, with the UUID the driver hands out), shown only when named.
+dynamic MIG, a GPU the driver offers MIG profiles on (``PhysicalGpu.dynamic_mig_capable``: not an Ampere GPU
+with MIG mode off) also carries ``mig_options``: every MIG device the driver may create on it (every profile
+at every placement, with the UUID the driver hands out), shown only when named.
 
 ``SmiNode`` is complete on its own (every number nvidia-smi prints is in it), so the JSON form
 (``devices.json``) renders identically without the catalog: ``fakegpu nvidia-smi --devices-file`` and
@@ -276,7 +277,7 @@ def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool) -> SmiGpu:
     facts = model.facts
     idle = idle_reading(model, gpu.index)
     migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
-    options = _options(node.name, gpu, facts.bar1_mib, migs) if dynamic_mig and model.mig_capable else ()
+    options = _options(node.name, gpu, facts.bar1_mib, migs) if dynamic_mig and gpu.dynamic_mig_capable else ()
     peers = tuple(g.index for g in node.gpus if g.index != gpu.index and node.nvlinked(gpu.index, g.index))
     major, minor = model.compute_capability
     return SmiGpu(

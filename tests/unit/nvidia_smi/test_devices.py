@@ -220,6 +220,22 @@ def test_dynamic_mig_options_are_every_device_the_dra_driver_can_prepare():
     assert from_node(base).gpus[0].mig_options == ()
 
 
+def test_an_ampere_gpu_with_mig_mode_off_has_no_dynamic_options():
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/nvlib.go (``isDynamicMIGCapable``,
+    ``supportsMIGModeToggle``; PR #1018, in v0.4.0; read at commit 564717b): an Ampere GPU cannot switch MIG mode
+    without a reset, so with MIG mode off the driver publishes it whole only and no container can be given one
+    of its MIG devices; with MIG mode on, or on Hopper, the profiles are offered. nvidia-smi offers what the
+    slices publish, no more."""
+    base = node("1xa100-40gb,1xh100-80gb")
+    smi = from_node(base, dynamic_mig=True)
+    assert [len(g.mig_options) > 0 for g in smi.gpus] == [False, True]
+    dynamic = [d for d in published_devices(base, "dynamic").values() if d.kind == "mig"]
+    assert {d.parent_index for d in dynamic} == {1}
+    assert len(dynamic) == sum(len(g.mig_options) for g in smi.gpus)
+    mig_on = node("1xa100-40gb", layout="all-1g.5gb")
+    assert len(from_node(mig_on, dynamic_mig=True).gpus[0].mig_options) > 0
+
+
 def test_dynamic_options_need_their_uuid_and_skip_existing_instances():
     base = node("2xa100-40gb", "all-balanced")
     smi = from_node(base, dynamic_mig=True)

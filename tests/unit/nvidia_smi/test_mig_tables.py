@@ -213,7 +213,7 @@ def test_a_container_lists_only_its_instances_numbered_as_it_sees_them():
 
 
 def test_a_dynamic_mig_device_is_an_instance_of_the_container():
-    dynamic = from_node(node("1xa100-40gb"), dynamic_mig=True)
+    dynamic = from_node(node("1xh100-80gb"), dynamic_mig=True)  # Hopper: offered with MIG mode off
     option = dynamic.gpus[0].mig_options[0]
     text = out(dynamic, "mig", "-lgi", visible=option.uuid)
     assert text.splitlines()[5] == f"|   0  MIG {option.profile:<16} 0     {option.gi_id:>4}          0:8     |"

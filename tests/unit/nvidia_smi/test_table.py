@@ -171,17 +171,18 @@ def test_the_whole_mig_gpu_still_shows_its_memory():
 
 
 def test_a_dynamic_mig_device_shows_its_gpu_in_mig_mode():
-    """DRA dynamic MIG: the GPU is not in MIG mode on the node, but the container's device is a MIG one."""
-    node = from_node(spec_node({"model": "a100-40gb"}), dynamic_mig=True)
-    option = next(m for m in node.gpus[0].mig_options if m.profile == "3g.20gb" and m.start == 4)
+    """DRA dynamic MIG: the GPU is not in MIG mode on the node, but the container's device is a MIG one (a Hopper
+    GPU: an Ampere one with MIG mode off is offered whole only, NVIDIA's ``isDynamicMIGCapable``)."""
+    node = from_node(spec_node({"model": "h100-80gb"}), dynamic_mig=True)
+    option = next(m for m in node.gpus[0].mig_options if m.profile == "3g.40gb" and m.start == 4)
     text = out(node, visible=option.uuid)
     assert gpu_rows(text) == [
-        "|   0  NVIDIA A100-SXM4-40GB          On  |   00000000:18:00.0 Off |                   On |"
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                   On |"
     ]
     assert "|                    N/A |     N/A      Default |" in text
     assert "|              Enabled |" in text
     rows = [line for line in text.splitlines() if "MiB /" in line and line.startswith("|  0 ")]
-    assert rows == ["|  0    2   0   0  |              37MiB / 19968MiB    | 42      0 |  3   0    2    0    0 |"]
+    assert rows == ["|  0    2   0   0  |              37MiB / 40448MiB    | 60      0 |  3   0    3    0    3 |"]
     assert out(node, visible="0").count("MIG devices") == 0
 
 
