@@ -3,7 +3,8 @@
 NVIDIA's gpu-kubelet-plugin takes ``--feature-gates`` (env ``FEATURE_GATES``, which its Helm chart sets from
 ``featureGates``) in Kubernetes' component-base syntax ``Name=bool,Name=bool``, and validates the
 combination at start (``pkg/featuregates/featuregates.go`` in kubernetes-sigs/dra-driver-nvidia-gpu: v0.4.x
-has the first nine driver gates, main adds the rest). fakegpu accepts every gate NVIDIA knows, so a DaemonSet
+has the first nine driver gates, main adds the rest, ``NodeAllocatableResources`` among them at commit bccebfd).
+fakegpu accepts every gate NVIDIA knows, so a DaemonSet
 copied from NVIDIA's chart starts; :data:`GATE_EFFECTS` says, gate by gate, what each one changes in fakegpu
 (``fakegpu slices --feature-gates`` prints it).
 """
@@ -40,6 +41,7 @@ KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     "NodeLocalFabricIPC": (False, "ALPHA"),
     DRA_LIST_TYPE_ATTRIBUTES: (False, "ALPHA"),
     "ConsumableShares": (False, "ALPHA"),
+    "NodeAllocatableResources": (False, "ALPHA"),
     "PerNodeGPUConfig": (False, "ALPHA"),
     # component-base's logging gates, registered into the same set (NVIDIA turns ContextualLogging on).
     "ContextualLogging": (True, "BETA"),
@@ -83,6 +85,9 @@ GATE_EFFECTS: Final[Mapping[str, str]] = {
     "list (needs Kubernetes' gate of the same name)",
     "ConsumableShares": "NVIDIA: devices published with allowMultipleAllocations and consumable capacity "
     "(--consumable-shares); fakegpu: accepted without effect",
+    "NodeAllocatableResources": "NVIDIA: devices carry KEP-5517 nodeAllocatableResources overhead (host memory and "
+    "CPU per pod or container) from the --node-allocatable-* flags; fakegpu has none of the flags: accepted "
+    "without effect",
     "PerNodeGPUConfig": "NVIDIA: a per-node profile (node label nvidia.com/dra-driver-gpu.config) limits the "
     "advertised device types; fakegpu: accepted without effect",
     "ContextualLogging": "component-base logging gate (NVIDIA turns it on); fakegpu's logs do not change",

@@ -81,8 +81,9 @@ def test_valid_combinations_pass():
 
 
 # Re-typed from kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go: at v0.4.1 the first nine
-# driver gates, on main (commit 0807eed) the rest; PerNodeGPUConfig is main's later per-node config gate
-# (cmd/gpu-kubelet-plugin/driverconfig.go at commit 14046d0). Name: (default, stage).
+# driver gates, on main (commit 0807eed) the rest; NodeAllocatableResources is in main's list at commit bccebfd
+# (after ConsumableShares, alpha, off; cmd/gpu-kubelet-plugin/node_allocatable.go there), PerNodeGPUConfig is main's
+# later per-node config gate (cmd/gpu-kubelet-plugin/driverconfig.go at commit 14046d0). Name: (default, stage).
 NVIDIA_V0_4 = {
     "TimeSlicingSettings": (False, "ALPHA"),
     "MPSSupport": (False, "ALPHA"),
@@ -101,6 +102,7 @@ NVIDIA_MAIN = {
     "NodeLocalFabricIPC": (False, "ALPHA"),
     "DRAListTypeAttributes": (False, "ALPHA"),
     "ConsumableShares": (False, "ALPHA"),
+    "NodeAllocatableResources": (False, "ALPHA"),
     "PerNodeGPUConfig": (False, "ALPHA"),
 }
 LOGGING = {
@@ -133,6 +135,18 @@ def test_gate_lines_name_the_gates_given_with_their_value():
         g for g, (_, stage) in KNOWN_GATES.items() if stage == "BETA"
     ]
     assert gate_lines(FeatureGates()) == []
+
+
+def test_node_allocatable_resources_is_accepted_without_effect():
+    """kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at commit bccebfd (main): the gate is
+    alpha and off, in no ValidateFeatureGates pair; its only check (cmd/gpu-kubelet-plugin/node_allocatable.go:
+    overhead flags need the gate) has no flag to check in fakegpu, so any value starts and the gate's line says
+    it changes nothing."""
+    assert not FeatureGates().enabled("NodeAllocatableResources")
+    for value in ("NodeAllocatableResources=true", "NodeAllocatableResources=true,DynamicMIG=true"):
+        validate_feature_gates(parse_feature_gates(value))
+    (line,) = gate_lines(parse_feature_gates("NodeAllocatableResources=true"))
+    assert line.startswith("NodeAllocatableResources=true: ") and line.endswith("accepted without effect")
 
 
 def test_health_gate_validation_follows_main():
