@@ -1,7 +1,10 @@
 """At start: the checkpoint's claims belong to this boot of the node, or they are forgotten.
 
 Follows kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_state.go``
-(``NewDeviceState``, since PR #1066 in v0.4.0) and ``checkpointv.go`` (``CheckpointV2.NodeBootID``):
+(``NewDeviceState``, since PR #1066 in v0.4.0) and ``checkpointv.go`` (``CheckpointV2.NodeBootID``); PR #1066
+gave ``cmd/compute-domain-kubelet-plugin/device_state.go`` the same check with the same texts, so both of
+fakegpu's kubelet plugins call this module (``fakegpu.dra.gpu_prepare``,
+``fakegpu.dra.compute_domain.domain_prepare``):
 
 * no checkpoint yet: write an empty one with the current boot ID ("Create empty checkpoint");
 * a checkpoint without a boot ID (written before boot IDs): keep its claims and inject the current ID

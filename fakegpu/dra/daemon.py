@@ -157,7 +157,8 @@ class DraSettings:
     compute_domains: ComputeDomainSettings | None = None
     """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
     boot_id_file: Path = BOOT_ID_PATH
-    """``--boot-id-file``: the node's boot ID; prepared claims of an earlier boot are forgotten at start."""
+    """``--boot-id-file``: the node's boot ID; prepared claims of an earlier boot are forgotten at start (by the
+    GPU plugin and the compute-domain plugin alike)."""
 
 
 class DraDriver:
@@ -229,6 +230,7 @@ class DraDriver:
                 api_version=settings.api_version,
                 server_minor=settings.server_minor,
                 resync_interval=settings.resync_interval,
+                boot_id_path=settings.boot_id_file,
             )
             if settings.compute_domains is not None
             else None

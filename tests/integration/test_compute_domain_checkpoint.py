@@ -1,5 +1,6 @@
 """The compute-domain plugin's checkpoint states through its real DRA socket: PrepareStarted before the node
-label, PrepareAborted after an unprepare that came first, and an unprepare a crash cannot half-do.
+label, PrepareAborted after an unprepare that came first, an unprepare a crash cannot half-do, and the reset on
+a new boot ID.
 
 Follows kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/compute-domain-kubelet-plugin/device_state.go``
 (``Prepare``, ``Unprepare``, ``markClaimPrepareAbortedInCheckpoint``, ``claimMatchesPreparedClaim``),
@@ -10,12 +11,14 @@ Follows kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/compute-domain-kubelet-plugi
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fakegpu.dra.compute_domain.cdi_edits import VENDOR
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.prepared_claims import PreparedClaims
@@ -23,6 +26,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import FakeApiServer, serving
+from tests.cdi_runtime import claim_spec_path
 from tests.claim_builders import channel_claim, compute_domain
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
@@ -40,16 +44,28 @@ def apiserver() -> Iterator[FakeApiServer]:
 
 
 @pytest.fixture
-async def make_driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Callable[..., Any]]:
+def boot_id(root: Path) -> Path:
+    """The fake node's boot ID (``--boot-id-file``); a test reboots the node by rewriting it."""
+    path = root / "boot_id"
+    path.write_text("6f1c2e0a-3b7d-4c55-9e21-000000000001\n")
+    return path
+
+
+@pytest.fixture
+async def make_driver(root: Path, apiserver: FakeApiServer, boot_id: Path) -> AsyncIterator[Callable[..., Any]]:
+    """Start the DRA driver with its compute-domain plugin; one at a time (a new one restarts the node's)."""
     drivers: list[DraDriver] = []
 
     async def make(start_delay: float = 60.0) -> DraDriver:
+        while drivers:
+            await drivers.pop().stop()
         spec = root / "node.yaml"
         spec.write_text(NODE_SPEC)
         live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
         settings = DraSettings(
             cdi_root=root / "cdi",
             compute_domains=ComputeDomainSettings(namespace="fakegpu", start_delay=start_delay),
+            boot_id_file=boot_id,
         )
         driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, apiserver.client)
         drivers.append(driver)
@@ -162,3 +178,50 @@ async def test_an_unprepare_cut_short_by_a_crash_is_finished_by_the_retry(root, 
     monkeypatch.setattr(PreparedClaims, "remove", real_remove)
     assert (await unprepare(socket_of(driver), [claim])).claims[claim[2]].error == ""
     assert claim[2] not in entries(root)
+
+
+def reset_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "fakegpu.dra.boot_reset"]
+
+
+def boot_of(root: Path) -> str:
+    return str(json.loads(checkpoint_file(root).read_text())["data"]["nodeBootID"])
+
+
+async def test_a_new_boot_id_forgets_the_claims_and_undoes_nothing_else(root, apiserver, make_driver, boot_id, caplog):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/compute-domain-kubelet-plugin/device_state.go (``NewDeviceState``)
+    and checkpointv.go (``CheckpointV2.NodeBootID``) at commit 0807eed: PR #1066 (v0.4.0) gave the compute-domain
+    plugin the GPU plugin's boot-ID check with the same texts. A restart in the same boot keeps the claims; a new
+    boot ID logs ``Invalidating checkpoint: ...`` and ``Create empty checkpoint`` (here once per plugin, both in
+    one process) and forgets every claim, and nothing else: the node keeps ``resource.nvidia.com/computeDomain``
+    (computedomain.go's ``RemoveNodeLabel`` runs only from ``Unprepare``). The claim's CDI spec is gone, as a real
+    reboot's tmpfs takes it, and the kubelet's next prepare prepares the claim anew."""
+    caplog.set_level(logging.INFO, logger="fakegpu.dra.boot_reset")
+    first = boot_id.read_text().strip()
+    driver = await make_driver(start_delay=0.1)
+    assert boot_of(root) == first
+    domain, claim = setup_claim(apiserver)
+
+    async def completed() -> None:
+        assert (await prepare(socket_of(driver), [claim])).claims[claim[2]].error == ""
+
+    await eventually(completed, "the channel claim prepared", 15.0)
+    spec = claim_spec_path(root / "cdi", claim[2], VENDOR)
+    assert spec.exists() and node_label(apiserver) == domain
+
+    caplog.clear()
+    driver = await make_driver(start_delay=0.1)  # a restart of the plugins in the same boot
+    assert entries(root)[claim[2]]["state"] == "PrepareCompleted" and spec.exists()
+    assert reset_log(caplog) == []
+
+    second = "6f1c2e0a-3b7d-4c55-9e21-000000000002"
+    boot_id.write_text(second + "\n")  # the node rebooted
+    driver = await make_driver(start_delay=0.1)
+    invalidated = f'Invalidating checkpoint: checkpoint nodeBootID "{first}" != current "{second}"'
+    assert reset_log(caplog) == [invalidated, "Create empty checkpoint"] * 2  # the GPU plugin, then this one
+    assert entries(root) == {} and boot_of(root) == second
+    assert not spec.exists(), "what a reboot leaves: no CDI spec of the forgotten claim"
+    assert node_label(apiserver) == domain, "NVIDIA's reset leaves the node label alone"
+
+    await eventually(completed, "the channel claim prepared again in the new boot", 15.0)
+    assert entries(root)[claim[2]]["state"] == "PrepareCompleted" and spec.exists()

@@ -23,6 +23,15 @@ As NVIDIA's ``Prepare`` does, the claim is recorded ``PrepareStarted`` (with the
 any side effect, so the node label of a claim still waiting for its daemon is cleared by its unprepare, which
 then leaves the entry ``PrepareAborted`` (``checkpointv.go``, ``device_state.go`` and ``cleanup.go`` at commit
 0807eed, main after v0.4.1).
+
+At start the checkpoint must belong to this boot of the node (``fakegpu.dra.boot_reset``, shared with the GPU
+plugin): NVIDIA's compute-domain ``NewDeviceState`` does what the GPU plugin's does since PR #1066 (v0.4.0;
+``device_state.go`` at commit 0807eed). On a new boot ID it logs ``Invalidating checkpoint: ...`` and ``Create
+empty checkpoint`` and forgets every claim, PrepareAborted entries included, so channel 0 is free again and
+the kubelet's next prepare prepares anew. It undoes nothing else: the node's
+``resource.nvidia.com/computeDomain`` label stays (the re-prepare of the same domain keeps it; an unprepare
+of a forgotten claim is a no-op), and the domains' daemon directories wait for the cleanup loop. fakegpu
+removes the forgotten claims' CDI specs, which a real reboot takes with its tmpfs.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegpu.dra.boot_reset import forget_previous_boot
 from fakegpu.dra.claim_cdi_specs import CLAIM_CLASS, check_claim_uid, claim_device_name, remove_spec, write_spec
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.claim_reader import ClaimReader, read_claim
@@ -55,6 +65,7 @@ from fakegpu.dra.compute_domain.resources import CHANNEL_CONFIG_KIND, DAEMON_CON
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaim, PreparedClaims
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.cdi_spec_model import qualified_name
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -146,8 +157,10 @@ class ComputeDomainPreparer:
         on_label: Callable[[], None] = lambda: None,
         wall_clock: Callable[[], float] = time.time,
         host_imex_socket: Path | None = None,
+        boot_id_path: Path = BOOT_ID_PATH,
     ) -> None:
-        """``clique`` is the plugin's current clique ID (``fakegpu.dra.compute_domain.node_clique``)."""
+        """``clique`` is the plugin's current clique ID (``fakegpu.dra.compute_domain.node_clique``);
+        ``boot_id_path`` is ``fakegpu dra --boot-id-file``, the node's boot ID the checkpoint is checked against."""
         self.driver = COMPUTE_DOMAIN_DRIVER
         self.metrics = DraMetrics()
         self.reader = reader
@@ -161,6 +174,7 @@ class ComputeDomainPreparer:
         self.wall_clock = wall_clock
         self.host_imex_socket = host_imex_socket
         """Set under host-managed IMEX: the host daemon's command socket (no labels, no driver daemons)."""
+        self.boot_id_path = boot_id_path
         self._lock = asyncio.Lock()
 
     @property
@@ -172,10 +186,12 @@ class ComputeDomainPreparer:
         return self._clique()
 
     def recover(self) -> None:
-        """Roll back claims a crash left half-prepared (the kubelet asks again): their specs and entries; the
-        node label a started channel claim may have set is cleared by the next unprepare or prepare."""
+        """Forget the claims of an earlier boot (module docstring), then roll back claims a crash left
+        half-prepared (the kubelet asks again): their specs and entries; the node label a started channel claim
+        may have set is cleared by the next unprepare or prepare."""
         try:
             self.checkpoint.load()
+            forget_previous_boot(self.checkpoint, self.boot_id_path, self._remove_claim_spec)
             started = self.checkpoint.started_only()
         except (CheckpointCorrupted, OSError, ValueError) as exc:
             log.error("the compute-domain claim checkpoint cannot be used: %s", exc)
@@ -184,6 +200,13 @@ class ComputeDomainPreparer:
             remove_spec(self.cdi_root, claim.uid, VENDOR)
             self.checkpoint.remove(claim.uid)
             log.warning("rolled back compute-domain claim %s/%s (%s)", claim.namespace, claim.name, claim.uid)
+
+    def _remove_claim_spec(self, claim: PreparedClaim) -> None:
+        """A claim of an earlier boot: its CDI spec goes (the node label and daemon directory stay, as NVIDIA's)."""
+        try:
+            remove_spec(self.cdi_root, claim.uid, VENDOR)
+        except (ValueError, OSError) as exc:
+            log.error("cannot remove the CDI spec of compute-domain claim %s of an earlier boot: %s", claim.uid, exc)
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]:
         self._expire_aborted()

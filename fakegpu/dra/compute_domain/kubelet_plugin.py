@@ -5,9 +5,9 @@ NVIDIA ships two kubelet plugins in one DaemonSet pod (``gpu-kubelet-plugin`` an
 (``fakegpu dra --compute-domains``) so both read one inventory and one health state. Like the GPU plugin
 it has its own DRA socket and registration socket, its own ResourceSlice (one pool named after the node,
 ``channel-0`` and ``daemon``, ``fakegpu.dra.compute_domain.devices``), its own checkpoint in
-``<plugins dir>/compute-domain.nvidia.com/``, and it serves DRAPlugin v1 and v1beta1 (no health stream:
-NVIDIA's compute-domain plugin has none). It also stands in for the node's IMEX daemon
-(``fakegpu.dra.compute_domain.daemon_emulation``).
+``<plugins dir>/compute-domain.nvidia.com/`` (reset on a new boot ID, as the GPU plugin's), and it serves
+DRAPlugin v1 and v1beta1 (no health stream: NVIDIA's compute-domain plugin has none). It also stands in for
+the node's IMEX daemon (``fakegpu.dra.compute_domain.daemon_emulation``).
 
 Like NVIDIA's plugin it reads the node's clique when it starts and refuses to start on an NVLink fabric
 error (gate CrashOnNVLinkFabricErrors, ``fakegpu.dra.compute_domain.fabric_clique``): the ``FabricError``
@@ -53,6 +53,7 @@ from fakegpu.dra.slice_publisher import SlicePublisher, start_when_reachable
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -110,8 +111,10 @@ class ComputeDomainPlugin:
         api_version: str | None = None,
         server_minor: int | None = None,
         resync_interval: float = 30.0,
+        boot_id_path: Path = BOOT_ID_PATH,
     ) -> None:
-        """``FabricError`` when the node's NVLink fabric is in error and NVIDIA's plugin would not start."""
+        """``FabricError`` when the node's NVLink fabric is in error and NVIDIA's plugin would not start;
+        ``boot_id_path`` (``--boot-id-file``) is the boot ID its checkpoint is checked against at start."""
         gates = gates or FeatureGates()
         validate_imex_config(settings.imex_mode, settings.imex_isolation, gates.enabled("HostManagedIMEXDaemon"))
         self.settings = settings
@@ -174,6 +177,7 @@ class ComputeDomainPlugin:
             clique=lambda: self.clique.value,
             on_label=self.daemon.wake,
             host_imex_socket=settings.imex_host_socket if host_managed else None,
+            boot_id_path=boot_id_path,
         )
         self.host_imex = (
             HostImexDaemon(settings.imex_host_socket, live) if host_managed and settings.serve_host_imex else None
