@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fakegpu.cli.consumable_shares_option import add_consumable_shares_option
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
@@ -120,6 +121,7 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     add_cdi_root_option(dra, "the claims' CDI specs")
     add_admin_socket_option(dra, str(DEFAULT_DRA_SOCKET))
     add_feature_gates_option(dra)
+    add_consumable_shares_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")
     add_compute_domain_options(dra)

@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 
+from fakegpu.cli.consumable_shares_option import consumable_shares
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.kubelet_socket_option import kubelet_target
@@ -65,12 +66,14 @@ def run_plugin(args: argparse.Namespace) -> int:
 def run_dra(args: argparse.Namespace) -> int:
     inputs = apply_inject_flags(args, inventory_inputs(args))
     gates, mig_mode = dra_feature_gates(args, os.environ)
+    shares = consumable_shares(args, os.environ, gates)
     if args.server_version is not None and args.resource_api_version is not None:
         check_api_version_served(args.resource_api_version, args.server_version, given=True)
     settings = DraSettings(
         driver=args.driver_name,
         mig_mode=mig_mode,
         feature_gates=gates,
+        consumable_shares=shares,
         cdi_root=args.cdi_root,
         kubeconfig=args.kubeconfig,
         server_minor=args.server_version,

@@ -24,6 +24,7 @@ from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_reader import CLAIM_KINDS, LightkubeClaimReader
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainPlugin, ComputeDomainSettings
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.health_service import HealthService
@@ -151,6 +152,9 @@ class DraSettings:
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver feature gates (``--feature-gates``); TimeSlicingSettings and MPSSupport admit the
     opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``."""
+    consumable_shares: ConsumableShares = OFF
+    """NVIDIA's ``--consumable-shares`` (needs the ConsumableShares gate): shared devices in the slices, and
+    claims sharing a device in NodePrepareResources (``fakegpu.dra.consumable_shares``)."""
     compute_domains: ComputeDomainSettings | None = None
     """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
 
@@ -179,6 +183,7 @@ class DraDriver:
             mig_mode=settings.mig_mode,
             server_minor=settings.server_minor or 36,
             api_version=settings.api_version or "resource.k8s.io/v1",
+            shares=settings.consumable_shares,
         )
         self.publisher = SlicePublisher(
             self.client,
@@ -199,6 +204,7 @@ class DraDriver:
             checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
             metrics=self.metrics,
             gates=settings.feature_gates,
+            shares=settings.consumable_shares,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)

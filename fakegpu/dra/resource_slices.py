@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares, advertised
 from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
@@ -77,6 +78,9 @@ class SliceOptions:
     """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
     FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
+    shares: ConsumableShares = OFF
+    """NVIDIA's ``--consumable-shares`` (``fakegpu.dra.consumable_shares``): every device allows several
+    allocations, with request policies on its capacity, from Kubernetes 1.34."""
 
     def __post_init__(self) -> None:
         check_driver_name(self.driver)
@@ -456,7 +460,7 @@ def build_slice_specs(
         if "sharedCounters" in body:
             spec["sharedCounters"] = body["sharedCounters"]
         if "devices" in body:
-            devices = body["devices"]
+            devices = [advertised(d, opts.shares, opts.server_minor) for d in body["devices"]]
             if opts.api_version == "resource.k8s.io/v1beta1":
                 devices = [_v1beta1_device(d) for d in devices]
             spec["devices"] = devices
