@@ -113,6 +113,12 @@ def result_json(result: PreparedResult) -> dict[str, Any]:
         out["shareID"] = result.share_id
     if result.mps_daemon_id:
         out["mpsControlDaemonID"] = result.mps_daemon_id
+    if result.admin_access:
+        out["adminAccess"] = True
+    if result.consumed_capacity:
+        out["consumedCapacity"] = dict(result.consumed_capacity)
+    if result.config_key:
+        out["config"] = result.config_key
     return out
 
 
@@ -128,6 +134,9 @@ def parse_result(data: Mapping[str, Any]) -> PreparedResult:
         cdi_ids=tuple(str(i) for i in data["cdiDeviceIDs"]),
         env=tuple(str(e) for e in data["env"]),
         mps_daemon_id=str(data["mpsControlDaemonID"]) if data.get("mpsControlDaemonID") else None,
+        admin_access=data.get("adminAccess") is True,
+        consumed_capacity=tuple((str(k), str(v)) for k, v in sorted((data.get("consumedCapacity") or {}).items())),
+        config_key=str(data.get("config") or ""),
     )
 
 
