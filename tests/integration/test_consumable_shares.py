@@ -50,11 +50,18 @@ async def start(root: Path) -> AsyncIterator[Callable[..., Any]]:
     drivers: list[DraDriver] = []
 
     async def make(
-        server: FakeApiServer, shares: str = "4", gates: FeatureGates = GATES, gpus: str = "2xh100-80gb"
+        server: FakeApiServer,
+        shares: str = "4",
+        gates: FeatureGates = GATES,
+        gpus: str = "2xh100-80gb",
+        minor: int | None = None,
     ) -> DraDriver:
         live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,))))
         settings = DraSettings(
-            cdi_root=root / "cdi", feature_gates=gates, consumable_shares=parse_consumable_shares(shares, gates)
+            cdi_root=root / "cdi",
+            feature_gates=gates,
+            consumable_shares=parse_consumable_shares(shares, gates),
+            server_minor=minor,
         )
         driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, server.client)
         drivers.append(driver)
@@ -62,9 +69,13 @@ async def start(root: Path) -> AsyncIterator[Callable[..., Any]]:
         await driver.wait_published()
         return driver
 
+    async def stop_all() -> None:
+        while drivers:
+            await drivers.pop().stop()
+
+    make.stop_all = stop_all  # type: ignore[attr-defined]
     yield make
-    while drivers:
-        await drivers.pop().stop()
+    await stop_all()
 
 
 def shared_claim(server: FakeApiServer, name: str, share: str, **kw: Any) -> tuple[str, str, str]:
@@ -194,3 +205,21 @@ async def test_memory_mode_publishes_the_whole_gpu_as_the_default(apiserver, sta
         "validRange": {"min": "1Mi", "max": "81559Mi", "step": "1Mi"},
     }
     assert "shares" not in device_entries(apiserver)[0]["capacity"]
+
+
+@pytest.mark.parametrize("server_gate", [False, True])
+async def test_kubernetes_1_35_keeps_the_fields_only_with_its_gate(root, start, server_gate):
+    """Consumable capacity is alpha in 1.34 and 1.35 (DRAConsumableCapacity off): NVIDIA publishes the fields
+    anyway and the API server drops them; fakegpu does the same and says why, once."""
+    server = FakeApiServer("1.35", feature_gates={"DRAConsumableCapacity": server_gate}).start()
+    try:
+        server.add_node(NODE)
+        driver = await start(server, "2", minor=35)
+        (gpu0, _) = device_entries(server)
+        assert gpu0.get("allowMultipleAllocations") is (True if server_gate else None)
+        assert ("requestPolicy" in gpu0["capacity"]["memory"]) is server_gate
+        dropped = [e for e in driver.publisher.stats.errors if "DRAConsumableCapacity" in e]
+        assert len(dropped) == (0 if server_gate else 1)
+    finally:
+        await start.stop_all()
+        server.stop()
