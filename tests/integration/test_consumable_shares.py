@@ -22,6 +22,9 @@ from fakegpu.dra.consumable_shares import parse_consumable_shares
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.dra.prepared_claims import PreparedClaims
+from fakegpu.kubelet.dra_manager import Backoff
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -30,6 +33,7 @@ from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.cdi_runtime import claim_spec_path, resolve
 from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import prepare, unprepare
+from tests.eventually import eventually
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -223,3 +227,30 @@ async def test_kubernetes_1_35_keeps_the_fields_only_with_its_gate(root, start, 
     finally:
         await start.stop_all()
         server.stop()
+
+
+async def test_four_pods_share_a_gpu_through_the_kubelet(apiserver, start, root):
+    """NVIDIA's demo/specs/consumable-shares/integer-sharing.yaml with --consumable-shares=4: four replicas, each
+    with its own claim from the template, all allocated one share of the same GPU (the scheduler's choice,
+    written here); each pod runs and sees that GPU, and the last pod's deletion unprepares the last share."""
+    driver = await start(apiserver, "4")
+    gpu0 = driver.live.inventory.node.gpus[0].uuid
+    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=Backoff(initial=0.05, cap=0.2))
+    await kubelet.start()
+    try:
+        await eventually(lambda: DRIVER in kubelet.dra_plugins.plugins, "the DRA driver to register with the kubelet")
+        shares = [f"9a0c3b8e-0d7e-4a55-9a0b-0c6a1f6d2e1{i}" for i in range(4)]
+        for i, share in enumerate(shares):
+            _, name, uid = shared_claim(apiserver, f"integer-sharing-{i}-gpu", share)
+            pod = await kubelet.run_pod(
+                f"integer-sharing-{i}", {"ctr": {}}, claims=[PodClaim("default", name, uid, (DRIVER,))]
+            )
+            assert (pod.phase, pod.prepare_error) == ("Running", "")
+            assert resolve(root / "cdi", list(pod.cdi_devices[uid])).env["FAKEGPU_VISIBLE_DEVICES"] == gpu0
+        checkpoint = PreparedClaims.in_dir(root / "kubelet/plugins" / DRIVER)
+        assert sorted(d["shareID"] for c in checkpoint.claims() for d in c.to_json()["devices"]) == shares
+        for i in range(4):
+            await kubelet.remove_pod(f"integer-sharing-{i}")
+        await eventually(lambda: checkpoint.load() == {}, "every share to be unprepared")
+    finally:
+        await kubelet.stop()
