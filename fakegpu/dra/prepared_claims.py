@@ -19,6 +19,11 @@ File: ``<plugin dir>/checkpoint.json``, mode 0600, written atomically (temp file
     {"checksum": "sha256:<hex>", "data": {"version": "v1", "preparedClaims": [{"uid": ..., "namespace": ...,
      "name": ..., "state": "PrepareStarted", "driver": ..., "pool": ..., "devices": [...]}]}}
 
+Each device entry also keeps what the allocation gave it that matters once the claim may be gone: its
+``shareID`` and ``consumedCapacity`` (consumable shares), ``adminAccess``, and its normalized opaque config
+(``config``), against which another claim wanting a share of the device is checked
+(``fakegpu.dra.shared_devices``), as NVIDIA keeps the claim's whole status.
+
 The checksum is SHA-256 over the canonical JSON of ``data`` *as parsed* (sorted keys, no spaces, ASCII),
 so fields a newer version adds are still covered and still readable; unknown per-claim fields are
 ignored on load. A checksum mismatch or unreadable file raises ``CheckpointCorrupted`` naming the file;
