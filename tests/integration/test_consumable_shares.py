@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -59,13 +59,16 @@ async def start(root: Path) -> AsyncIterator[Callable[..., Any]]:
         gates: FeatureGates = GATES,
         gpus: str = "2xh100-80gb",
         minor: int | None = None,
+        layout: str | None = None,
+        mig_mode: Literal["static", "dynamic"] = "static",
     ) -> DraDriver:
-        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,))))
+        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,), mig_layout=layout)))
         settings = DraSettings(
             cdi_root=root / "cdi",
             feature_gates=gates,
             consumable_shares=parse_consumable_shares(shares, gates),
             server_minor=minor,
+            mig_mode=mig_mode,
         )
         driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, server.client)
         drivers.append(driver)
@@ -91,7 +94,12 @@ def shared_claim(server: FakeApiServer, name: str, share: str, **kw: Any) -> tup
 
 
 def device_entries(server: FakeApiServer) -> list[dict[str, Any]]:
-    return [d for s in server.objects("resourceslices") if s["spec"]["driver"] == DRIVER for d in s["spec"]["devices"]]
+    return [
+        d
+        for s in server.objects("resourceslices")
+        if s["spec"]["driver"] == DRIVER
+        for d in s["spec"].get("devices", [])
+    ]
 
 
 async def test_the_published_devices_allow_several_claims(apiserver, start):
@@ -254,3 +262,16 @@ async def test_four_pods_share_a_gpu_through_the_kubelet(apiserver, start, root)
         await eventually(lambda: checkpoint.load() == {}, "every share to be unprepared")
     finally:
         await kubelet.stop()
+
+
+@pytest.mark.parametrize(("mig_mode", "layout"), [("static", "all-balanced"), ("dynamic", None)])
+async def test_mig_devices_are_shared_too_and_the_api_server_accepts_them(apiserver, start, mig_mode, layout):
+    """applyConsumableShares runs for static MIG (deviceinfo.go GetDevice) and for dynamic MIG and the full GPUs
+    beside them (PartGetDevice); every policy passes the API server's requestPolicy validation."""
+    gates = GATES.with_gate("DynamicMIG", mig_mode == "dynamic").with_gate("MPSSupport", False)
+    driver = await start(apiserver, "3", gates=gates, gpus="2xa100-40gb", layout=layout, mig_mode=mig_mode)
+    assert driver.publisher.stats.errors == []
+    devices = device_entries(apiserver)
+    assert any("-mig-" in d["name"] for d in devices)
+    assert all(d["allowMultipleAllocations"] is True and d["capacity"]["shares"]["value"] == "3" for d in devices)
+    assert apiserver.rejections == []
