@@ -129,7 +129,7 @@ def test_slices_and_deviceclasses_print_valid_objects(capsys):
         capsys,
         "slices",
         "--gpus",
-        "2xa100-40gb",
+        "2xh100-80gb",
         "--mig-mode",
         "dynamic",
         "--node-name",
@@ -146,7 +146,7 @@ def test_slices_and_deviceclasses_print_valid_objects(capsys):
         kubernetes_validate.validate(doc, "1.35.0", strict=True)
     code, out, _ = run(capsys, "deviceclasses")
     classes = list(yaml.safe_load_all(out))
-    assert [c["metadata"]["name"] for c in classes] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert [c["metadata"]["name"] for c in classes] == ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
     for doc in classes:
         kubernetes_validate.validate(doc, "1.36.0", strict=True)
 
@@ -155,8 +155,9 @@ def test_deviceclasses_map_nvidia_com_gpu_on_v1_unless_told_not_to(capsys):
     """NVIDIA's chart sets extendedResourceName: nvidia.com/gpu on the gpu.nvidia.com class on resource.k8s.io/v1
     (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu, since v25.12.0)."""
     _, out, _ = run(capsys, "deviceclasses")
-    gpu, mig = yaml.safe_load_all(out)
+    gpu, mig, vfio = yaml.safe_load_all(out)
     assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu" and "extendedResourceName" not in mig["spec"]
+    assert "extendedResourceName" not in vfio["spec"]
     _, out, _ = run(capsys, "deviceclasses", "--extended-resource-name", "")
     assert "extendedResourceName" not in out
     _, out, _ = run(capsys, "deviceclasses", "--resource-api-version", "resource.k8s.io/v1beta2")
@@ -280,7 +281,8 @@ def test_deviceclasses_add_the_compute_domain_classes_on_request(capsys):
     assert names == [
         "gpu.nvidia.com",
         "mig.nvidia.com",
+        "vfio.gpu.nvidia.com",
         "compute-domain-daemon.nvidia.com",
         "compute-domain-default-channel.nvidia.com",
     ]
-    assert json.loads(with_cd)["items"][:2] == json.loads(plain)["items"]
+    assert json.loads(with_cd)["items"][:3] == json.loads(plain)["items"]

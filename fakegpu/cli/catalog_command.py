@@ -32,7 +32,7 @@ def render_catalog(verbose: bool) -> str:
             for p in m.mig_profiles:
                 starts = ",".join(str(s) for s in p.placements)
                 lines.append(
-                    f"    {p.name:<11} {p.gi_profile:<13} {p.memory_mib:>6} MiB {p.multiprocessors:>3} SMs "
+                    f"    {p.name:<14} {p.gi_profile:<14} {p.memory_mib:>6} MiB {p.multiprocessors:>3} SMs "
                     f"max {p.max_instances} starts {{{starts}}}:{p.memory_slices} "
                     f"CE/DEC/ENC/JPG/OFA {p.copy_engines}/{p.decoders}/{p.encoders}/{p.jpeg}/{p.ofa}"
                 )
@@ -41,16 +41,23 @@ def render_catalog(verbose: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-UNVERIFIED_MARKS = {"memory": " (unverified)", "sms": " (unverified)", "mig": " (partly unverified)"}
+UNVERIFIED_MARKS = {
+    "memory": " (unverified)",
+    "sms": " (unverified)",
+    "cc": " (unverified)",
+    "mig": " (partly unverified)",
+}
 """What a Boards table cell gets when the board's ``unverified`` notes (``fakegpu catalog -v``) cover it: the
 MIG cell sums up a table of profiles, of which the notes doubt some figures, not the counts shown."""
 NOTE_COLUMNS: dict[str, re.Pattern[str]] = {
     "memory": re.compile(r"^memory\b"),
     "sms": re.compile(r"^multiprocessors\b"),
+    "cc": re.compile(r"^compute capability\b"),
     "mig": re.compile(r"\bMIG\b|\bplacements\b|\+me\b|\b\d+g\.\d+gb\b"),
 }
 """Which Boards table column a board's ``unverified`` note is about, by its wording: ``memory is ...`` the
-memory, ``multiprocessors ...`` the SMs, anything naming MIG, placements or a profile the MIG column."""
+memory, ``multiprocessors ...`` the SMs, ``compute capability ...`` the CC, anything naming MIG, placements
+or a profile the MIG column."""
 OFF_TABLE_NOTE = re.compile(r"^PCI device ID\b")
 """Notes about a number the table does not show; a test fails on a note that is neither this nor a column's."""
 
@@ -62,7 +69,10 @@ def unverified_columns(model: GpuModel) -> set[str]:
 
 
 def _cell(column: str, text: str, unverified: set[str]) -> str:
-    return text + UNVERIFIED_MARKS[column] if column in unverified else text
+    if column not in unverified:
+        return text
+    # "no" MIG is one claim, not a table of figures: it is unverified, not partly so.
+    return text + (" (unverified)" if text == "no" else UNVERIFIED_MARKS[column])
 
 
 def render_boards_table() -> str:
@@ -78,6 +88,7 @@ def render_boards_table() -> str:
         mig = f"{len(m.mig_profiles)} profiles, {m.compute_slices} compute slices" if m.mig_capable else "no"
         lines.append(
             f"| `{m.key}` | {m.board} | {m.product_name} | {_cell('memory', str(m.memory_mib), doubted)} | "
-            f"{_cell('sms', str(m.multiprocessors), doubted)} | {cc} | {_cell('mig', mig, doubted)} |"
+            f"{_cell('sms', str(m.multiprocessors), doubted)} | {_cell('cc', cc, doubted)} | "
+            f"{_cell('mig', mig, doubted)} |"
         )
     return "\n".join(lines) + "\n"

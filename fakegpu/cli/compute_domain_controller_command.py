@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 
 from fakegpu.cli.slice_commands import API_VERSIONS
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
+from fakegpu.dra.compute_domain.host_imex import (
+    DRIVER_MANAGED,
+    HOST_MANAGED,
+    ISOLATION_CHANNEL,
+    ISOLATION_DOMAIN,
+    validate_imex_config,
+)
+from fakegpu.dra.feature_gates import parse_feature_gates, validate_feature_gates
 from fakegpu.kube.client import KUBECONFIG_HELP, client_factory
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
@@ -76,6 +85,25 @@ def add_compute_domain_controller_parser(sub: argparse._SubParsersAction[argpars
         help="resource.k8s.io version of the templates (default: the newest the server serves)",
     )
     parser.add_argument(
+        "--feature-gates",
+        default=None,
+        metavar="NAME=BOOL,...",
+        help="NVIDIA's driver feature gates (env FEATURE_GATES); ComputeDomainCliques=false folds no "
+        "ComputeDomainCliques into the status (the daemons write status.nodes themselves)",
+    )
+    parser.add_argument(
+        "--imex-mode",
+        default=os.environ.get("IMEX_MODE", DRIVER_MANAGED),
+        help=f"{DRIVER_MANAGED} (default) or {HOST_MANAGED} (env IMEX_MODE; needs HostManagedIMEXDaemon=true): "
+        "no daemon template, the domain is Ready once its workload template exists",
+    )
+    parser.add_argument(
+        "--imex-isolation",
+        default=os.environ.get("IMEX_ISOLATION", ISOLATION_DOMAIN),
+        help=f"IMEX isolation (env IMEX_ISOLATION): {ISOLATION_DOMAIN} (default); {ISOLATION_CHANNEL} is refused "
+        "as NVIDIA refuses it",
+    )
+    parser.add_argument(
         HEALTH_FLAG,
         default=None,
         metavar="HOST:PORT",
@@ -90,12 +118,28 @@ async def serve_compute_domain_controller(args: argparse.Namespace, stop: asynci
     """Run the controller (and its probes, with ``--health-address``) until a stop signal or ``stop``."""
     address = health_address(args)
     readiness = Readiness("starting")
+    source, raw = (
+        ("--feature-gates", args.feature_gates)
+        if getattr(args, "feature_gates", None) is not None
+        else ("FEATURE_GATES", os.environ.get("FEATURE_GATES", ""))
+    )
+    try:
+        gates = parse_feature_gates(raw)
+        validate_feature_gates(gates)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    mode = getattr(args, "imex_mode", DRIVER_MANAGED)
+    validate_imex_config(
+        mode, getattr(args, "imex_isolation", ISOLATION_DOMAIN), gates.enabled("HostManagedIMEXDaemon")
+    )
     client = client_factory(args.kubeconfig)()
     controller = ComputeDomainController(
         client,
         args.namespace,
         status_interval=args.status_interval,
         resource_api_version=args.resource_api_version,
+        cliques=gates.enabled("ComputeDomainCliques"),
+        host_managed=mode == HOST_MANAGED,
     )
     readiness.follow(controller.not_ready)
     try:

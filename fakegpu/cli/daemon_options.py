@@ -8,6 +8,7 @@ not read (``fakegpu.cli.inventory_options``).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from fakegpu.cli.consumable_shares_option import add_consumable_shares_option
@@ -19,6 +20,7 @@ from fakegpu.cli.seconds_argument import seconds_from_zero
 from fakegpu.cli.slice_commands import add_feature_gates_option, add_slice_options
 from fakegpu.control.socket_paths import DEFAULT_DRA_SOCKET, DEFAULT_PLUGIN_SOCKET
 from fakegpu.kube.client import KUBECONFIG_HELP
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.telemetry.dcgm.endpoint import add_dcgm_options
@@ -118,6 +120,13 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
         help="where the DRA socket and the claim checkpoint go (default KUBELET_DIR/plugins)",
     )
     dra.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    dra.add_argument(
+        "--boot-id-file",
+        type=Path,
+        default=BOOT_ID_PATH,
+        help="the node's boot ID: prepared claims of an earlier boot are forgotten at start, as NVIDIA's "
+        "checkpoint does; give a fake node a boot of its own here (default %(default)s)",
+    )
     add_cdi_root_option(dra, "the claims' CDI specs")
     add_admin_socket_option(dra, str(DEFAULT_DRA_SOCKET))
     add_feature_gates_option(dra)
@@ -149,4 +158,36 @@ def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds from a node joining a ComputeDomain to its emulated IMEX daemon being Ready "
         "(default %(default)s)",
+    )
+    group.add_argument(
+        "--gpu-clique-label-enabled",
+        action="store_true",
+        default=os.environ.get("GPU_CLIQUE_LABEL_ENABLED", "").lower() in ("1", "t", "true"),
+        help="set the nvidia.com/gpu.clique node label (<cluster UUID>.<clique ID>) as NVIDIA's compute-domain "
+        "plugin does with this flag (env GPU_CLIQUE_LABEL_ENABLED), refreshed every 10 minutes and removed on "
+        "stop; off by default, where GPU Feature Discovery writes it",
+    )
+    group.add_argument(
+        "--imex-mode",
+        default=os.environ.get("IMEX_MODE", "driverManaged"),
+        help="driverManaged (default: an emulated IMEX daemon per ComputeDomain) or hostManaged (env IMEX_MODE; "
+        "needs --feature-gates HostManagedIMEXDaemon=true): no daemons, no node label, channel claims ask the "
+        "host nvidia-imex daemon's socket whether it is READY",
+    )
+    group.add_argument(
+        "--imex-isolation",
+        default=os.environ.get("IMEX_ISOLATION", "domain"),
+        help="IMEX isolation (env IMEX_ISOLATION): domain (default); channel is refused as NVIDIA refuses it",
+    )
+    group.add_argument(
+        "--imex-host-socket-path",
+        type=Path,
+        default=Path(os.environ.get("IMEX_HOST_SOCKET_PATH", "/etc/nvidia-imex/imex_ctrl.sock")),
+        help="the host nvidia-imex command socket the hostManaged readiness check queries (env "
+        "IMEX_HOST_SOCKET_PATH, default %(default)s); fakegpu serves an emulated host daemon there",
+    )
+    group.add_argument(
+        "--no-host-imex-daemon",
+        action="store_true",
+        help="in hostManaged mode, do not serve the emulated host daemon's socket (something else does)",
     )

@@ -18,6 +18,7 @@ from fakegpu.cli.kubelet_socket_option import kubelet_target
 from fakegpu.cli.node_options import node_settings
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.cli.slice_commands import check_api_version_served, dra_feature_gates
+from fakegpu.dra.compute_domain.fabric_clique import FabricError
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
@@ -75,14 +76,27 @@ def run_dra(args: argparse.Namespace) -> int:
         feature_gates=gates,
         consumable_shares=shares,
         cdi_root=args.cdi_root,
+        boot_id_file=args.boot_id_file,
         kubeconfig=args.kubeconfig,
         server_minor=args.server_version,
         api_version=args.resource_api_version,
-        compute_domains=ComputeDomainSettings(args.namespace, args.imex_daemon_start_delay)
+        compute_domains=ComputeDomainSettings(
+            args.namespace,
+            args.imex_daemon_start_delay,
+            gpu_clique_label=args.gpu_clique_label_enabled,
+            imex_mode=args.imex_mode,
+            imex_isolation=args.imex_isolation,
+            imex_host_socket=args.imex_host_socket_path,
+            serve_host_imex=not args.no_host_imex_daemon,
+        )
         if args.compute_domains
         else None,
     )
     paths = KubeletPaths(args.kubelet_dir, registry_dir=args.plugins_registry_dir, plugins_dir=args.plugins_dir)
-    return run_bounded(
-        run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket, telemetry=telemetry_settings(args))
-    )
+    try:
+        return run_bounded(
+            run_dra_daemon(inputs, paths, settings, admin_socket=args.admin_socket, telemetry=telemetry_settings(args))
+        )
+    except FabricError as exc:  # NVIDIA's compute-domain plugin exits 1 with this line (CrashOnNVLinkFabricErrors)
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1

@@ -24,6 +24,7 @@ from fakegpu.sharing.named_configs import (
     available_configs,
     parse_fallback_strategies,
 )
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE
 from fakegpu.sharing.plugin_config import parse_go_bool
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,18 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --label-node, leave out nvidia.com/gfd.timestamp, as GFD's --no-timestamp does "
         "(env GFD_NO_TIMESTAMP)",
+    )
+    group.add_argument(
+        "--namespace",
+        default=None,
+        help="with --label-node and useNodeFeatureAPI, the namespace of the node's NodeFeature, as GFD's "
+        f"--namespace (env NAMESPACE, default {DEFAULT_NAMESPACE}; NVIDIA's chart passes the pod's)",
+    )
+    group.add_argument(
+        "--pod-name",
+        default=None,
+        help="the plugin's own pod, whose DaemonSet owns the NodeFeature, as GFD reads it (env POD_NAME; "
+        "none: the NodeFeature gets no owner references)",
     )
     group.add_argument(
         "--config-dir",
@@ -146,4 +159,6 @@ def node_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None
         kubeconfig=args.kubeconfig,
         timestamp=not no_timestamp(args, env),
         cleanup_on_exit=cleanup_on_exit(args, env),
+        namespace=args.namespace or env.get("NAMESPACE") or DEFAULT_NAMESPACE,
+        pod_name=args.pod_name or env.get("POD_NAME", ""),
     )

@@ -14,6 +14,7 @@ from fakegpu.cli.inventory_options import add_inventory_options, add_node_invent
 from fakegpu.cli.inventory_output import LABEL_FORMATS, OUTPUT_FORMATS
 from fakegpu.cli.slice_commands import API_VERSIONS, SLICE_OUTPUT_FORMATS, add_slice_options
 from fakegpu.dra.device_classes import EXTENDED_RESOURCE_NAME
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE
 
 
 def add_output_option(parser: argparse.ArgumentParser, choices: Sequence[str], default: str) -> None:
@@ -68,6 +69,12 @@ def add_labels(labels: argparse.ArgumentParser) -> None:
     add_output_option(labels, LABEL_FORMATS, "table")
     labels.add_argument(
         "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
+    )
+    labels.add_argument(
+        "--namespace",
+        default=None,
+        help="with --use-node-feature-api, the NodeFeature's namespace (env NAMESPACE, default "
+        f"{DEFAULT_NAMESPACE}, as GFD's --namespace)",
     )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -11,9 +12,11 @@ from fakegpu.cli.catalog_command import render_boards_table, render_catalog
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
 from fakegpu.cli.slice_commands import render_device_classes, render_slices, slice_options
+from fakegpu.cli.yaml_output import dump_yaml
 from fakegpu.sharing.expansion import build_inventory
 from fakegpu.sharing.inputs import load_config, load_node
 from fakegpu.sharing.labels import gfd_labels
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE, node_feature
 
 
 def _warn(warnings: Sequence[str]) -> None:
@@ -50,7 +53,14 @@ def run_labels(args: argparse.Namespace) -> int:
     inputs = inventory_inputs(args)
     node, config = load_node(inputs), load_config(inputs)
     _warn(config.warnings)
-    sys.stdout.write(render_labels(gfd_labels(node, config, args.timestamp), args.output))
+    labels = gfd_labels(node, config, args.timestamp)
+    if config.use_node_feature_api:
+        # As GFD with useNodeFeatureAPI: the labels inside the node's NodeFeature (no pod here: no owners).
+        namespace = args.namespace or inputs.env.get("NAMESPACE") or DEFAULT_NAMESPACE
+        obj = node_feature(node.name, namespace, labels)
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n" if args.output == "json" else dump_yaml(obj, sort_keys=False))
+        return 0
+    sys.stdout.write(render_labels(labels, args.output))
     return 0
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fakegpu.cli.yaml_output import dump_yaml_documents
-from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes
+from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes, vfio_device_class
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
 from fakegpu.kube.discovery import (
@@ -158,8 +158,9 @@ def render_device_classes(
     *,
     compute_domains: bool = False,
 ) -> str:
-    """The GPU driver's classes, then (``compute_domains``) NVIDIA's two ComputeDomain classes."""
-    classes = device_classes(driver, api_version, extended_resource_name)
+    """The GPU driver's classes as NVIDIA's chart installs them (whole GPU, MIG, VFIO), then
+    (``compute_domains``) NVIDIA's two ComputeDomain classes."""
+    classes = [*device_classes(driver, api_version, extended_resource_name), vfio_device_class(driver, api_version)]
     if compute_domains:
         classes += compute_domain_device_classes(api_version)
     return render_objects(classes, fmt)

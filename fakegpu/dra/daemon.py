@@ -41,6 +41,7 @@ from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from fakegpu.runtime.background_tasks import cancel_and_wait
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.runtime.daemon_lifecycle import DaemonLifecycle
 from fakegpu.runtime.directories import ensure_dir
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -157,6 +158,8 @@ class DraSettings:
     claims sharing a device in NodePrepareResources (``fakegpu.dra.consumable_shares``)."""
     compute_domains: ComputeDomainSettings | None = None
     """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
+    boot_id_file: Path = BOOT_ID_PATH
+    """``--boot-id-file``: the node's boot ID; prepared claims of an earlier boot are forgotten at start."""
 
 
 class DraDriver:
@@ -184,6 +187,7 @@ class DraDriver:
             server_minor=settings.server_minor or 36,
             api_version=settings.api_version or "resource.k8s.io/v1",
             shares=settings.consumable_shares,
+            feature_gates=settings.feature_gates,
         )
         self.publisher = SlicePublisher(
             self.client,
@@ -205,6 +209,7 @@ class DraDriver:
             metrics=self.metrics,
             gates=settings.feature_gates,
             shares=settings.consumable_shares,
+            boot_id_path=settings.boot_id_file,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
         self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
@@ -219,6 +224,7 @@ class DraDriver:
                 self.client,
                 cdi_root=settings.cdi_root,
                 settings=settings.compute_domains,
+                gates=settings.feature_gates,
                 api_version=settings.api_version,
                 server_minor=settings.server_minor,
                 resync_interval=settings.resync_interval,

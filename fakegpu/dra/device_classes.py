@@ -1,7 +1,8 @@
 """DeviceClasses matching NVIDIA's Helm chart, so claims written for NVIDIA's driver work unchanged.
 
-A claim names a class (``gpu.nvidia.com`` for whole GPUs, ``mig.nvidia.com`` for MIG devices); the
-class's CEL selector picks this driver's devices by their ``type`` attribute. NVIDIA's compute-domain
+A claim names a class (``gpu.nvidia.com`` for whole GPUs, ``mig.nvidia.com`` for MIG devices,
+``vfio.gpu.nvidia.com`` for VFIO passthrough, which fakegpu does not publish); the class's CEL selector
+picks this driver's devices by their ``type`` attribute. NVIDIA's compute-domain
 driver has two more (``compute_domain_device_classes``), for ComputeDomains' IMEX daemons and channels.
 """
 
@@ -17,6 +18,8 @@ from fakegpu.sharing.label_syntax import key_problem
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
+VFIO_CLASS = "vfio.gpu.nvidia.com"
+VFIO_TYPE = "vfio"
 EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
 """What NVIDIA's chart maps to the whole-GPU class."""
 
@@ -63,6 +66,21 @@ def device_classes(
             spec["extendedResourceName"] = extended_resource_name
         classes.append({"apiVersion": api_version, "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec})
     return classes
+
+
+def vfio_device_class(driver: str = "gpu.nvidia.com", api_version: str = "resource.k8s.io/v1") -> dict[str, Any]:
+    """NVIDIA's VFIO passthrough class (``vfio.gpu.nvidia.com``; ``vfio.<driver>`` for another driver name),
+    which its chart installs with the GPU and MIG classes whatever the gates say. fakegpu publishes no
+    ``vfio`` devices, so a claim naming it waits for a device as it does on NVIDIA's driver without
+    PassthroughSupport, instead of failing on a missing class."""
+    check_driver_name(driver)
+    if api_version not in SUPPORTED_API_VERSIONS:
+        raise ValueError(
+            f"unsupported API version {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}"
+        )
+    name = VFIO_CLASS if driver == "gpu.nvidia.com" else f"vfio.{driver}"
+    spec = {"selectors": [{"cel": {"expression": selector_expression(driver, VFIO_TYPE)}}]}
+    return {"apiVersion": api_version, "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 
 COMPUTE_DOMAIN_CLASSES = (DAEMON_CLASS, DEFAULT_CHANNEL_CLASS)

@@ -12,7 +12,13 @@ import functools
 from dataclasses import dataclass
 from typing import Literal
 
-from fakegpu.dra.resource_slices import MigMode, device_name_gpu, device_name_mig, whole_gpu_offered_with_dynamic_mig
+from fakegpu.dra.resource_slices import (
+    MigMode,
+    device_name_gpu,
+    device_name_mig,
+    dynamic_mig_capable,
+    whole_gpu_offered_with_dynamic_mig,
+)
 from fakegpu.sharing.identifiers import mig_uuid
 from fakegpu.sharing.node import Node
 
@@ -49,9 +55,9 @@ def published_devices(node: Node, mig_mode: MigMode) -> dict[str, PublishedDevic
     Cached per node and mode (prepare and the health stream ask often); callers must not modify it.
 
     static: MIG-enabled GPUs publish their MIG instances, the others their full GPU.
-    dynamic: MIG-capable GPUs publish every profile at every allowed start slot plus the full GPU (see
-    ``whole_gpu_offered_with_dynamic_mig``); other GPUs publish the full GPU. Names come from the slice
-    builder's own rules, so prepare and publish can never disagree.
+    dynamic: GPUs that pass ``dynamic_mig_capable`` publish every profile at every allowed start slot plus the
+    full GPU (see ``whole_gpu_offered_with_dynamic_mig``); other GPUs publish the full GPU. Names come from the
+    slice builder's own rules, so prepare and publish can never disagree.
     """
     out: dict[str, PublishedDevice] = {}
     for gpu in node.gpus:
@@ -66,7 +72,7 @@ def published_devices(node: Node, mig_mode: MigMode) -> dict[str, PublishedDevic
             memory_mib=gpu.model.memory_mib,
         )
         devices: list[PublishedDevice] = []
-        if mig_mode == "static" or not gpu.model.mig_capable:
+        if mig_mode == "static" or not dynamic_mig_capable(gpu):
             if not gpu.mig_enabled:
                 devices.append(full)
             devices.extend(

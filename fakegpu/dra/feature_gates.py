@@ -20,6 +20,8 @@ TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
 DYNAMIC_MIG: Final = "DynamicMIG"
 PASSTHROUGH_SUPPORT: Final = "PassthroughSupport"
+FABRIC_MANAGER_PARTITIONING: Final = "FabricManagerPartitioning"
+DRA_LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
 
 KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     # NVIDIA's own gates and their defaults (pkg/featuregates/featuregates.go).
@@ -32,10 +34,10 @@ KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     "ComputeDomainCliques": (True, "BETA"),
     "CrashOnNVLinkFabricErrors": (True, "BETA"),
     "DeviceMetadata": (False, "ALPHA"),
-    "FabricManagerPartitioning": (False, "ALPHA"),
+    FABRIC_MANAGER_PARTITIONING: (False, "ALPHA"),
     "HostManagedIMEXDaemon": (False, "ALPHA"),
     "NodeLocalFabricIPC": (False, "ALPHA"),
-    "DRAListTypeAttributes": (False, "ALPHA"),
+    DRA_LIST_TYPE_ATTRIBUTES: (False, "ALPHA"),
     "ConsumableShares": (False, "ALPHA"),
     "PerNodeGPUConfig": (False, "ALPHA"),
     # component-base's logging gates, registered into the same set (NVIDIA turns ContextualLogging on).

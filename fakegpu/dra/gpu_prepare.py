@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from fakegpu.dra.boot_reset import forget_previous_boot
 from fakegpu.dra.claim_cdi_specs import cdi_vendor, claim_spec, claim_spec_file_name, remove_spec, write_spec
 from fakegpu.dra.claim_reader import ClaimReader, read_claim
 from fakegpu.dra.consumable_shares import OFF, ConsumableShares
@@ -24,7 +25,9 @@ from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, prepare_plan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaim, PreparedClaims
-from fakegpu.dra.shared_devices import check_no_overlap, other_holders
+from fakegpu.dra.shared_devices import check_no_overlap, held_by_others, other_holders
+from fakegpu.dra.sharing_settings import apply_prepared, reset_unprepared
+from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class GpuClaimPreparer:
         gates: FeatureGates | None = None,
         mps_root: Path | None = None,
         shares: ConsumableShares = OFF,
+        boot_id_path: Path = BOOT_ID_PATH,
     ) -> None:
         self.metrics = metrics if metrics is not None else DraMetrics()
         self.gates = gates or FeatureGates()
@@ -78,6 +82,8 @@ class GpuClaimPreparer:
         self.checkpoint = checkpoint
         self.mps_root = mps_root if mps_root is not None else checkpoint.path.parent / MPS_DIR
         """MPS control files, beside the checkpoint in the plugin directory as NVIDIA's."""
+        self.boot_id_path = boot_id_path
+        """The node's boot ID (``fakegpu.dra.boot_reset``): claims of an earlier boot are forgotten at start."""
         self.prepares = 0
         self.unprepares = 0
         self.phase_pause = phase_pause_from_env()
@@ -98,6 +104,7 @@ class GpuClaimPreparer:
         is reported, not fatal: the driver still serves and each prepare then says why it fails."""
         try:
             self.checkpoint.load()
+            forget_previous_boot(self.checkpoint, self.boot_id_path, self._remove_claim_files)
             started = self.checkpoint.started_only()
         except (CheckpointCorrupted, OSError, ValueError) as exc:
             log.error("the claim checkpoint cannot be used: %s", exc)
@@ -113,7 +120,15 @@ class GpuClaimPreparer:
             log.warning(
                 "rolled back claim %s/%s (%s): its preparation never completed", claim.namespace, claim.name, claim.uid
             )
+        for claim in self.checkpoint.claims():  # a GPU keeps what they set across a restart of the plugin
+            apply_prepared(self.live.gpu_policies, claim.devices)
         return rolled_back
+
+    def _remove_claim_files(self, claim: PreparedClaim) -> None:
+        try:
+            self._remove_spec(claim.uid, claim.driver, claim.devices)
+        except (ValueError, OSError) as exc:
+            log.error("cannot remove the CDI spec of claim %s of an earlier boot: %s", claim.uid, exc)
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedResult, ...]:
         async with self._lock:
@@ -123,13 +138,22 @@ class GpuClaimPreparer:
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates, shares=self.shares.enabled)
+        prep = prepare_plan(
+            claim,
+            self.driver,
+            self.pool,
+            devices,
+            self.gates,
+            node=self.live.inventory.node,
+            shares=self.shares.enabled,
+        )
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
                 return stored.devices
             check_no_overlap(prep, self.checkpoint.claims(), shares=self.shares.enabled)
             self.checkpoint.start(ref, prep)
+            apply_prepared(self.live.gpu_policies, prep.results)
             if self.phase_pause:
                 await asyncio.sleep(self.phase_pause)
             if prep.results:
@@ -176,6 +200,9 @@ class GpuClaimPreparer:
                 self._remove_spec(ref.uid, self.driver, ())
             else:
                 self._remove_spec(ref.uid, stored.driver, stored.devices)
+                if stored.completed:
+                    others = held_by_others(self.checkpoint.claims(), stored) if self.shares.enabled else ()
+                    reset_unprepared(self.live.gpu_policies, stored.devices, others)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1
             still_shared = _still_shared(self.checkpoint.claims(), stored)

@@ -66,7 +66,7 @@ _DEFAULTS: Final = (
     ),
     OpaqueConfig(
         (),
-        SharingConfig(kind=GPU_CONFIG, strategy=TIME_SLICING, interval="Default", explicit=False, sharing_given=False),
+        SharingConfig(kind=GPU_CONFIG, strategy=TIME_SLICING, explicit=False, sharing_given=False),
         "default config",
     ),
 )
@@ -146,14 +146,9 @@ class _Decoder:
             raise self.fail(f"unsupported kind {kind!r}; this driver accepts {GPU_CONFIG} and {MIG_CONFIG}")
         sharing_raw = head.get("sharing")
         if sharing_raw is None:
-            # NVIDIA's Normalize(): no sharing section means time slicing with the default interval.
-            return SharingConfig(
-                kind=kind,
-                strategy=TIME_SLICING,
-                interval="Default" if kind == GPU_CONFIG else None,
-                sharing_given=False,
-                where=self.where,
-            )
+            # NVIDIA's Normalize() leaves no sharing section alone since PR #1183 (gpuconfig.go at ed0d0e5): the
+            # GPU keeps its settings, no time slice is set.
+            return SharingConfig(kind=kind, strategy=TIME_SLICING, sharing_given=False, where=self.where)
         allowed = ("strategy", "timeSlicingConfig", "mpsConfig") if kind == GPU_CONFIG else ("strategy", "mpsConfig")
         sharing = self.obj(sharing_raw, "sharing", allowed)
         strategy = sharing.get("strategy")

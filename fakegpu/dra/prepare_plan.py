@@ -29,7 +29,10 @@ NVIDIA's common ``NVIDIA_VISIBLE_DEVICES=void``, ``fakegpu.dra.claim_cdi_specs``
 * Time slicing on a full GPU: ``NVIDIA_TIME_SLICE_INTERVAL=Default|Short|Medium|Long`` — a fakegpu
   convention (the real driver calls ``nvidia-smi compute-policy``; nothing real sets this variable).
 
-Only configs the claim or its class states produce sharing variables; the implicit defaults do not.
+Only configs the claim or its class states produce sharing variables; the implicit defaults do not, and a
+config without a ``sharing`` section sets no time slice either (NVIDIA stopped injecting an implicit
+TimeSlicing in kubernetes-sigs/dra-driver-nvidia-gpu PR #1183, ``api/nvidia.com/resource/v1beta1/gpuconfig.go``
+at ed0d0e5).
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import PublishedDevice
 from fakegpu.dra.feature_gates import DYNAMIC_MIG, MPS_SUPPORT, TIME_SLICING_SETTINGS, FeatureGates
 from fakegpu.dra.mps_control_files import control_daemon_id, pipe_directory_env
+from fakegpu.dra.mps_multi_user import multi_user_error
 from fakegpu.dra.opaque_config import MPS, TIME_SLICING, SharingConfig, opaque_configs, pick_config
 from fakegpu.runtime.cdi_spec_model import qualified_name
+from fakegpu.sharing.node import Node
 from fakegpu.telemetry.nvidia_smi.injection import VISIBLE_DEVICES_ENV
 
 MPS_THREAD_PERCENTAGE_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -76,6 +81,15 @@ class PreparedResult:
     """The result's ``consumedCapacity`` (consumable shares): what the scheduler booked for this claim."""
     config_key: str = ""
     """The device's opaque config, normalized, as canonical JSON: claims sharing a device must agree on it."""
+    time_slice: str | None = None
+    """The interval prepare sets on this full GPU (NVIDIA's ``TimeSliceApplied``): only with a config whose
+    ``sharing.strategy`` is TimeSlicing, never implicitly; unprepare sets it back to ``Default``."""
+
+    @property
+    def full_gpu_uuid(self) -> str | None:
+        """The UUID when this is a full GPU, whose compute mode and time slice a sharing strategy changes
+        (NVIDIA's ``GpuUUIDs``: MIG devices have none of their own)."""
+        return self.uuid if self.uuid.startswith("GPU-") else None
 
     @property
     def request_name(self) -> str:
@@ -240,12 +254,25 @@ def check_sharing_gates(config: SharingConfig, gates: FeatureGates, *, shares: b
         )
 
 
+def _check_multi_user(config: SharingConfig, group: Sequence[_Result], node: Node) -> None:
+    """``multiUser: true`` needs Volta or newer on every full GPU of the group (``fakegpu.dra.mps_multi_user``)."""
+    capabilities = (
+        (r.uuid, node.gpus[r.published.parent_index].model.compute_capability)
+        for r in group
+        if r.published.kind == "gpu"
+    )
+    error = multi_user_error(capabilities)
+    if error:
+        raise ClaimError(f"{config.where}: error applying config: {error}")
+
+
 def prepare_plan(
     claim: Mapping[str, Any],
     driver: str,
     pool: str,
     devices: Mapping[str, PublishedDevice],
     gates: FeatureGates | None = None,
+    node: Node | None = None,
     *,
     shares: bool = False,
 ) -> PreparePlan:
@@ -255,7 +282,8 @@ def prepare_plan(
     the status shape is the same). Results of other drivers are skipped; results of this driver must
     be in ``pool`` and name a published device. The caller checks the UID against the kubelet's.
     ``gates`` are the driver's feature gates (NVIDIA's defaults when None): a config's sharing strategy
-    must be enabled by its gate (``check_sharing_gates``). ``shares``: the driver runs with consumable shares.
+    must be enabled by its gate (``check_sharing_gates``). ``node`` (the inventory's) gives the GPUs' compute
+    capabilities, which multi-user MPS checks. ``shares``: the driver runs with consumable shares.
     """
     gates = gates or FeatureGates()
     namespace, name, uid = _claim_identity(claim)
@@ -284,6 +312,8 @@ def prepare_plan(
     limits: dict[int, dict[str, int]] = {}
     for config in chosen:
         if config.explicit and config.strategy == MPS and id(config) not in limits:
+            if config.multi_user and node is not None:
+                _check_multi_user(config, groups[id(config)], node)
             try:
                 limits[id(config)] = _mps_limits(config, groups[id(config)])
             except ClaimError as exc:
@@ -298,11 +328,12 @@ def prepare_plan(
     for result, config in zip(results, chosen, strict=True):
         siblings = by_request[result.request.split("/", 1)[0]]
         env = [f"{VISIBLE_DEVICES_ENV}={','.join(r.uuid for r in siblings)}"]
-        mps_daemon_id = None
+        mps_daemon_id = time_slice = None
         if config.explicit and config.strategy == MPS:
             mps_daemon_id = control_daemon_id(uid, [r.uuid for r in groups[id(config)]])
             env += _mps_env(config, siblings, limits[id(config)])
-        elif config.explicit and config.interval is not None and result.published.kind == "gpu":
+        elif config.sharing_given and config.interval is not None and result.published.kind == "gpu":
+            time_slice = config.interval
             env.append(f"{TIME_SLICE_ENV}={config.interval}")
         try:
             cdi_name = claim_device_name(uid, result.device, result.share_id)
@@ -319,6 +350,7 @@ def prepare_plan(
                 cdi_ids=(qualified_name(vendor, CLAIM_CLASS, cdi_name),),
                 env=tuple(env),
                 mps_daemon_id=mps_daemon_id,
+                time_slice=time_slice,
                 admin_access=result.admin_access,
                 consumed_capacity=result.consumed_capacity,
                 config_key=config_key(config),

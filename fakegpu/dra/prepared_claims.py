@@ -16,8 +16,14 @@ Idempotency contract for the callers (the kubelet plugin):
 
 File: ``<plugin dir>/checkpoint.json``, mode 0600, written atomically (temp file, fsync, rename)::
 
-    {"checksum": "sha256:<hex>", "data": {"version": "v1", "preparedClaims": [{"uid": ..., "namespace": ...,
-     "name": ..., "state": "PrepareStarted", "driver": ..., "pool": ..., "devices": [...]}]}}
+    {"checksum": "sha256:<hex>", "data": {"version": "v1", "nodeBootID": "<boot id>", "preparedClaims": [
+     {"uid": ..., "namespace": ..., "name": ..., "state": "PrepareStarted", "driver": ..., "pool": ...,
+      "devices": [...]}]}}
+
+``nodeBootID`` is NVIDIA's ``CheckpointV2.NodeBootID`` (kubernetes-sigs/dra-driver-nvidia-gpu
+``cmd/gpu-kubelet-plugin/checkpointv.go``, v0.4.0): the boot the claims were prepared in, omitted by
+fakegpu versions before it (``fakegpu.dra.boot_reset`` decides what a start does with it). A device's
+``timeSlice`` is NVIDIA's ``timeSliceApplied``: the interval prepare set on the GPU.
 
 Each device entry also keeps what the allocation gave it that matters once the claim may be gone: its
 ``shareID`` and ``consumedCapacity`` (consumable shares), ``adminAccess``, and its normalized opaque config
@@ -40,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
+from fakegpu.dra.prepare_plan import TIME_SLICE_ENV, PreparedResult, PreparePlan
 from fakegpu.runtime.atomic_files import atomic_write
 from fakegpu.runtime.directories import ensure_dir
 
@@ -49,7 +55,13 @@ CHECKPOINT_MODE: Final = 0o600
 VERSION: Final = "v1"
 PREPARE_STARTED: Final = "PrepareStarted"
 PREPARE_COMPLETED: Final = "PrepareCompleted"
-ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+PREPARE_ABORTED: Final = "PrepareAborted"
+"""An unprepare came before the prepare completed (the compute-domain plugin): the entry stays a while so a
+stale retry of the same prepare is refused instead of redoing it (NVIDIA's ``ClaimCheckpointStatePrepareAborted``,
+``cmd/compute-domain-kubelet-plugin/checkpointv.go`` at commit 0807eed)."""
+ClaimState = Literal["PrepareStarted", "PrepareCompleted", "PrepareAborted"]
+NODE_BOOT_ID: Final = "nodeBootID"
+"""NVIDIA's ``CheckpointV2.NodeBootID`` (omitted while empty): the boot the prepared claims belong to."""
 
 
 class CheckpointCorrupted(ValueError):
@@ -74,10 +86,16 @@ class PreparedClaim:
     driver: str
     pool: str
     devices: tuple[PreparedResult, ...]
+    aborted_at: float | None = None
+    """Unix time the entry became ``PrepareAborted`` (NVIDIA's ``abortedAt``)."""
 
     @property
     def completed(self) -> bool:
         return self.state == PREPARE_COMPLETED
+
+    @property
+    def aborted(self) -> bool:
+        return self.state == PREPARE_ABORTED
 
     @property
     def plan(self) -> PreparePlan:
@@ -100,7 +118,7 @@ class PreparedClaim:
             "driver": self.driver,
             "pool": self.pool,
             "devices": [result_json(d) for d in self.devices],
-        }
+        } | ({"abortedAt": self.aborted_at} if self.aborted_at is not None else {})
 
 
 def result_json(result: PreparedResult) -> dict[str, Any]:
@@ -124,7 +142,19 @@ def result_json(result: PreparedResult) -> dict[str, Any]:
         out["consumedCapacity"] = dict(result.consumed_capacity)
     if result.config_key:
         out["config"] = result.config_key
+    if result.time_slice:
+        out["timeSlice"] = result.time_slice
     return out
+
+
+def _time_slice(data: Mapping[str, Any]) -> str | None:
+    """The interval prepare set; an entry written before ``timeSlice`` existed counts as applied when its
+    device carries the interval variable (NVIDIA reads a missing ``timeSliceApplied`` as true, so a GPU
+    set by an older driver is still reset)."""
+    if "timeSlice" in data:
+        return str(data["timeSlice"]) if data["timeSlice"] else None
+    prefix = f"{TIME_SLICE_ENV}="
+    return next((str(e)[len(prefix) :] for e in data["env"] if str(e).startswith(prefix)), None)
 
 
 def parse_result(data: Mapping[str, Any]) -> PreparedResult:
@@ -142,6 +172,7 @@ def parse_result(data: Mapping[str, Any]) -> PreparedResult:
         admin_access=data.get("adminAccess") is True,
         consumed_capacity=tuple((str(k), str(v)) for k, v in sorted((data.get("consumedCapacity") or {}).items())),
         config_key=str(data.get("config") or ""),
+        time_slice=_time_slice(data),
     )
 
 
@@ -164,8 +195,11 @@ def _parse_claim(raw: Any, where: str, source: str) -> PreparedClaim:
         if not isinstance(raw.get(key), str):
             raise fail(f"{key} must be a string")
     state = raw["state"]
-    if state not in (PREPARE_STARTED, PREPARE_COMPLETED):
-        raise fail(f"state {state!r} is neither {PREPARE_STARTED} nor {PREPARE_COMPLETED}")
+    if state not in (PREPARE_STARTED, PREPARE_COMPLETED, PREPARE_ABORTED):
+        raise fail(f"state {state!r} is none of {PREPARE_STARTED}, {PREPARE_COMPLETED}, {PREPARE_ABORTED}")
+    aborted_at = raw.get("abortedAt")
+    if aborted_at is not None and not isinstance(aborted_at, (int, float)):
+        raise fail("abortedAt must be a number")
     devices = raw.get("devices")
     if not isinstance(devices, list):
         raise fail("devices must be a list")
@@ -181,11 +215,17 @@ def _parse_claim(raw: Any, where: str, source: str) -> PreparedClaim:
         driver=raw["driver"],
         pool=raw["pool"],
         devices=parsed,
+        aborted_at=float(aborted_at) if aborted_at is not None else None,
     )
 
 
 def parse_checkpoint(text: str, source: str) -> dict[str, PreparedClaim]:
     """Verify and decode checkpoint JSON; ``source`` names the file in errors."""
+    return parse_checkpoint_file(text, source)[0]
+
+
+def parse_checkpoint_file(text: str, source: str) -> tuple[dict[str, PreparedClaim], str]:
+    """The claims and the node boot ID (``""`` in a checkpoint written before it existed)."""
 
     def fail(what: str) -> CheckpointCorrupted:
         return CheckpointCorrupted(f"checkpoint {source} is corrupted: {what}")
@@ -207,17 +247,22 @@ def parse_checkpoint(text: str, source: str) -> dict[str, PreparedClaim]:
     raw_claims = data.get("preparedClaims")
     if not isinstance(raw_claims, list):
         raise fail("data.preparedClaims must be a list")
+    boot_id = data.get(NODE_BOOT_ID, "")
+    if not isinstance(boot_id, str):
+        raise fail(f"data.{NODE_BOOT_ID} must be a string")
     claims: dict[str, PreparedClaim] = {}
     for i, raw in enumerate(raw_claims):
         claim = _parse_claim(raw, f"preparedClaims[{i}]", source)
         if claim.uid in claims:
             raise fail(f"claim {claim.uid} appears twice")
         claims[claim.uid] = claim
-    return claims
+    return claims, boot_id
 
 
-def render_checkpoint(claims: Mapping[str, PreparedClaim]) -> str:
-    data = {"version": VERSION, "preparedClaims": [claims[uid].to_json() for uid in sorted(claims)]}
+def render_checkpoint(claims: Mapping[str, PreparedClaim], boot_id: str = "") -> str:
+    data: dict[str, Any] = {"version": VERSION, "preparedClaims": [claims[uid].to_json() for uid in sorted(claims)]}
+    if boot_id:
+        data[NODE_BOOT_ID] = boot_id
     return json.dumps({"checksum": checksum(data), "data": data}, indent=2, sort_keys=True) + "\n"
 
 
@@ -227,6 +272,7 @@ class PreparedClaims:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._claims: dict[str, PreparedClaim] | None = None
+        self._boot_id = ""
         self._lock = threading.RLock()
 
     @classmethod
@@ -240,11 +286,11 @@ class PreparedClaims:
             try:
                 text = self.path.read_text(encoding="utf-8")
             except FileNotFoundError:
-                self._claims = {}
+                self._claims, self._boot_id = {}, ""
             except UnicodeDecodeError as exc:
                 raise CheckpointCorrupted(f"checkpoint {self.path} is corrupted: not UTF-8 ({exc})") from None
             else:
-                self._claims = parse_checkpoint(text, str(self.path))
+                self._claims, self._boot_id = parse_checkpoint_file(text, str(self.path))
             return dict(self._claims)
 
     def _state(self) -> dict[str, PreparedClaim]:
@@ -255,8 +301,24 @@ class PreparedClaims:
 
     def _write(self, claims: dict[str, PreparedClaim]) -> None:
         ensure_dir(self.path.parent)
-        atomic_write(self.path, render_checkpoint(claims).encode("utf-8"), CHECKPOINT_MODE)
+        atomic_write(self.path, render_checkpoint(claims, self._boot_id).encode("utf-8"), CHECKPOINT_MODE)
         self._claims = claims
+
+    @property
+    def node_boot_id(self) -> str:
+        """The boot the file's claims were prepared in; ``""`` for a file written before boot IDs (or none)."""
+        with self._lock:
+            self._state()
+            return self._boot_id
+
+    def for_boot(self, boot_id: str, *, keep: bool) -> list[PreparedClaim]:
+        """Record ``boot_id`` in the file (creating it if there is none); with ``keep`` False also forget
+        every claim, as NVIDIA's fresh checkpoint after a reboot does. Returns the claims forgotten."""
+        with self._lock:
+            claims = dict(self._state())
+            self._boot_id = boot_id
+            self._write(claims if keep else {})
+            return [] if keep else [claims[uid] for uid in sorted(claims)]
 
     def get(self, uid: str) -> PreparedClaim | None:
         with self._lock:
@@ -311,6 +373,29 @@ class PreparedClaims:
             self._write(claims)
             return True
 
+    def abort(self, uid: str, at: float) -> PreparedClaim:
+        """Mark a started claim ``PrepareAborted`` (unprepared before its prepare completed), keeping what it
+        was to prepare so a stale retry of the same prepare can be recognised."""
+        with self._lock:
+            claims = dict(self._state())
+            if uid not in claims:
+                raise KeyError(f"claim {uid} has no checkpoint entry")
+            entry = replace(claims[uid], state=PREPARE_ABORTED, aborted_at=at)
+            claims[uid] = entry
+            self._write(claims)
+            return entry
+
+    def expire_aborted(self, now: float, ttl: float) -> list[str]:
+        """Drop ``PrepareAborted`` entries older than ``ttl`` seconds; the UIDs dropped."""
+        with self._lock:
+            claims = dict(self._state())
+            expired = sorted(
+                uid for uid, c in claims.items() if c.aborted and (c.aborted_at is None or now - c.aborted_at >= ttl)
+            )
+            if expired:
+                self._write({uid: c for uid, c in claims.items() if uid not in expired})
+            return expired
+
     def started_only(self) -> list[PreparedClaim]:
         """Claims a crash left between ``start`` and ``complete``: to roll back or redo."""
-        return [c for c in self.claims() if not c.completed]
+        return [c for c in self.claims() if c.state == PREPARE_STARTED]

@@ -12,10 +12,17 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fakegpu.dra.consumable_shares import OFF, ConsumableShares, advertised
+from fakegpu.dra.device_attributes import (
+    NUMA_NODE_ATTRIBUTE,
+    Attribute,
+    fabric_manager_attributes,
+    numa_node_attribute,
+)
+from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
@@ -43,7 +50,6 @@ GENERATED_NAME_BASE_MAX = 58
 XID_TAINT_KEY = "gpu.nvidia.com/xid"
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
-NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 FIRST_MINOR_WITH_TAINTS = 36
 """DRADeviceTaints is beta (on by default) from 1.36; earlier servers drop the field."""
 FIRST_MINOR_WITH_SPLIT_SLICES = 35
@@ -55,8 +61,6 @@ _NOT_RFC1123 = re.compile(r"[^a-z0-9.-]")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 Device = dict[str, Any]
-Attribute = dict[str, str | int]
-"""One DeviceAttribute: ``{"string": ...}``, ``{"version": ...}`` or ``{"int": ...}``."""
 Attributes = dict[str, Attribute]
 Spec = dict[str, Any]
 
@@ -81,6 +85,9 @@ class SliceOptions:
     shares: ConsumableShares = OFF
     """NVIDIA's ``--consumable-shares`` (``fakegpu.dra.consumable_shares``): every device allows several
     allocations, with request policies on its capacity, from Kubernetes 1.34."""
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    """NVIDIA's driver gates: ``DRAListTypeAttributes`` and ``FabricManagerPartitioning`` change attributes
+    (``fakegpu.dra.device_attributes``); DynamicMIG is ``mig_mode``."""
 
     def __post_init__(self) -> None:
         check_driver_name(self.driver)
@@ -192,10 +199,11 @@ def pcie_root(pci_bus_id: str) -> str:
     return f"pci{domain}:{int(bus, 16) & 0xF0:02x}"
 
 
-def _attributes(gpu: PhysicalGpu, node: Node, kind: str) -> Attributes:
+def _attributes(gpu: PhysicalGpu, node: Node, kind: str, gates: FeatureGates) -> Attributes:
     """What NVIDIA's ``GpuInfo.Attributes`` / ``CommonAttributesMig`` publish for every device of ``gpu``,
     with the standard ``resource.kubernetes.io`` PCI and NUMA attributes (``numaNode`` only where the
-    node spec gives the GPU a NUMA node, as NVIDIA leaves it out without NUMA affinity)."""
+    node spec gives the GPU a NUMA node, as NVIDIA leaves it out without NUMA affinity; its form follows
+    the gates, ``fakegpu.dra.device_attributes``)."""
     model = gpu.model
     major, minor = model.compute_capability
     attributes: Attributes = {
@@ -209,8 +217,9 @@ def _attributes(gpu: PhysicalGpu, node: Node, kind: str) -> Attributes:
         PCI_BUS_ID_ATTRIBUTE: {"string": gpu.pci_bus_id},
         PCIE_ROOT_ATTRIBUTE: {"string": pcie_root(gpu.pci_bus_id)},
     }
-    if gpu.numa is not None:
-        attributes[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa}
+    numa = numa_node_attribute(gpu.numa, gates)
+    if numa is not None:
+        attributes[NUMA_NODE_ATTRIBUTE] = numa
     return attributes
 
 
@@ -283,8 +292,15 @@ def _device(
     return device
 
 
+def _whole_gpu_attributes(node: Node, gpu: PhysicalGpu, opts: SliceOptions) -> Attributes:
+    """A full GPU's attributes: the common ones, its UUID and (only on full GPUs) Fabric Manager's."""
+    gates = opts.feature_gates
+    fabric = fabric_manager_attributes(node, gpu, gates)
+    return {**_attributes(gpu, node, "gpu", gates), "uuid": {"string": gpu.uuid}, **fabric}
+
+
 def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> Device:
-    attributes: Attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
+    attributes = _whole_gpu_attributes(node, gpu, opts)
     return _device(
         device_name_gpu(gpu),
         attributes,
@@ -293,9 +309,9 @@ def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mappi
     )
 
 
-def _mig_attributes(node: Node, gpu: PhysicalGpu, profile: MigProfile) -> Attributes:
+def _mig_attributes(node: Node, gpu: PhysicalGpu, profile: MigProfile, opts: SliceOptions) -> Attributes:
     return {
-        **_attributes(gpu, node, "mig"),
+        **_attributes(gpu, node, "mig", opts.feature_gates),
         "parentUUID": {"string": gpu.uuid},
         "profile": {"string": profile.name},
     }
@@ -312,7 +328,7 @@ def _static_devices(
     for mig in gpu.mig_devices:
         slots = range(mig.start, mig.start + mig.profile.memory_slices)
         capacity: dict[str, int | str] = {**_mig_capacities(mig.profile), **{f"memorySlice{i}": 1 for i in slots}}
-        attributes: Attributes = {**_mig_attributes(node, gpu, mig.profile), "uuid": {"string": mig.uuid}}
+        attributes: Attributes = {**_mig_attributes(node, gpu, mig.profile, opts), "uuid": {"string": mig.uuid}}
         devices.append(
             _device(
                 device_name_mig(gpu, mig.profile, mig.start),
@@ -330,6 +346,13 @@ def whole_gpu_offered_with_dynamic_mig(gpu: PhysicalGpu) -> bool:
     return not gpu.mig_enabled or gpu.model.architecture != "Ampere"
 
 
+def dynamic_mig_capable(gpu: PhysicalGpu) -> bool:
+    """Whether dynamic MIG offers the GPU's MIG profiles (NVIDIA's ``isDynamicMIGCapable``): a MIG-capable GPU
+    that can switch MIG mode without a reset, or an Ampere GPU whose MIG mode is already on. An Ampere GPU with
+    MIG mode off stays a plain whole GPU, without counters. The preparer uses the same rule."""
+    return gpu.model.mig_capable and (gpu.mig_enabled or gpu.model.architecture != "Ampere")
+
+
 def _counter_set(gpu: PhysicalGpu) -> dict[str, Any]:
     model = gpu.model
     counters = _counters(_gpu_capacities(model), range(model.memory_slices))
@@ -344,12 +367,12 @@ def _dynamic_devices(
     """Dynamic MIG (partitionable devices): the whole GPU plus every profile at every allowed start,
     all drawing on the GPU's counter set, so the scheduler itself enforces MIG placement rules."""
     model = gpu.model
-    if not model.mig_capable:
+    if not dynamic_mig_capable(gpu):
         return [_full_gpu(node, gpu, opts, unhealthy)]
     devices: list[Device] = []
     if whole_gpu_offered_with_dynamic_mig(gpu):
         whole = _gpu_capacities(model)
-        attributes: Attributes = {**_attributes(gpu, node, "gpu"), "uuid": {"string": gpu.uuid}}
+        attributes = _whole_gpu_attributes(node, gpu, opts)
         consumes = {"counterSet": counter_set_name(gpu), "counters": _counters(whole, range(model.memory_slices))}
         taints = _taints(gpu.uuid, unhealthy, opts)
         devices.append(_device(device_name_gpu(gpu), attributes, whole, consumes=consumes, taints=taints))
@@ -361,7 +384,7 @@ def _dynamic_devices(
             devices.append(
                 _device(
                     device_name_mig(gpu, profile, start),
-                    _mig_attributes(node, gpu, profile),
+                    _mig_attributes(node, gpu, profile, opts),
                     capacity,
                     consumes=consumes,
                     taints=_taints(gpu.uuid, unhealthy, opts),
@@ -407,7 +430,7 @@ def _check_combined(spec: Spec, gpu: PhysicalGpu) -> None:
 
 def _dynamic_layout(node: Node, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[Spec]:
     per_gpu = [(gpu, _by_name(_dynamic_devices(node, gpu, opts, unhealthy))) for gpu in node.gpus]
-    counter_sets = [(gpu, _counter_set(gpu)) for gpu in node.gpus if gpu.model.mig_capable]
+    counter_sets = [(gpu, _counter_set(gpu)) for gpu in node.gpus if dynamic_mig_capable(gpu)]
     if not opts.split_slices:
         combined: list[Spec] = []
         sets = {gpu.index: s for gpu, s in counter_sets}
@@ -448,7 +471,7 @@ def build_slice_specs(
     if generation < 0:
         raise ValueError(f"pool generation must be >= 0, got {generation}")
     health = unhealthy or {}
-    dynamic = opts.mig_mode == "dynamic" and any(g.model.mig_capable for g in node.gpus)
+    dynamic = opts.mig_mode == "dynamic" and any(dynamic_mig_capable(g) for g in node.gpus)
     layout = _dynamic_layout(node, opts, health) if dynamic else _static_layout(node, opts, health)
     specs: list[dict[str, Any]] = []
     for body in layout:

@@ -7,8 +7,9 @@ force-deleted pod can hand a device out twice). Devices allocated with ``adminAc
 sides. With consumable shares (``fakegpu.dra.consumable_shares``) a GPU or MIG device may be held by several
 claims, each by its own ``shareID``, as long as their normalized opaque configs are the same: two claims asking
 for different time-slice intervals on one GPU would fight over it. ``Unprepare`` then leaves what the device
-still serves to the other claims alone (``isGpuUUIDInUseByOtherClaims``); fakegpu keeps no per-device state,
-so unpreparing one share only removes that claim's CDI spec and checkpoint entry.
+still serves to the other claims alone (``isGpuUUIDInUseByOtherClaims``): a GPU's time slice goes back to
+``Default`` only with its last share (``fakegpu.dra.sharing_settings``); the other shares keep their CDI specs
+and checkpoint entries.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fakegpu.dra.claim_error import ClaimError
-from fakegpu.dra.prepare_plan import PreparePlan
+from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan
 from fakegpu.dra.prepared_claims import PreparedClaim
 
 
@@ -46,6 +47,12 @@ def check_no_overlap(plan: PreparePlan, prepared: Iterable[PreparedClaim], *, sh
             else:
                 continue
             raise ClaimError(f"unable to prepare claim {plan.uid}: {problem}")
+
+
+def held_by_others(prepared: Iterable[PreparedClaim], claim: PreparedClaim) -> list[PreparedResult]:
+    """The devices other prepared claims hold without admin access: what a claim's unprepare must leave as it is
+    (NVIDIA's ``isGpuUUIDInUseByOtherClaims``, asked only with consumable shares)."""
+    return [r for c in _others(prepared, claim.uid, claim.driver) for r in c.devices if not r.admin_access]
 
 
 def other_holders(prepared: Iterable[PreparedClaim], uid: str, driver: str, device: str) -> list[str]:

@@ -28,6 +28,7 @@ from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE
 from fakegpu.telemetry.health_endpoint import Readiness
 from fakegpu.telemetry.telemetry_settings import TelemetrySettings
 
@@ -46,6 +47,10 @@ class NodeSettings:
     """Write ``nvidia.com/gfd.timestamp`` with the labels (GFD's default; ``--no-timestamp``)."""
     cleanup_on_exit: CleanupOnExit = dataclasses.field(default_factory=CleanupOnExit)
     """With ``label_node``: whether the labels go when the plugin stops (``--cleanup-on-exit``)."""
+    namespace: str = DEFAULT_NAMESPACE
+    """GFD's ``--namespace`` / ``NAMESPACE``: where the NodeFeature goes with ``useNodeFeatureAPI``."""
+    pod_name: str = ""
+    """GFD's ``POD_NAME``: the pod whose DaemonSet owns the NodeFeature (none: no owner references)."""
 
     @property
     def wanted(self) -> bool:
@@ -133,6 +138,8 @@ async def run_plugin_daemon(
                 resync_interval=node.resync_interval,
                 timestamp=node.timestamp,
                 cleanup_on_exit=node.cleanup_on_exit,
+                namespace=node.namespace,
+                pod_name=node.pod_name,
             )
             sync.set_initial(selected, label_value)
         admin = (

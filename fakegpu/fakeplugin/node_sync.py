@@ -8,6 +8,12 @@ before. The API server being away never stops the plugin serving; both steps ret
 stops, it takes the labels it owns (and their record) off the Node again, as ``--cleanup-on-exit`` says
 (``fakegpu.fakeplugin.cleanup_policy``).
 
+With GFD's ``useNodeFeatureAPI`` in the served config the labels go to the node's NodeFeature instead
+(``fakegpu.fakeplugin.node_feature_writer``), for Node Feature Discovery to put on the Node, and any labels
+this plugin wrote on the Node before are taken off, as GFD leaves its features file behind when its run
+ends. GFD's ``sleepInterval`` paces the NodeFeature's re-checks; ``infinite`` writes the labels (either way)
+once per run, and nothing restores them after that until the served config or inventory changes.
+
 ``nvidia.com/gfd.timestamp`` is written as NVIDIA's GFD writes it: the time its labelling run started. GFD
 takes it once per run (``cmd/gpu-feature-discovery/main.go``: the timestamp labeler is built before the
 60 s relabel loop) and starts a new run on start-up and on SIGHUP, which its config-manager sends when the
@@ -30,6 +36,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
+from fakegpu.fakeplugin.node_feature_writer import NodeFeatureWriter
 from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause, retry_note
 from fakegpu.kube.client import api_failure, client_target
@@ -42,7 +49,9 @@ from fakegpu.sharing.inputs import CurrentInputs, InventoryInputs
 from fakegpu.sharing.label_ownership import label_patch
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.sharing.named_configs import DEFAULT_CONFIG_LABEL, DEFAULT_FALLBACKS, FallbackStrategy, choose_config
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE
 from fakegpu.sharing.plugin_config import PluginConfig
+from fakegpu.sharing.sleep_interval import sleep_interval_seconds
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +79,7 @@ class ConfigSelection:
 @dataclass
 class NodeSyncStats:
     label_patches: int = 0
+    node_feature_writes: int = 0
     label_errors: int = 0
     selections: int = 0
     selection_errors: list[str] = field(default_factory=list)
@@ -150,6 +160,8 @@ class PluginNodeSync:
         timestamp: bool = True,
         clock: Callable[[], float] | None = None,
         cleanup_on_exit: CleanupOnExit | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        pod_name: str = "",
     ) -> None:
         self.client_factory = client_factory
         self.node_name = node_name
@@ -165,6 +177,11 @@ class PluginNodeSync:
         self.clock = clock or time.time
         self.cleanup_on_exit = cleanup_on_exit or CleanupOnExit()
         self._stamp: tuple[int, PluginConfig] | None = None
+        self.node_feature = NodeFeatureWriter(node_name, namespace, pod_name)
+        """Where the labels go when the served config says ``useNodeFeatureAPI`` (GFD's namespace and pod)."""
+        self._written: tuple[bool, dict[str, str]] | None = None
+        """What the last labelling pass published: to the NodeFeature or not, and the labels."""
+        self._written_at = 0.0
         """The run's timestamp and the config it was taken for."""
         self.stats = NodeSyncStats()
         self.node: Node | None = None
@@ -302,13 +319,39 @@ class PluginNodeSync:
             self._stamp = (int(self.clock()), config)
         return self._stamp[0]
 
+    def _due(self, config: PluginConfig, published: tuple[bool, dict[str, str]]) -> bool:
+        """Whether to publish now: a new run (labels or target changed) always; else never with an infinite
+        sleep interval, every sleep interval for the NodeFeature (GFD's loop), and on every pass for the
+        Node's labels (its watch shows what changed, and the patch is empty when nothing did)."""
+        if published != self._written:
+            return True
+        interval = sleep_interval_seconds(config.sleep_interval, "sleepInterval")
+        if interval is None:
+            return False
+        return not published[0] or self.clock() - self._written_at >= interval
+
     async def _label(self) -> None:
-        assert self.node is not None and self._client is not None
-        meta = self.node.metadata
         # From the inventory being served, not from the files: a config the reload rejected must not
         # show up in the labels while the kubelet still gets the previous one.
         serving = self.manager.live.inventory
-        wanted = gfd_labels(serving.node, serving.config, self._timestamp_for(serving.config))
+        config = serving.config
+        wanted = gfd_labels(serving.node, config, self._timestamp_for(config))
+        published = (config.use_node_feature_api, wanted)
+        if not self._due(config, published):
+            return
+        if config.use_node_feature_api:
+            await self._patch_node({})
+            assert self._client is not None
+            if await self.node_feature.write(self._client, wanted):
+                self.stats.node_feature_writes += 1
+        else:
+            await self._patch_node(wanted)
+        self._written, self._written_at = published, self.clock()
+
+    async def _patch_node(self, wanted: dict[str, str]) -> None:
+        """Make the labels this plugin owns on the Node exactly ``wanted`` (none: take them all off)."""
+        assert self.node is not None and self._client is not None
+        meta = self.node.metadata
         patch = label_patch(meta.labels if meta else None, meta.annotations if meta else None, wanted)
         if patch is None:
             return
@@ -321,23 +364,26 @@ class PluginNodeSync:
         log.info("node %s labels updated (%d GFD labels)", self.node_name, len(wanted))
 
     async def _release(self, client: AsyncClient) -> None:
-        """Take the labels this plugin owns and their record off the Node, unless the policy keeps them.
+        """Take the labels this plugin owns and their record off the Node, and the NodeFeature it wrote,
+        unless the policy keeps them.
 
         Read fresh (the watch's view may be old and the policy looks at the current labels); labels other
         writers set are never touched, since only the keys in the ownership record are nulled.
         """
         try:
-            node = await asyncio.wait_for(client.get(Node, self.node_name), RELEASE_TIMEOUT)
+            node: Node | None = await asyncio.wait_for(client.get(Node, self.node_name), RELEASE_TIMEOUT)
         except ApiError as exc:
-            if exc.status.code == 404:
-                return
-            raise
-        meta = node.metadata
+            if exc.status.code != 404:
+                raise
+            node = None
+        meta = node.metadata if node is not None else None
         labels = (meta.labels if meta else None) or {}
         if not self.cleanup_on_exit.wanted(labels):
             log.info("keeping fakegpu's labels on node %s (--cleanup-on-exit %s)", self.node_name, self.cleanup_on_exit)
             return
-        patch = label_patch(labels, meta.annotations if meta else None, {})
+        if self.node_feature.written:
+            await self.node_feature.delete(client, RELEASE_TIMEOUT)
+        patch = label_patch(labels, meta.annotations if meta else None, {}) if node is not None else None
         if patch is None:
             return
         await asyncio.wait_for(client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE), RELEASE_TIMEOUT)

@@ -69,11 +69,11 @@ def preferred_allocation(
     for device_id in required:
         if device_id not in avail_set:
             raise AllocationError(f"must-include device {shown_id(device_id)} is not among the available devices")
-    if size < len(required) or size > len(avail):
-        raise AllocationError(NOT_ENOUGH)
 
     aligned = all(not d.is_mig for d in resource.devices) and all("::" not in i for i in avail)
     if aligned:
+        if size < len(required) or size > len(avail):
+            raise AllocationError(NOT_ENOUGH)
         return _aligned(node, [by_id[i] for i in avail], [by_id[i] for i in required], size)
     return _shared(resource, [by_id[i] for i in avail], [by_id[i] for i in required], size, policy)
 
@@ -126,32 +126,39 @@ def _greedy(node: Node, candidates: list[Device], required: list[Device], need: 
 
 
 def _shared(resource: Resource, available: list[Device], required: list[Device], size: int, policy: str) -> list[str]:
-    """NVIDIA's greedy replica/MIG policy: spread over (distributed) or fill (packed) devices.
+    """NVIDIA's greedy replica/MIG policy as k8s-device-plugin v0.20.0 has it (``internal/rm/allocate.go``).
 
     Replicas are grouped by the device they replicate (NVIDIA's ``AnnotatedID.GetID()``): a GPU for
     time-sliced GPUs, a MIG device for time-sliced MIG devices; plain MIG devices are groups of one.
-    Allocated per group = its replicas in the resource - those still available + picked in this call.
+    A group's allocated count is its replicas in the resource minus its candidates still unpicked, so
+    must-include devices count as allocated. One pick at a time: ``distributed`` takes the group with the
+    fewest allocated, ``packed`` the most; equal counts go to the group picked least often in this call
+    (#1788), so a pod spreads over distinct physical GPUs. Must-include devices are not picks there (v0.20.0
+    does not seed that count with them). Groups still tied NVIDIA orders by Go map iteration, i.e. at
+    random; fakegpu then takes the group holding fewer must-include devices (as NVIDIA's later main seeds
+    the count), then the resource's order (lowest GPU, then lowest replica): always one of v0.20.0's answers.
     """
+    chosen_ids = {d.id for d in required}
+    candidates = [d for d in available if d.id not in chosen_ids]
+    needed = size - len(required)
+    if len(candidates) < needed:
+        raise AllocationError(NOT_ENOUGH)
     order = {d.id: n for n, d in enumerate(resource.devices)}
     total = Counter(d.base_id for d in resource.devices)
-    free = Counter(d.base_id for d in available)
-    picked_per_group = Counter(d.base_id for d in required)
-    chosen_ids = {d.id for d in required}
-    remaining = [d for d in available if d.id not in chosen_ids]
+    unpicked = Counter(d.base_id for d in candidates)
+    picked_from: Counter[str] = Counter()
+    held = Counter(d.base_id for d in required)
+    sign = 1 if policy == DISTRIBUTED else -1
+
+    def rank(d: Device) -> tuple[int, int, int, int]:
+        allocated = total[d.base_id] - unpicked[d.base_id]
+        return (sign * allocated, picked_from[d.base_id], held[d.base_id], order[d.id])
+
     picked: list[str] = []
-
-    def allocated(d: Device) -> int:
-        return total[d.base_id] - free[d.base_id] + picked_per_group[d.base_id]
-
-    def distributed_key(d: Device) -> tuple[int, int, int, int]:
-        return (allocated(d), picked_per_group[d.base_id], order[d.id], 0)
-
-    def packed_key(d: Device) -> tuple[int, int, int]:
-        return (-allocated(d), order[d.id], 0)
-
-    for _ in range(size - len(required)):
-        best = min(remaining, key=distributed_key) if policy == DISTRIBUTED else min(remaining, key=packed_key)
-        remaining.remove(best)
-        picked_per_group[best.base_id] += 1
+    for _ in range(needed):
+        best = min(candidates, key=rank)
+        candidates.remove(best)
+        unpicked[best.base_id] -= 1
+        picked_from[best.base_id] += 1
         picked.append(best.id)
     return [d.id for d in required] + picked

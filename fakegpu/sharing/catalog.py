@@ -30,7 +30,8 @@ class MigProfile:
 
     name: str
     gi_profile: str
-    """NVML GPU-instance profile constant without its prefix, e.g. ``1_SLICE_REV1`` for ``+me``."""
+    """NVML GPU-instance profile constant without its prefix: ``1_SLICE_REV1`` for ``+me``, ``*_GFX`` for
+    ``+gfx``, ``*_ALL_ME`` for ``+me.all``, ``*_NO_ME`` for ``-me`` (go-nvlib ``mig_profile.go``)."""
     compute_slices: int
     memory_slices: int
     memory_mib: int
@@ -146,9 +147,10 @@ class GpuModel:
 
     def profile_id(self, profile: MigProfile) -> int:
         """The GI profile ID ``nvidia-smi mig -lgip`` shows (NVML ``profileInfo.Id``), which NVIDIA's DRA
-        driver puts in MIG device names. It depends on the board's slice count (readings: A100/H100/H200
-        and A30)."""
-        table = _PROFILE_IDS_FOUR_SLICES if self.memory_slices == 4 else _PROFILE_IDS_EIGHT_SLICES
+        driver puts in MIG device names. It depends on how many compute slices the board has (readings:
+        A100/H100/H200 with 7; A30 and RTX PRO 6000 Blackwell with 4, the suffixed profiles from the
+        latter)."""
+        table = _PROFILE_IDS_FOUR_SLICES if self.compute_slices == 4 else _PROFILE_IDS_EIGHT_SLICES
         return table[profile.gi_profile]
 
     @property
@@ -165,7 +167,20 @@ _PROFILE_IDS_EIGHT_SLICES = {
     "1_SLICE": 19,
     "1_SLICE_REV1": 20,
 }
-_PROFILE_IDS_FOUR_SLICES = {"4_SLICE": 0, "2_SLICE": 5, "2_SLICE_REV1": 6, "1_SLICE": 14, "1_SLICE_REV1": 21}
+_PROFILE_IDS_FOUR_SLICES = {
+    "4_SLICE": 0,
+    "2_SLICE": 5,
+    "2_SLICE_REV1": 6,
+    "1_SLICE": 14,
+    "1_SLICE_REV1": 21,
+    "4_SLICE_GFX": 32,
+    "2_SLICE_GFX": 35,
+    "1_SLICE_GFX": 47,
+    "2_SLICE_ALL_ME": 64,
+    "1_SLICE_ALL_ME": 65,
+    "2_SLICE_NO_ME": 66,
+    "1_SLICE_NO_ME": 67,
+}
 
 
 def _p(
@@ -596,6 +611,97 @@ _MODELS: tuple[GpuModel, ...] = (
             "MIG memory sizes scaled from B200 (names and counts from mig-parted for 0x31C210DE); SMs scaled "
             "from B200 by 160/148; engines and placements assumed equal to B200",
             "1g.35gb+me by analogy with B200 (mig-parted lists no +me profile for GB300)",
+        ),
+    ),
+    # RTX PRO 6000 Blackwell Server Edition: the board NVIDIA's MIG guide lists with the suffixed profiles
+    # (``+gfx``, ``+me.all``, ``-me``; supported-mig-profiles.html, driver 580). Every MIG number below is a
+    # real ``nvidia-smi mig -lgip`` / ``-lgipp`` reading of this board (profile IDs, SMs, engines, GiB,
+    # placements on its 12-unit grid); 1g.24gb's 24192 MiB was read by CUDA inside the instance. Product
+    # name, PCI device ID 0x2BB510DE, 97887 MiB and the 600 W limit from real ``nvidia-smi`` queries;
+    # compute capability 12.0 from the MIG guide; all-balanced from mig-parted's config for 0x2BB510DE.
+    GpuModel(
+        key="rtx-pro-6000",
+        board="RTX PRO 6000 Blackwell Server Edition 96GB PCIe",
+        product_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        memory_mib=97887,
+        multiprocessors=188,
+        compute_capability=(12, 0),
+        architecture="Blackwell",
+        pci_device_id=0x2BB510DE,
+        brand="Nvidia",
+        sxm=False,
+        facts=BoardFacts(
+            power_limit_w=600,
+            power_min_w=150,
+            idle_power_w=35.0,
+            idle_temp_c=30,
+            load_temp_c=78,
+            idle_pstate="P8",
+            fan="N/A",
+            bar1_mib=131072,
+            reserved_mib=600,
+            pcie_gen=5,
+            pcie_width=16,
+            unverified=("minimum power limit, idle power, idle temperature, BAR1 and reserved MiB estimated",),
+        ),
+        memory_slices=12,
+        compute_slices=4,
+        mig_profiles=(
+            _p("1g.24gb", "1_SLICE", 1, 3, 24192, 46, (1, 1, 1, 1, 0), 4, (0, 3, 6, 9)),
+            _p("1g.24gb+me", "1_SLICE_REV1", 1, 3, 24192, 46, (1, 1, 1, 1, 1), 1, (0, 3, 6, 9)),
+            _p("1g.24gb+gfx", "1_SLICE_GFX", 1, 3, 24192, 46, (1, 1, 1, 1, 0), 4, (0, 3, 6, 9)),
+            _p("1g.24gb+me.all", "1_SLICE_ALL_ME", 1, 3, 24192, 46, (1, 4, 4, 4, 1), 1, (0, 3, 6, 9)),
+            _p("1g.24gb-me", "1_SLICE_NO_ME", 1, 3, 24192, 46, (1, 0, 0, 0, 0), 4, (0, 3, 6, 9)),
+            _p("2g.48gb", "2_SLICE", 2, 6, 48512, 94, (2, 2, 2, 2, 0), 2, (0, 6)),
+            _p("2g.48gb+gfx", "2_SLICE_GFX", 2, 6, 48512, 94, (2, 2, 2, 2, 0), 2, (0, 6)),
+            _p("2g.48gb+me.all", "2_SLICE_ALL_ME", 2, 6, 48512, 94, (2, 4, 4, 4, 1), 1, (0, 6)),
+            _p("2g.48gb-me", "2_SLICE_NO_ME", 2, 6, 48512, 94, (2, 0, 0, 0, 0), 2, (0, 6)),
+            _p("4g.96gb", "4_SLICE", 4, 12, 97408, 188, (4, 4, 4, 4, 1), 1, (0,)),
+            _p("4g.96gb+gfx", "4_SLICE_GFX", 4, 12, 97408, 188, (4, 4, 4, 4, 1), 1, (0,)),
+        ),
+        balanced_layout=(("1g.24gb", 2), ("2g.48gb", 1)),
+        unverified=(
+            "2g.48gb and 4g.96gb memory (48512 / 97408 MiB) from lgip's 47.38 / 95.12 GiB, taken as 47.375 / "
+            "95.125 GiB as 1g.24gb's 23.62 GiB is 23.625",
+        ),
+    ),
+    # VR200 (Rubin): every number NVIDIA publishes for it comes from one real ``nvidia-smi -q -x`` capture of
+    # a 4-GPU Vera Rubin tray on driver 615.23 / CUDA 13.4 (NVIDIA/k8s-test-infra
+    # tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-vr200.xml, read through its nvml-mock profile
+    # deployments/nvml-mock/helm/nvml-mock/profiles/vr200.yaml @ bb9c07b): product name (the driver's
+    # generic one for a board its table lacks), memory, reserved framebuffer, BAR1, PCI device ID, power
+    # ceiling and floor, idle power, temperature and P-state, PCIe gen6 x16. The capture has MIG disabled
+    # and lists no profiles, so the board has no MIG table here.
+    GpuModel(
+        key="vr200",
+        board="VR200 compute tray GPU (Vera Rubin superchip, 4 GPUs per tray)",
+        product_name="NVIDIA Graphics Device",
+        memory_mib=286524,
+        multiprocessors=224,
+        compute_capability=(10, 7),
+        architecture="Rubin",
+        pci_device_id=0x307F10DE,
+        brand="Nvidia",
+        sxm=True,
+        facts=BoardFacts(
+            power_limit_w=2300,
+            power_min_w=200,
+            idle_power_w=400.0,
+            idle_temp_c=30,
+            load_temp_c=70,
+            idle_pstate="P5",
+            fan="N/A",
+            bar1_mib=524288,
+            reserved_mib=1277,
+            pcie_gen=6,
+            pcie_width=16,
+            unverified=(),
+        ),
+        unverified=(
+            "multiprocessors (224) not in the capture nor any NVIDIA source found; a third-party figure",
+            "compute capability 10.7 from the CUDA 13.4 developer preview (sm_107), not from the capture; GFD "
+            "maps compute capability major 10 to the blackwell family and only 13 to rubin",
+            "MIG: the capture reports it disabled and no profiles, so none are modelled",
         ),
     ),
     GpuModel(

@@ -54,8 +54,11 @@ def _version_parts(version: str) -> list[str]:
 
 
 def _product(*parts: str, shared: bool) -> str:
-    """GFD's ``getProductName``: each part sanitised, joined by ``-``, ``-SHARED`` when shared and not renamed."""
-    return "-".join([*(sanitize_product(p) for p in parts if p), *(["SHARED"] if shared else [])])
+    """GFD's ``getProductName``: each part sanitised, joined by ``-``, ``-SHARED`` when shared and not renamed.
+
+    Cut to a label value's 63 characters, where GFD writes the whole name and the API server refuses it
+    (``NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition-MIG-1g.24gb.me-SHARED`` is 66)."""
+    return fit_label_value("-".join([*(sanitize_product(p) for p in parts if p), *(["SHARED"] if shared else [])]))
 
 
 def _base(resource: str, config: PluginConfig | None, count: int, *parts: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.faults import FaultPlan
+from fakegpu.sharing.gpu_policies import GpuPolicies
 from fakegpu.sharing.health import HEALTHY, UNHEALTHY, XidPolicy
 from fakegpu.sharing.inventory import Device, Inventory, Resource
 
@@ -42,6 +43,8 @@ class LiveInventory:
         self.generation = 0
         self.xid_policy = xid_policy or XidPolicy()
         self.faults = FaultPlan()
+        self.gpu_policies = GpuPolicies()
+        """Compute mode and time slice per GPU, as the DRA driver's sharing strategies set them."""
         self.bug_modes = bug_modes
 
     @property

@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fakegpu.sharing.catalog import GpuModel
+from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.errors import SpecError, from_validation_error
 from fakegpu.sharing.mig_geometry import max_instances
+from fakegpu.sharing.mig_naming import resource_suffix
 from fakegpu.sharing.yaml_source import load_mapping
 
 
@@ -112,11 +113,26 @@ def choose_from_file(
     return chosen
 
 
+def profile_layout_name(profile: str) -> str:
+    """mig-parted's name for "every GPU full of one profile": ``+`` becomes ``.`` as in resource names
+    (``all-1g.24gb.me.all``, ``all-1g.24gb-me``; NVIDIA/mig-parted's shipped config for 0x2BB510DE)."""
+    return f"all-{resource_suffix(profile)}"
+
+
 def generated_layout_names(models: Sequence[GpuModel]) -> list[str]:
     names = ["all-disabled", "all-enabled", "all-balanced"]
     for model in models:
-        names.extend(f"all-{p.name}" for p in model.mig_profiles if f"all-{p.name}" not in names)
+        names.extend(n for p in model.mig_profiles if (n := profile_layout_name(p.name)) not in names)
     return names
+
+
+def _layout_profile(model: GpuModel, layout: str) -> MigProfile | None:
+    """The profile an ``all-<profile>`` layout names on this board, in mig-parted's spelling or with the
+    profile's own ``+`` (which fakegpu offered before)."""
+    for p in model.mig_profiles:
+        if layout in (profile_layout_name(p.name), f"all-{p.name}"):
+            return p
+    return None
 
 
 def choose_generated(layout: str, models: Sequence[GpuModel], flag: str = "--mig-layout") -> dict[int, MigLayoutChoice]:
@@ -126,7 +142,7 @@ def choose_generated(layout: str, models: Sequence[GpuModel], flag: str = "--mig
     the requested profile is an error naming the GPU.
     """
     names = generated_layout_names(models)
-    if layout not in names:
+    if layout not in names and not any(_layout_profile(m, layout) for m in models):
         raise SpecError(flag, f"unknown MIG layout {layout!r}; available for this node: {', '.join(names)}")
     chosen: dict[int, MigLayoutChoice] = {}
     origin = f"{flag} {layout}"
@@ -140,7 +156,7 @@ def choose_generated(layout: str, models: Sequence[GpuModel], flag: str = "--mig
         elif layout == "all-balanced":
             chosen[index] = MigLayoutChoice(True, tuple(sorted(model.balanced_layout)), origin)
         else:
-            profile = model.profile(layout.removeprefix("all-"))
+            profile = _layout_profile(model, layout)
             if profile is None:
                 supported = ", ".join(p.name for p in model.mig_profiles)
                 raise SpecError(

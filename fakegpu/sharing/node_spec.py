@@ -11,6 +11,9 @@ Example::
       clusterUUID: 1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10
       cliqueID: 1
       imexChannels: 2048   # /dev/nvidia-caps-imex-channels/channel0..2047 (the driver's count)
+      state: completed     # NVML's registration state: not-supported | not-started | in-progress | completed
+      status: SUCCESS      # NVML's registration result once completed (ERROR_UNKNOWN, ...): an NVLink fabric error
+      singleNode: false    # true: behind the node's own NVSwitches and Fabric Manager (HGX), not an NVL72 rack
     gpus:
       - model: h100-80gb
         count: 4
@@ -33,7 +36,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fakegpu.sharing.catalog import CATALOG, lookup_model
 from fakegpu.sharing.driver_defaults import DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION
 from fakegpu.sharing.errors import SpecError, from_validation_error
-from fakegpu.sharing.nvlink_fabric import IMEX_CHANNEL_COUNT, MAX_CLIQUE_ID, NvlinkFabric, parse_cluster_uuid
+from fakegpu.sharing.nvlink_fabric import (
+    FABRIC_SUCCESS,
+    IMEX_CHANNEL_COUNT,
+    MAX_CLIQUE_ID,
+    FabricState,
+    NvlinkFabric,
+    parse_cluster_uuid,
+)
 from fakegpu.sharing.yaml_source import load_mapping
 
 MAX_GPUS_PER_NODE = 64
@@ -46,7 +56,9 @@ class MigDeviceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     profile: str
-    start: int = Field(ge=0, le=7)
+    start: int = Field(ge=0, le=11)
+    """Start slot; the widest grid is the RTX PRO 6000 Blackwell's 12 (``nvidia-smi mig -lgipp``), each
+    board's own profiles then say which starts it allows."""
 
 
 class GpuSpec(BaseModel):
@@ -98,6 +110,9 @@ class FabricSpec(BaseModel):
     cluster_uuid: str = Field(alias="clusterUUID")
     clique_id: int = Field(alias="cliqueID", ge=0, le=MAX_CLIQUE_ID)
     imex_channels: int = Field(default=IMEX_CHANNEL_COUNT, alias="imexChannels", ge=0, le=IMEX_CHANNEL_COUNT)
+    state: FabricState = "completed"
+    status: str = Field(default=FABRIC_SUCCESS, pattern=r"^(SUCCESS|ERROR_[A-Z_]+)$")
+    single_node: bool = Field(default=False, alias="singleNode")
 
     @field_validator("cluster_uuid")
     @classmethod
@@ -105,7 +120,9 @@ class FabricSpec(BaseModel):
         return parse_cluster_uuid(value)
 
     def fabric(self) -> NvlinkFabric:
-        return NvlinkFabric(self.cluster_uuid, self.clique_id, self.imex_channels)
+        return NvlinkFabric(
+            self.cluster_uuid, self.clique_id, self.imex_channels, self.state, self.status, self.single_node
+        )
 
 
 class NodeSpec(BaseModel):

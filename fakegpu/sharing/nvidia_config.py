@@ -34,12 +34,14 @@ class PluginFlagsFile(BaseModel):
 
 
 class GfdFlagsFile(BaseModel):
-    """GPU feature discovery's own flags; accepted and unused by the device plugin, as in NVIDIA's."""
+    """GPU feature discovery's own flags: ``sleepInterval`` shapes ``--label-node``; the rest are accepted
+    and unused, as the device plugin does."""
 
     model_config = _ALLOW
     oneshot: bool | None = None
     no_timestamp: bool | None = Field(default=None, alias="noTimestamp")
-    sleep_interval: str | None = Field(default=None, alias="sleepInterval")
+    sleep_interval: str | int | float | None = Field(default=None, alias="sleepInterval")
+    """A Go duration, ``infinite``, or a number of nanoseconds (``fakegpu.sharing.sleep_interval``)."""
     output_file: str | None = Field(default=None, alias="outputFile")
     machine_type_file: str | None = Field(default=None, alias="machineTypeFile")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from fakegpu.sharing.identifiers import FAKEGPU_NAMESPACE
 
@@ -22,6 +23,13 @@ IMEX_CHANNEL_COUNT = 2048
 """How many channels the driver makes on a fabric node (the DRA driver hard-codes the same number)."""
 MAX_CLIQUE_ID = 0x7FFF
 """NVML's clique ID is a 32-bit field; real GB200 racks report small values (a few thousand at most)."""
+ZERO_CLUSTER_UUID: Final = "00000000-0000-0000-0000-000000000000"
+"""What NVML reports on NVLink-capable GPUs that are not multi-node NVLink capable (no clique)."""
+
+FabricState = Literal["not-supported", "not-started", "in-progress", "completed"]
+FABRIC_STATES: Final[dict[str, int]] = {"not-supported": 0, "not-started": 1, "in-progress": 2, "completed": 3}
+"""NVML's ``nvmlGpuFabricState_t`` (``GPU_FABRIC_STATE_*``) by the name the node spec uses, with its number."""
+FABRIC_SUCCESS: Final = "SUCCESS"
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CLIQUE = re.compile(rf"^(?P<uuid>{_UUID})\.(?P<id>\d+)$")
@@ -38,11 +46,26 @@ class NvlinkFabric:
     cluster_uuid: str
     clique_id: int
     imex_channels: int = IMEX_CHANNEL_COUNT
+    state: FabricState = "completed"
+    """NVML's fabric registration state of every GPU of the node (``nvmlGpuFabricInfo_t.state``): anything but
+    ``completed`` on a fabric-capable GPU is an NVLink fabric error the compute-domain plugin refuses to
+    start on (gate CrashOnNVLinkFabricErrors)."""
+    status: str = FABRIC_SUCCESS
+    """NVML's return code of the registration once ``completed`` (``nvmlGpuFabricInfo_t.status``), by name
+    (``ERROR_UNKNOWN``); anything but ``SUCCESS`` is a registration error."""
+    single_node: bool = False
+    """The GPUs sit behind this node's own NVSwitches and Fabric Manager (an HGX board in FabricManager
+    partition mode), not on a multi-node NVLink domain: a registration still pending there is expected."""
 
     @property
     def clique(self) -> str:
         """``<clusterUUID>.<cliqueID>``: the label value and the compute-domain clique name."""
         return f"{self.cluster_uuid}.{self.clique_id}"
+
+    @property
+    def attached(self) -> bool:
+        """go-nvlib's ``IsFabricAttached``: registration completed without error."""
+        return self.state == "completed" and self.status == FABRIC_SUCCESS
 
 
 def parse_clique(value: str, where: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fakegpu.sharing import sleep_interval as gfd_sleep
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.label_syntax import DNS1123_SUBDOMAIN
 from fakegpu.sharing.nvidia_config import NvidiaConfigFile, ReplicatedResources
@@ -92,6 +93,10 @@ class PluginConfig:
     cdi_feature_flags: tuple[str, ...] = ()
     cdi_disable_hooks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    use_node_feature_api: bool = False
+    """GFD's ``useNodeFeatureAPI``: labels go to a NodeFeature (``fakegpu.sharing.node_feature``), not the Node."""
+    sleep_interval: str = gfd_sleep.DEFAULT
+    """GFD's ``sleepInterval``: a Go duration, or ``infinite`` (label once per run)."""
     nvidia_smi_dir: str | None = None
     """fakegpu extension, not NVIDIA's: where the fake nvidia-smi files live on the host when containers get
     them mounted (``fakegpu.sharing.inputs.InventoryInputs.nvidia_smi_dir``); None = no injection."""
@@ -175,6 +180,8 @@ def resolve_plugin_config(
             value = from_file
             if spec.kind in ("list", "ints"):
                 value = (value,) if isinstance(value, str) else tuple(value)
+            elif spec.kind == "duration":
+                value = gfd_sleep.from_config_file(value)
         else:
             origin = f"default of {spec.cli}"
             value = spec.default
@@ -324,6 +331,7 @@ def _validate(config: PluginConfig, origins: Mapping[str, str]) -> None:
             origins["device_discovery_strategy"],
             f"invalid --device-discovery-strategy option: {config.device_discovery_strategy}",
         )
+    gfd_sleep.sleep_interval_seconds(config.sleep_interval, origins["sleep_interval"])
     if config.imex_channel_ids not in ((), (0,)):
         # NVIDIA v0.17 api/config/v1/imex.go AssertChannelIDsValid (no channel, or channel 0 only), wrapped
         # by cmd/nvidia-device-plugin/main.go validateFlags; Go prints the slice as [0 1].

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-FlagKind = Literal["str", "bool", "list", "ints"]
+FlagKind = Literal["str", "bool", "list", "ints", "duration"]
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,27 @@ PLUGIN_FLAGS: tuple[FlagSpec, ...] = (
         (),
         "list",
         "CDI hooks to leave out of generated specs (accepted; the fake spec has no hooks)",
+    ),
+    # GPU Feature Discovery's (cmd/gpu-feature-discovery/main.go): they shape --label-node and `fakegpu labels`.
+    FlagSpec(
+        "use_node_feature_api",
+        ("flags", "useNodeFeatureAPI"),
+        "--use-node-feature-api",
+        ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),
+        False,
+        "bool",
+        "with --label-node, publish the GFD labels as an nfd.k8s-sigs.io NodeFeature for Node Feature Discovery "
+        "instead of on the Node (NVIDIA's default is true since v0.19; fakegpu's false: it runs no NFD)",
+    ),
+    FlagSpec(
+        "sleep_interval",
+        ("flags", "gfd", "sleepInterval"),
+        "--sleep-interval",
+        ("GFD_SLEEP_INTERVAL",),
+        "60s",
+        "duration",
+        "with --label-node, GFD's relabelling period (a Go duration), or infinite: write the labels once per "
+        "served config and never refresh them",
     ),
 )
 

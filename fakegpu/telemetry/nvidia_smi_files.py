@@ -19,6 +19,7 @@ from typing import Final
 
 from fakegpu.runtime.atomic_files import atomic_write
 from fakegpu.runtime.change_stream import keep_current
+from fakegpu.sharing.gpu_policies import GpuPolicies
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi.devices import from_inventory, to_json
@@ -30,9 +31,12 @@ SCRIPT_MODE: Final = 0o755
 DEVICES_MODE: Final = 0o644
 
 
-def render_files(inventory: Inventory, *, dynamic_mig: bool = False) -> tuple[bytes, bytes]:
-    """(script, devices.json) for the inventory's node (with its dynamic MIG devices if ``dynamic_mig``)."""
-    node = from_inventory(inventory, dynamic_mig=dynamic_mig)
+def render_files(
+    inventory: Inventory, *, dynamic_mig: bool = False, policies: GpuPolicies | None = None
+) -> tuple[bytes, bytes]:
+    """(script, devices.json) for the inventory's node (with its dynamic MIG devices if ``dynamic_mig``, each
+    GPU in the compute mode ``policies`` has for it)."""
+    node = from_inventory(inventory, dynamic_mig=dynamic_mig, policies=policies)
     devices = json.dumps(to_json(node), indent=2, ensure_ascii=False) + "\n"
     return render_script(node).encode("utf-8"), devices.encode("utf-8")
 
@@ -61,9 +65,9 @@ class NvidiaSmiFiles:
         self.writes = 0
         self._written: tuple[bytes, bytes] | None = None
 
-    def update(self, inventory: Inventory) -> bool:
+    def update(self, inventory: Inventory, policies: GpuPolicies | None = None) -> bool:
         """Write the files if they would change; True when written. Errors propagate."""
-        rendered = render_files(inventory, dynamic_mig=self.dynamic_mig)
+        rendered = render_files(inventory, dynamic_mig=self.dynamic_mig, policies=policies)
         if rendered == self._written and all((self.directory / name).exists() for name in (SCRIPT_FILE, DEVICES_FILE)):
             return False
         _write(self.directory, rendered)
@@ -72,5 +76,16 @@ class NvidiaSmiFiles:
         return True
 
     def follow(self, live: LiveInventory) -> Callable[[], None]:
-        """Write now and after every change of ``live`` (``keep_current``); returns the unsubscribe function."""
-        return keep_current(live, lambda: self.update(live.inventory), f"the fake nvidia-smi files in {self.directory}")
+        """Write now and after every change of ``live`` or of its GPUs' compute modes (``keep_current``);
+        returns the unsubscribe function."""
+        what = f"the fake nvidia-smi files in {self.directory}"
+        unfollow = [
+            keep_current(live, lambda: self.update(live.inventory, live.gpu_policies), what),
+            keep_current(live.gpu_policies, lambda: self.update(live.inventory, live.gpu_policies), what),
+        ]
+
+        def unsubscribe() -> None:
+            for stop in unfollow:
+                stop()
+
+        return unsubscribe

@@ -24,6 +24,7 @@ import jsonschema  # type: ignore[import-untyped]
 import yaml
 
 from tests.apiserver import k8s_validation as val
+from tests.apiserver.nodefeature_crd import node_feature_crd
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "compute-domains"
 IMMUTABLE_RULE = "self == oldSelf"
@@ -151,23 +152,36 @@ class CustomResourceSchema:
         return errors
 
 
+def schema_from_crd(crd: Mapping[str, Any]) -> CustomResourceSchema:
+    """The served version of one CRD object."""
+    (version,) = [v for v in crd["spec"]["versions"] if v["served"]]
+    structural = version["schema"]["openAPIV3Schema"]
+    validator_class = jsonschema.validators.validator_for({}, default=jsonschema.Draft7Validator)
+    plain = _json_schema(structural)
+    plain["properties"].pop("metadata", None)
+    return CustomResourceSchema(
+        plural=crd["spec"]["names"]["plural"],
+        kind=crd["spec"]["names"]["kind"],
+        has_status="status" in (version.get("subresources") or {}),
+        structural=structural,
+        validator=validator_class(plain),
+        transition_rules=tuple(_transition_rules(structural)),
+    )
+
+
 @functools.cache
 def crd_schemas(directory: Path = CRD_DIR) -> dict[str, CustomResourceSchema]:
     """The served version of every CRD manifest in ``directory`` (``*-crd.yaml``), by plural."""
     schemas = {}
     for path in sorted(directory.glob("*-crd.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        (version,) = [v for v in crd["spec"]["versions"] if v["served"]]
-        structural = version["schema"]["openAPIV3Schema"]
-        validator_class = jsonschema.validators.validator_for({}, default=jsonschema.Draft7Validator)
-        plain = _json_schema(structural)
-        plain["properties"].pop("metadata", None)
-        schemas[crd["spec"]["names"]["plural"]] = CustomResourceSchema(
-            plural=crd["spec"]["names"]["plural"],
-            kind=crd["spec"]["names"]["kind"],
-            has_status="status" in (version.get("subresources") or {}),
-            structural=structural,
-            validator=validator_class(plain),
-            transition_rules=tuple(_transition_rules(structural)),
-        )
+        schema = schema_from_crd(yaml.safe_load(path.read_text()))
+        schemas[schema.plural] = schema
     return schemas
+
+
+@functools.cache
+def custom_schemas() -> dict[str, CustomResourceSchema]:
+    """Every custom resource the server can serve, by plural: NVIDIA's CRDs from deploy/ and NFD's NodeFeature
+    (``tests.apiserver.nodefeature_crd``)."""
+    nfd = schema_from_crd(node_feature_crd())
+    return {**crd_schemas(), nfd.plural: nfd}

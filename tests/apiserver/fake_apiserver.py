@@ -35,6 +35,8 @@ Objects are kept as metadata plus compact JSON (:mod:`tests.apiserver.stored_obj
 counts and bytes received per verb (for a client in another process; :mod:`tests.apiserver.standalone`
 runs the server in a process of its own).
 
+With ``nfd_crds=True`` Node Feature Discovery's NodeFeature is served and checked against its CRD's schema
+(:mod:`tests.apiserver.nodefeature_crd`).
 With ``nvidia_crds=True`` NVIDIA's ComputeDomain and ComputeDomainClique (and core/v1 ``events``) are served,
 ``/apis`` lists resource.nvidia.com, and their writes are pruned, defaulted and validated against the CRDs'
 own schemas in deploy/overlays/compute-domains (:mod:`tests.apiserver.crd_schema`), immutable-spec rule
@@ -175,6 +177,12 @@ NVIDIA_VERSION = "v1beta1"
 #: NVIDIA's DRA driver's custom resources (served once their CRDs are installed: ``nvidia_crds=True``)
 COMPUTE_DOMAINS = ResourceType(NVIDIA_GROUP, "computedomains", "ComputeDomain", namespaced=True, has_status=True)
 COMPUTE_DOMAIN_CLIQUES = ResourceType(NVIDIA_GROUP, "computedomaincliques", "ComputeDomainClique", namespaced=True)
+NFD_GROUP = "nfd.k8s-sigs.io"
+NFD_VERSION = "v1alpha1"
+#: Node Feature Discovery's NodeFeature (``nfd_crds=True``), what GFD writes with useNodeFeatureAPI
+NODE_FEATURES = ResourceType(NFD_GROUP, "nodefeatures", "NodeFeature", namespaced=True)
+#: the groups whose kinds are custom resources, checked against their CRD's schema (tests.apiserver.crd_schema)
+CUSTOM_GROUPS = frozenset({NVIDIA_GROUP, NFD_GROUP})
 #: core/v1 Events, served with the NVIDIA kinds (the compute-domain controller records its transitions)
 EVENTS = ResourceType("", "events", "Event", namespaced=True)
 #: Namespaces and CRDs with their deletion lifecycle (``namespaces_and_crds=True``): what a teardown waits on
@@ -203,6 +211,7 @@ _TYPES = {
         RESOURCE_CLAIM_TEMPLATES,
         COMPUTE_DOMAINS,
         COMPUTE_DOMAIN_CLIQUES,
+        NODE_FEATURES,
         EVENTS,
         NAMESPACES,
         CRDS,
@@ -651,6 +660,7 @@ class FakeApiServer:
         validate_schema: bool = True,
         history_limit: int = 1000,
         nvidia_crds: bool = False,
+        nfd_crds: bool = False,
         namespaces_and_crds: bool = False,
         tls: bool = False,
     ) -> None:
@@ -659,7 +669,8 @@ class FakeApiServer:
         without, plain HTTP (cheaper for the tests that do not measure the client).
 
         ``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
-        DRA driver's CRDs installed does.
+        DRA driver's CRDs installed does. ``nfd_crds`` serves Node Feature Discovery's NodeFeature, checked
+        against its CRD's schema (:mod:`tests.apiserver.nodefeature_crd`), as a cluster running NFD does.
 
         ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
         server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
@@ -728,6 +739,8 @@ class FakeApiServer:
                 t.plural: t for t in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES)
             }
             self._served[("", "v1")][EVENTS.plural] = EVENTS
+        if nfd_crds:
+            self._served[(NFD_GROUP, NFD_VERSION)] = {NODE_FEATURES.plural: NODE_FEATURES}
         if namespaces_and_crds:
             self._served[("", "v1")][NAMESPACES.plural] = NAMESPACES
             self._served[(APIEXTENSIONS_GROUP, "v1")] = {CRDS.plural: CRDS}
@@ -923,8 +936,8 @@ class FakeApiServer:
             if key in self._objects:
                 raise ValueError(f"{rtype.plural} {key[1]}/{key[2]} already exists")
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
-            if rtype.group == NVIDIA_GROUP:  # a real server defaults what it reads from storage, too
-                crd_schema.crd_schemas()[rtype.plural].normalize(new)
+            if rtype.group in CUSTOM_GROUPS:  # a real server defaults what it reads from storage, too
+                crd_schema.custom_schemas()[rtype.plural].normalize(new)
             if validate:
                 self._raise_direct(rtype, new)
             return self._commit_put(rtype, key, new)
@@ -1091,6 +1104,8 @@ class FakeApiServer:
             groups = [self._group_doc()] if self.resource_api_versions else []
             if (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
                 groups.append(self._nvidia_group_doc())
+            if (NFD_GROUP, NFD_VERSION) in self._served:
+                groups.append(self._single_version_group_doc(NFD_GROUP, NFD_VERSION))
             if (APIEXTENSIONS_GROUP, "v1") in self._served:
                 groups.append(self._single_version_group_doc(APIEXTENSIONS_GROUP, "v1"))
             return _Response(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
@@ -1098,6 +1113,10 @@ class FakeApiServer:
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._group_doc()})
         if segs == ["apis", NVIDIA_GROUP] and (NVIDIA_GROUP, NVIDIA_VERSION) in self._served:
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **self._nvidia_group_doc()})
+        if segs == ["apis", NFD_GROUP] and (NFD_GROUP, NFD_VERSION) in self._served:
+            return _Response(
+                200, {"kind": "APIGroup", "apiVersion": "v1", **self._single_version_group_doc(NFD_GROUP, NFD_VERSION)}
+            )
         if segs == ["apis", APIEXTENSIONS_GROUP] and (APIEXTENSIONS_GROUP, "v1") in self._served:
             doc = self._single_version_group_doc(APIEXTENSIONS_GROUP, "v1")
             return _Response(200, {"kind": "APIGroup", "apiVersion": "v1", **doc})
@@ -1470,8 +1489,8 @@ class FakeApiServer:
             meta.pop(field_name, None)
         if rtype is RESOURCE_CLAIMS or (rtype.group == NVIDIA_GROUP and rtype.has_status):
             obj.pop("status", None)  # status can only be written through /status
-        if rtype.group == NVIDIA_GROUP:
-            crd_schema.crd_schemas()[rtype.plural].normalize(obj)
+        if rtype.group in CUSTOM_GROUPS:
+            crd_schema.custom_schemas()[rtype.plural].normalize(obj)
         if rtype is NAMESPACES:
             obj.setdefault("spec", {})["finalizers"] = [NAMESPACE_FINALIZER]
             obj["status"] = {"phase": "Active"}
@@ -1588,8 +1607,8 @@ class FakeApiServer:
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(new, old, _version_of(new["apiVersion"]), self.feature_gates)
         errors = val.validate_immutable(rtype.plural, new, old)
-        if rtype.group == NVIDIA_GROUP:
-            schema = crd_schema.crd_schemas()[rtype.plural]
+        if rtype.group in CUSTOM_GROUPS:
+            schema = crd_schema.custom_schemas()[rtype.plural]
             schema.normalize(new)
             errors += schema.transition_errors(new, old)
         added = set(new["metadata"].get("finalizers") or []) - set(old_meta.get("finalizers") or [])
@@ -1901,8 +1920,8 @@ class FakeApiServer:
             errors += val.validate_resource_claim(obj, version)
         elif rtype is NODES:
             errors += val.validate_node(obj)
-        if rtype.group == NVIDIA_GROUP:  # custom resources: their CRD's own schema, always (it is cheap)
-            return errors + crd_schema.crd_schemas()[rtype.plural].errors(obj)
+        if rtype.group in CUSTOM_GROUPS:  # custom resources: their CRD's own schema, always (it is cheap)
+            return errors + crd_schema.custom_schemas()[rtype.plural].errors(obj)
         if not self.validate_schema:
             return errors
         try:

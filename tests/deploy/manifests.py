@@ -133,15 +133,20 @@ def parse_cli(argv: list[str]) -> argparse.Namespace:
         pytest.fail(f"fakegpu rejects the manifest's arguments {argv}:\n{err.getvalue()}")
 
 
-def container_env(container: Obj, node_name: str) -> dict[str, str]:
-    """The container's environment as the kubelet would set it on ``node_name`` (literal values and the
-    spec.nodeName field reference; anything else fails, so new kinds of env get a look)."""
+def container_env(
+    container: Obj, node_name: str, namespace: str = "fakegpu", pod_name: str = "fakegpu-pod"
+) -> dict[str, str]:
+    """The container's environment as the kubelet would set it on ``node_name`` for a pod ``pod_name`` in
+    ``namespace`` (literal values and the spec.nodeName, metadata.namespace and metadata.name field references;
+    anything else fails, so new kinds of env get a look)."""
+    fields = {"spec.nodeName": node_name, "metadata.namespace": namespace, "metadata.name": pod_name}
     env: dict[str, str] = {}
     for item in container.get("env", []):
+        field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         if "value" in item:
             env[item["name"]] = item["value"]
-        elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
-            env[item["name"]] = node_name
+        elif field in fields:
+            env[item["name"]] = fields[field]
         else:
             pytest.fail(f"env {item['name']} of container {container['name']}: the test cannot resolve {item}")
     return env

@@ -15,7 +15,7 @@ from tests.deploy.manifests import DEPLOY, SHARED_DEVICE_CLASSES, find, load_doc
 def cli_device_classes(capsys: pytest.CaptureFixture[str], *flags: str) -> list[dict[str, Any]]:
     assert main(["deviceclasses", "--compute-domains", *flags]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
-    assert len(docs) == 4
+    assert len(docs) == 5
     return docs
 
 
@@ -24,8 +24,23 @@ def test_compute_domain_classes_come_only_when_asked(capsys: pytest.CaptureFixtu
     (``--compute-domains``); without the flag ``fakegpu deviceclasses`` prints the GPU classes alone."""
     assert main(["deviceclasses"]) == 0
     plain = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
-    assert [d["metadata"]["name"] for d in plain] == ["gpu.nvidia.com", "mig.nvidia.com"]
-    assert cli_device_classes(capsys)[:2] == plain
+    assert [d["metadata"]["name"] for d in plain] == ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
+    assert cli_device_classes(capsys)[:3] == plain
+
+
+def test_gpu_classes_are_the_charts_three(capsys: pytest.CaptureFixture[str]) -> None:
+    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at main (v0.5.0 docs):
+    `resources.gpus.enabled` registers the `gpu.nvidia.com`, `mig.nvidia.com` and `vfio.gpu.nvidia.com`
+    DeviceClasses, each selecting the driver's devices of one `type` (resourceslice-attributes.md: gpu, mig,
+    vfio); only the whole-GPU class maps `nvidia.com/gpu` (deviceclass-gpu.yaml since v25.12.0)."""
+    classes = {c["metadata"]["name"]: c["spec"] for c in cli_device_classes(capsys)}
+    for name, device_type in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig"), ("vfio.gpu.nvidia.com", "vfio")):
+        (selector,) = classes[name]["selectors"]
+        assert selector["cel"]["expression"] == (
+            f"device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{device_type}'"
+        )
+    assert [n for n, spec in classes.items() if "extendedResourceName" in spec] == ["gpu.nvidia.com"]
+    assert classes["gpu.nvidia.com"]["extendedResourceName"] == "nvidia.com/gpu"
 
 
 def test_committed_device_classes_equal_the_cli_output(capsys: pytest.CaptureFixture[str]) -> None:

@@ -192,12 +192,11 @@ async def test_a_compute_domain_from_creation_to_every_pod_prepared_and_an_xid(s
         pods.append(
             await node.kubelet.run_pod(f"pod-{worker}", {"worker": {}}, name=f"train-16gpu-{worker}", claims=claims)
         )
-    first = nodes[0].kubelet.pods["pod-0"]
-    assert (first.phase, first.reason) == ("Pending", "ContainerCreating"), first
-    out.append(f"pod/train-16gpu-0 on {NODES[0]}: {first.phase} ({first.reason})")
-    out.append(
-        f"  FailedPrepareDynamicResources: ... error asserting {first.prepare_error.split('error asserting ')[-1]}"
-    )
+        if worker == 0:  # as run_pod answered: the kubelet retries in the background while the others start
+            phase, reason, error = pods[0].phase, pods[0].reason, pods[0].prepare_error
+    assert (phase, reason) == ("Pending", "ContainerCreating"), pods[0]
+    out.append(f"pod/train-16gpu-0 on {NODES[0]}: {phase} ({reason})")
+    out.append(f"  FailedPrepareDynamicResources: ... error asserting {error.split('error asserting ')[-1]}")
 
     async def all_running() -> None:
         states = [n.kubelet.pods[f"pod-{i}"].phase for i, n in enumerate(nodes)]

@@ -264,14 +264,32 @@ async def test_four_pods_share_a_gpu_through_the_kubelet(apiserver, start, root)
         await kubelet.stop()
 
 
-@pytest.mark.parametrize(("mig_mode", "layout"), [("static", "all-balanced"), ("dynamic", None)])
-async def test_mig_devices_are_shared_too_and_the_api_server_accepts_them(apiserver, start, mig_mode, layout):
+@pytest.mark.parametrize(
+    ("mig_mode", "gpus", "layout"), [("static", "2xa100-40gb", "all-balanced"), ("dynamic", "2xh100-80gb", None)]
+)
+async def test_mig_devices_are_shared_too_and_the_api_server_accepts_them(apiserver, start, mig_mode, gpus, layout):
     """applyConsumableShares runs for static MIG (deviceinfo.go GetDevice) and for dynamic MIG and the full GPUs
     beside them (PartGetDevice); every policy passes the API server's requestPolicy validation."""
     gates = GATES.with_gate("DynamicMIG", mig_mode == "dynamic").with_gate("MPSSupport", False)
-    driver = await start(apiserver, "3", gates=gates, gpus="2xa100-40gb", layout=layout, mig_mode=mig_mode)
+    driver = await start(apiserver, "3", gates=gates, gpus=gpus, layout=layout, mig_mode=mig_mode)
     assert driver.publisher.stats.errors == []
     devices = device_entries(apiserver)
     assert any("-mig-" in d["name"] for d in devices)
     assert all(d["allowMultipleAllocations"] is True and d["capacity"]["shares"]["value"] == "3" for d in devices)
     assert apiserver.rejections == []
+
+
+async def test_a_shared_gpus_time_slice_goes_back_to_default_with_its_last_share(apiserver, start):
+    """device_state.go unprepareDevices: with consumable shares, a GPU another prepared claim still holds keeps
+    its time slice (isGpuUUIDInUseByOtherClaims); the last share's unprepare resets it to Default."""
+    driver = await start(apiserver)
+    gpu0 = driver.live.inventory.node.gpus[0].uuid
+    long = [opaque_config(gpu_config({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}))]
+    a, b = shared_claim(apiserver, "a", SHARE_A, config=long), shared_claim(apiserver, "b", SHARE_B, config=long)
+    response = await prepare(driver.plugin.dra_socket, [a, b])
+    assert [response.claims[c[2]].error for c in (a, b)] == ["", ""]
+    assert driver.live.gpu_policies.time_slice(gpu0) == "Long"
+    assert (await unprepare(driver.plugin.dra_socket, [a])).claims[a[2]].error == ""
+    assert driver.live.gpu_policies.time_slice(gpu0) == "Long"
+    assert (await unprepare(driver.plugin.dra_socket, [b])).claims[b[2]].error == ""
+    assert driver.live.gpu_policies.time_slice(gpu0) == "Default"

@@ -112,12 +112,26 @@ async def test_publishes_valid_slices_owned_by_the_node(apiserver, make_driver):
     assert devices(apiserver) == [f"gpu-{i}" for i in range(8)]
 
 
+async def test_attribute_gates_reach_the_published_slices(apiserver, make_driver):
+    """`fakegpu dra --feature-gates` reaches the slices as NVIDIA's gates reach its publisher
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go and deviceinfo.go at main after
+    PR #1261 and #1273): the NUMA node as a list, Fabric Manager partitions on full GPUs."""
+    gates = parse_feature_gates("FabricManagerPartitioning=true,DRAListTypeAttributes=true")
+    await make_driver(apiserver, "8xh100-80gb", gates=gates)
+    published = [d for s in slices(apiserver) for d in s["spec"]["devices"]]
+    assert len(published) == 8
+    for device in published:
+        attributes = device["attributes"]
+        assert attributes["resource.kubernetes.io/numaNode"] == {"ints": [0]}
+        assert attributes["gpuModuleID"] == {"int": int(device["name"].removeprefix("gpu-")) + 1}
+
+
 @pytest.mark.parametrize(("minor", "expected_slices"), [(34, 8), (35, 9), (36, 9)])
 async def test_dynamic_mig_layout_per_server_version(root, make_driver, minor, expected_slices):
     server = FakeApiServer(f"1.{minor}", feature_gates={"DRAPartitionableDevices": True}).start()
     try:
         server.add_node(NODE)
-        driver = await make_driver(server, "8xa100-40gb", mig_mode="dynamic", minor=minor)
+        driver = await make_driver(server, "8xh100-80gb", mig_mode="dynamic", minor=minor)
         assert driver.publisher.stats.errors == []
         got = slices(server)
         assert len(got) == expected_slices

@@ -234,19 +234,26 @@ def grants(rules: list[Rule]) -> set[Access]:
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    """With NVIDIA's CRDs, for ``fakegpu dra --compute-domains`` (``exercise_compute_domains``)."""
-    with serving(NODE, nvidia_crds=True, strict=False) as server:
+    """With NVIDIA's CRDs, for ``fakegpu dra --compute-domains`` (``exercise_compute_domains``), and NFD's, for
+    the device plugin's NodeFeature (``exercise_device_plugin``)."""
+    with serving(NODE, nvidia_crds=True, nfd_crds=True, strict=False) as server:
         yield server
 
 
 async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
-    """``fakegpu plugin --label-node --config-dir``: read the node, follow it, label it, switch configs."""
+    """``fakegpu plugin --label-node --config-dir``: read the node, follow it, label it, switch configs, then
+    to GFD's NodeFeature output (create, update, and delete on exit)."""
 
     configs = root / "configs"
     configs.mkdir()
     (configs / "default").write_text("version: v1\n")
     (configs / "ts").write_text(
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
+    (configs / "nfd").write_text("version: v1\nflags:\n  useNodeFeatureAPI: true\n")
+    (configs / "nfd-ts").write_text(
+        "version: v1\nflags:\n  useNodeFeatureAPI: true\n"
+        "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
     )
     kubelet = KubeletEmulator(root / "kubelet")
     await kubelet.start()
@@ -256,6 +263,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
         selection=ConfigSelection(configs),
         kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")),
         resync_interval=0.2,
+        pod_name="train",
     )
     inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
     apiserver.create_direct(_pod("train"))
@@ -286,11 +294,28 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             ),
             "labels",
         )
+        for config, replicas in (("nfd", "1"), ("nfd-ts", "2")):
+            node = apiserver.get_object("nodes", NODE)
+            assert node is not None
+            node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config
+            apiserver.update_direct(node)
+            await eventually(_replicas_are(apiserver, replicas), f"NodeFeature of {config}")
     finally:
         try:
             await stop_and_wait(stop, task)
         finally:
             await kubelet.stop()
+    assert apiserver.objects("nodefeatures") == [], "the NodeFeature stayed after the stop"
+
+
+def _replicas_are(apiserver: FakeApiServer, replicas: str) -> Callable[[], bool]:
+    """Whether the NodeFeature's labels say ``replicas``."""
+
+    def check() -> bool:
+        found = apiserver.objects("nodefeatures")
+        return bool(found) and found[0]["spec"]["labels"].get("nvidia.com/gpu.replicas") == replicas
+
+    return check
 
 
 async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:

@@ -43,6 +43,12 @@ def test_required_models_present():
         ("b200", "NVIDIA B200", "NVIDIA-B200", 183359),
         ("gb200", "NVIDIA GB200", "NVIDIA-GB200", 189471),
         ("gb300", "NVIDIA GB300", "NVIDIA-GB300", 284208),
+        (
+            "rtx-pro-6000",
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+            97887,
+        ),
     ],
 )
 def test_board_identity(key, product, label, memory):
@@ -115,7 +121,18 @@ def test_gpu_family(cc, family):
 
 def test_only_a100_a30_hopper_blackwell_are_mig_capable():
     capable = {k for k, m in CATALOG.items() if m.mig_capable}
-    assert capable == {"a100-40gb", "a100-80gb", "a30", "h100-80gb", "h100-94gb", "h200", "b200", "gb200", "gb300"}
+    assert capable == {
+        "a100-40gb",
+        "a100-80gb",
+        "a30",
+        "h100-80gb",
+        "h100-94gb",
+        "h200",
+        "b200",
+        "gb200",
+        "gb300",
+        "rtx-pro-6000",
+    }
 
 
 @pytest.mark.parametrize(
@@ -134,6 +151,18 @@ def test_only_a100_a30_hopper_blackwell_are_mig_capable():
         ("a30", "2g.12gb+me", 6),
         ("a30", "4g.24gb", 0),
         ("h200", "1g.35gb", 15),
+        # A real `nvidia-smi mig -lgip` of an RTX PRO 6000 Blackwell Server Edition (driver 580).
+        ("rtx-pro-6000", "1g.24gb", 14),
+        ("rtx-pro-6000", "1g.24gb+me", 21),
+        ("rtx-pro-6000", "1g.24gb+gfx", 47),
+        ("rtx-pro-6000", "1g.24gb+me.all", 65),
+        ("rtx-pro-6000", "1g.24gb-me", 67),
+        ("rtx-pro-6000", "2g.48gb", 5),
+        ("rtx-pro-6000", "2g.48gb+gfx", 35),
+        ("rtx-pro-6000", "2g.48gb+me.all", 64),
+        ("rtx-pro-6000", "2g.48gb-me", 66),
+        ("rtx-pro-6000", "4g.96gb", 0),
+        ("rtx-pro-6000", "4g.96gb+gfx", 32),
     ],
 )
 def test_profile_ids_as_nvidia_smi_lgip_shows_them(key, profile, smi_id):

@@ -117,9 +117,15 @@ class ComputeDomainController:
         *,
         status_interval: float = STATUS_SYNC_INTERVAL,
         resource_api_version: str | None = None,
+        cliques: bool = True,
+        host_managed: bool = False,
     ) -> None:
         """``resource_api_version`` (``resource.k8s.io/v1``, ...) is the version templates are written in;
-        None asks the server for the newest it serves."""
+        None asks the server for the newest it serves. ``cliques`` is the gate ComputeDomainCliques: off, the
+        daemons write ``status.nodes`` themselves and the controller reads no ComputeDomainCliques
+        (``cmd/compute-domain-controller/cdstatus.go`` at commit 3fe9487). ``host_managed`` (``--imex-mode
+        hostManaged``): only the workload template and the finalizer, no daemon template, and the domain is Ready
+        once its template exists (``onAddOrUpdateHostManaged``, ``calculateGlobalStatus`` on main)."""
         if status_interval <= 0:
             raise ValueError(f"status interval must be positive, got {status_interval}")
         if resource_api_version is not None and resource_api_version not in TEMPLATE_KINDS:
@@ -128,6 +134,8 @@ class ComputeDomainController:
         self._namespace = driver_namespace
         self._interval = status_interval
         self._api_version = resource_api_version
+        self._cliques = cliques and not host_managed
+        self._host_managed = host_managed
         self._domains: dict[str, tuple[str, str]] = {}
         """uid -> (namespace, name) of every domain the watch saw."""
         self._setup_needed: set[str] = set()
@@ -362,7 +370,8 @@ class ComputeDomainController:
     async def _ensure_templates(self, domain: Obj) -> bool:
         """Both templates exist for the domain; False when the workload template's name is taken."""
         assert self._api_version is not None
-        await self._ensure_template(domain, daemon_template(domain, self._namespace, self._api_version))
+        if not self._host_managed:
+            await self._ensure_template(domain, daemon_template(domain, self._namespace, self._api_version))
         try:
             await self._ensure_template(domain, workload_template(domain, self._api_version))
         except TemplateCollision as exc:
@@ -460,16 +469,22 @@ class ComputeDomainController:
 
     async def _sync_status(self, domain: Obj, *, blocked: bool) -> None:
         uid = domain["metadata"]["uid"]
-        cliques = [
-            _as_dict(c)
-            async for c in self._client.list(
-                ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
-            )
-        ]
         current: Obj = domain.get("status") or {}
         num_nodes = int(domain["spec"].get("numNodes") or 0)
-        nodes = merged_nodes(clique_nodes(cliques), current.get("nodes") or [])
-        desired = desired_status(nodes, num_nodes, blocked=blocked)
+        if self._host_managed:
+            nodes: list[Obj] = []
+        elif self._cliques:
+            cliques = [
+                _as_dict(c)
+                async for c in self._client.list(
+                    ComputeDomainClique, namespace=self._namespace, labels={COMPUTE_DOMAIN_LABEL: uid}
+                )
+            ]
+            nodes = merged_nodes(clique_nodes(cliques), current.get("nodes") or [])
+        else:
+            nodes = [dict(n) for n in current.get("nodes") or []]
+        # host-managed: no daemons to count, Ready once admitted with its template
+        desired = desired_status(nodes, 0 if self._host_managed else num_nodes, blocked=blocked)
         if desired == current:
             return
         updated = copy.deepcopy(domain)

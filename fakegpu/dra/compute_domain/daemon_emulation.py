@@ -15,6 +15,14 @@ node is unhealthy (a real ``nvidia-imex-ctl -q`` stops answering READY when its 
 the label goes. On a node without a clique it writes the controller's ``status.nodes`` entry itself (status
 subresource), Ready after the same delay (the daemon's probe is a no-op there, so health does not matter).
 API failures are logged and retried with backoff; nothing here ever stops the plugin.
+
+Gates, as NVIDIA's daemon reads them (``cmd/compute-domain-daemon/controller.go`` ``NewController``,
+``cdstatus.go``; commit 3fe9487, unchanged at v0.4.x): with ``ComputeDomainCliques`` off the daemon of a
+fabric node writes its entry into the domain's ``status.nodes`` itself (``syncNodeInfoToCD``: its clique
+ID, the lowest index its clique leaves free, NotReady first) instead of a ComputeDomainClique. The clique is
+the one the node had when the daemon started (its ``CLIQUE_ID``), kept until it leaves, whatever a later
+refresh reads. ``IMEXDaemonsWithDNSNames`` picks the nodes config it writes
+(``fakegpu.dra.compute_domain.imex_nodes_config``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from lightkube import AsyncClient
@@ -30,7 +40,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from fakegpu.dra.compute_domain.domain_api import DomainApi, clique_object_name, node_clique
+from fakegpu.dra.compute_domain.domain_api import DomainApi, clique_object_name
+from fakegpu.dra.compute_domain.imex_nodes_config import MAX_NODES_PER_IMEX_DOMAIN, clique_members, write_imex_config
 from fakegpu.dra.compute_domain.resources import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -100,6 +111,25 @@ def daemon_status(remaining: float, clique: str, unhealthy: Collection[str]) -> 
     return READY, "check succeeded (noop, clique ID is empty)"
 
 
+def lowest_free_index_in_clique(nodes: Sequence[Mapping[str, Any]], clique: str) -> int:
+    """``getNextAvailableIndex``: the lowest index no ``status.nodes`` entry of the same clique holds."""
+    taken = {n.get("index") for n in nodes if n.get("cliqueID") == clique}
+    index = 0
+    while index in taken:
+        index += 1
+    return index
+
+
+@dataclass(frozen=True)
+class DaemonGates:
+    """The daemon's gates and where it writes its IMEX config (None: nowhere)."""
+
+    cliques: bool = True
+    dns_names: bool = True
+    domains_dir: Path | None = None
+    max_nodes: int = MAX_NODES_PER_IMEX_DOMAIN
+
+
 class ImexDaemonEmulation:
     """Follows the node's label and keeps this node's daemon entry in the API server as a daemon would."""
 
@@ -109,13 +139,18 @@ class ImexDaemonEmulation:
         api: DomainApi,
         live: LiveInventory,
         *,
+        clique: Callable[[], str] = lambda: "",
+        gates: DaemonGates = DaemonGates(),
         start_delay: float = DEFAULT_START_DELAY,
         resync_interval: float = RESYNC_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clique`` is the plugin's current clique ID, read when the daemon starts."""
         self.client = client
         self.api = api
         self.live = live
+        self.current_clique = clique
+        self.gates = gates
         self.start_delay = start_delay
         self.resync_interval = resync_interval
         self.clock = clock
@@ -125,6 +160,11 @@ class ImexDaemonEmulation:
         self.joined: str | None = None
         """The domain whose entry this node wrote, and when (for the start delay)."""
         self.joined_at = 0.0
+        self.clique = ""
+        """The clique the daemon started with (its ``CLIQUE_ID``), kept until it leaves."""
+        self._seen: tuple[list[dict[str, Any]], int] = ([], 0)
+        """The entries of the object the daemon last wrote (its clique's, or ``status.nodes``) and the domain's
+        ``numNodes`` when it read them (0 when it did not)."""
         self.status: str | None = None
         self.failures = 0
         self._wake = asyncio.Event()
@@ -134,10 +174,6 @@ class ImexDaemonEmulation:
     @property
     def node(self) -> str:
         return self.live.inventory.node.name
-
-    @property
-    def clique(self) -> str:
-        return node_clique(self.live)
 
     def wake(self) -> None:
         """Reconcile soon (the label, health or something else changed)."""
@@ -187,13 +223,14 @@ class ImexDaemonEmulation:
         if self.label is None:
             return self.resync_interval
         if self.joined is None:
-            self.joined, self.joined_at = self.label, self.clock()
+            self.joined, self.joined_at, self.clique = self.label, self.clock(), self.current_clique()
         remaining = self.start_delay - (self.clock() - self.joined_at)
         wanted, why = self._wanted(remaining)
         if await self._upsert(self.joined, wanted):
             if wanted != self.status:
                 log.info("IMEX daemon of ComputeDomain %s on node %s: %s (%s)", self.joined, self.node, wanted, why)
             self.status = wanted
+            await self._write_config(self.joined)
         return remaining if remaining > 0 else self.resync_interval
 
     def _wanted(self, remaining: float) -> tuple[str, str]:
@@ -203,10 +240,27 @@ class ImexDaemonEmulation:
 
     async def _upsert(self, domain_uid: str, status: str) -> bool:
         """Write this node's entry with ``status``; False when the domain is gone (nothing written)."""
-        if self.clique:
+        if self.clique and self.gates.cliques:
             await self._upsert_clique(domain_uid, status)
             return True
         return await self._upsert_status(domain_uid, status)
+
+    async def _write_config(self, domain_uid: str) -> None:
+        """The nodes config (and hosts lines) of the clique's members, on a fabric node only: off the fabric
+        NVIDIA's daemon runs no IMEX daemon."""
+        if not self.clique or self.gates.domains_dir is None:
+            return
+        entries, num_nodes = self._seen
+        written = write_imex_config(
+            self.gates.domains_dir / domain_uid,
+            clique_members(entries, self.clique),
+            dns_names=self.gates.dns_names,
+            joined=len(entries),
+            num_nodes=num_nodes,
+            max_nodes=self.gates.max_nodes,
+        )
+        if not written:
+            log.debug("IMEX daemon on node %s: numNodes %d, nodes seen: %d", self.node, num_nodes, len(entries))
 
     def _entry(self, index: int, status: str) -> dict[str, Any]:
         return {"nodeName": self.node, "ipAddress": self.ip, "cliqueID": self.clique, "index": index, "status": status}
@@ -228,6 +282,7 @@ class ImexDaemonEmulation:
                 }
                 try:
                     await self.client.create(ComputeDomainClique.from_dict(obj))
+                    self._seen = ([self._entry(0, status)], 0)
                     return
                 except ApiError as exc:
                     if exc.status.code == 409:
@@ -235,6 +290,7 @@ class ImexDaemonEmulation:
                     raise
             daemons = with_entry(found.get("daemons") or [], self._entry(0, status))
             if daemons is None or await self._patch_clique(found, daemons):
+                self._seen = (daemons if daemons is not None else [dict(d) for d in found.get("daemons") or []], 0)
                 return
         raise RuntimeError(f"too many conflicting writes to ComputeDomainClique {self.api.namespace}/{name}")
 
@@ -264,8 +320,19 @@ class ImexDaemonEmulation:
     # -- node without a clique: the domain's status.nodes, as the controller writes it from the pod ------
 
     async def _upsert_status(self, domain_uid: str, status: str) -> bool:
-        entry = {"name": self.node, "ipAddress": self.ip, "cliqueID": "", "index": -1, "status": status}
-        return await self._edit_status(domain_uid, lambda nodes: [*self._without_me(nodes), entry])
+        if self.gates.cliques:  # the controller's entry for a node without a clique
+            entry = {"name": self.node, "ipAddress": self.ip, "cliqueID": "", "index": -1, "status": status}
+            return await self._edit_status(domain_uid, lambda nodes: [*self._without_me(nodes), entry])
+        return await self._edit_status(domain_uid, lambda nodes: self._with_my_node(nodes, status))
+
+    def _with_my_node(self, nodes: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:
+        """``syncNodeInfoToCD``: this node's entry keeps its index; a node joining takes its clique's lowest
+        free one."""
+        mine = [n for n in nodes if n.get("name") == self.node]
+        others = self._without_me(nodes)
+        index = mine[0].get("index", 0) if mine else lowest_free_index_in_clique(others, self.clique)
+        entry = {"name": self.node, "ipAddress": self.ip, "cliqueID": self.clique, "index": index, "status": status}
+        return [*others, entry]
 
     def _without_me(self, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [n for n in nodes if n.get("name") != self.node]
@@ -279,6 +346,7 @@ class ImexDaemonEmulation:
             status = dict(domain.get("status") or {})
             nodes = [dict(n) for n in status.get("nodes") or []]
             new = edit(nodes)
+            self._seen = (new, int((domain.get("spec") or {}).get("numNodes") or 0))
             if sorted(map(repr, new)) == sorted(map(repr, nodes)):
                 return True
             body: dict[str, Any] = {"nodes": new}
@@ -296,7 +364,7 @@ class ImexDaemonEmulation:
         raise RuntimeError(f"too many conflicting writes to the status of ComputeDomain {domain_uid}")
 
     async def _leave(self, domain_uid: str) -> None:
-        if self.clique:
+        if self.clique and self.gates.cliques:
             await self._leave_clique(domain_uid)
         else:
             await self._edit_status(domain_uid, self._without_me)

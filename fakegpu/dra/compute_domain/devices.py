@@ -19,17 +19,21 @@ CHANNEL_TYPE = "channel"
 DAEMON_TYPE = "daemon"
 
 
-def compute_domain_devices() -> list[dict[str, Any]]:
-    """The two published devices in the flat (resource.k8s.io/v1, v1beta2) shape."""
-    return [
-        {"name": CHANNEL_DEVICE, "attributes": {"type": {"string": CHANNEL_TYPE}, "id": {"int": 0}}},
-        {"name": DAEMON_DEVICE, "attributes": {"type": {"string": DAEMON_TYPE}, "id": {"int": 0}}},
-    ]
+def compute_domain_devices(*, host_managed: bool = False) -> list[dict[str, Any]]:
+    """The published devices in the flat (resource.k8s.io/v1, v1beta2) shape; under host-managed IMEX the driver
+    runs no daemons and publishes no ``daemon`` device (``computeDomainPublishedDevices`` in ``driver.go`` at
+    commit 2dc387e)."""
+    devices = [{"name": CHANNEL_DEVICE, "attributes": {"type": {"string": CHANNEL_TYPE}, "id": {"int": 0}}}]
+    if not host_managed:
+        devices.append({"name": DAEMON_DEVICE, "attributes": {"type": {"string": DAEMON_TYPE}, "id": {"int": 0}}})
+    return devices
 
 
-def compute_domain_slice_spec(node_name: str, api_version: str, generation: int = 1) -> dict[str, Any]:
+def compute_domain_slice_spec(
+    node_name: str, api_version: str, generation: int = 1, *, host_managed: bool = False
+) -> dict[str, Any]:
     """The node's one compute-domain ResourceSlice spec; v1beta1 wraps each device's fields in ``basic``."""
-    devices = compute_domain_devices()
+    devices = compute_domain_devices(host_managed=host_managed)
     if api_version == "resource.k8s.io/v1beta1":
         devices = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}} for d in devices]
     return {

@@ -25,15 +25,8 @@ from fakegpu.dra.compute_domain.resources import (
     ComputeDomain,
     ComputeDomainClique,
 )
-from fakegpu.sharing.live_inventory import LiveInventory
 
 MAX_CONFLICT_RETRIES: Final = 5
-
-
-def node_clique(live: LiveInventory) -> str:
-    """The node's ``<clusterUUID>.<cliqueID>``, or "" off an NVLink fabric (NVIDIA's ``getCliqueID``)."""
-    fabric = live.inventory.node.fabric
-    return fabric.clique if fabric is not None else ""
 
 
 def clique_object_name(domain_uid: str, clique: str) -> str:
@@ -61,10 +54,12 @@ def _dict(obj: Any) -> dict[str, Any]:
 class DomainApi:
     """The calls of one node's plugin; ``namespace`` is the driver's (where cliques live)."""
 
-    def __init__(self, client: AsyncClient, node: str, namespace: str) -> None:
+    def __init__(self, client: AsyncClient, node: str, namespace: str, *, cliques: bool = True) -> None:
+        """``cliques``: the gate ComputeDomainCliques (readiness is read from the domain's cliques too)."""
         self.client = client
         self.node = node
         self.namespace = namespace
+        self.cliques = cliques
 
     async def domain(self, uid: str) -> dict[str, Any] | None:
         """The ComputeDomain with this UID, as a dict, or None."""
@@ -86,10 +81,12 @@ class DomainApi:
         return _dict(obj)
 
     async def node_ready(self, domain: Mapping[str, Any], clique: str) -> bool:
-        """NVIDIA's ``AssertComputeDomainReady``: this node's daemon entry says Ready (in the clique object on
-        a fabric node, in the domain's ``status.nodes`` on a node without a clique)."""
-        if clique:
-            return ready_in_clique(await self.clique(str(domain["metadata"]["uid"]), clique), self.node)
+        """NVIDIA's ``AssertComputeDomainReady`` (``isCurrentNodeReady``): with ComputeDomainCliques on, this
+        node's entry in the clique object says Ready, else (and with the gate off, only) its entry in the
+        domain's ``status.nodes`` does, so domains started before the gate was turned on keep working."""
+        uid = str(domain["metadata"]["uid"])
+        if self.cliques and clique and ready_in_clique(await self.clique(uid, clique), self.node):
+            return True
         return ready_in_status(domain, self.node)
 
     async def node_label(self) -> str | None:

@@ -19,6 +19,7 @@ the injected shell script both work from it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid as uuid_module
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fakegpu.sharing.catalog import GpuModel, MigProfile
+from fakegpu.sharing.gpu_policies import DEFAULT_MODE, TABLE_ABBREVIATIONS, GpuPolicies
 from fakegpu.sharing.identifiers import mig_uuid
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.mig_geometry import Placement
@@ -130,6 +132,9 @@ class SmiGpu:
     """Node indices of the GPUs this one has NVLinks to."""
     nvlink_links: int = 0
     """NVLinks bonded to each peer (``NV18``: 18)."""
+    compute_mode: str = DEFAULT_MODE
+    """nvidia-smi's spelling (``Default``, ``Exclusive_Process``): the DRA driver's MPS claims change it
+    (``fakegpu.sharing.gpu_policies``)."""
 
     @property
     def free_mib(self) -> int:
@@ -235,8 +240,16 @@ _NVML_GI_PROFILES: Final = (
     "1_SLICE_REV1",
     "2_SLICE_REV1",
     "1_SLICE_REV2",
+    "1_SLICE_GFX",
+    "2_SLICE_GFX",
+    "4_SLICE_GFX",
+    "1_SLICE_NO_ME",
+    "2_SLICE_NO_ME",
+    "1_SLICE_ALL_ME",
+    "2_SLICE_ALL_ME",
+    "3_SLICE_GFX",
 )
-"""NVML's GPU-instance profile constants in value order (``go-nvml pkg/nvml/const.go``)."""
+"""NVML's GPU-instance profile constants in value order (``go-nvml pkg/nvml/const.go``: 0 to 17)."""
 
 
 def _profile(model: GpuModel, p: MigProfile) -> SmiMigProfile:
@@ -309,8 +322,13 @@ def from_node(node: Node, *, dynamic_mig: bool = False) -> SmiNode:
     )
 
 
-def from_inventory(inventory: Inventory, *, dynamic_mig: bool = False) -> SmiNode:
-    return from_node(inventory.node, dynamic_mig=dynamic_mig)
+def from_inventory(inventory: Inventory, *, dynamic_mig: bool = False, policies: GpuPolicies | None = None) -> SmiNode:
+    """The inventory's node; with ``policies``, each GPU in the compute mode the driver has set it to."""
+    node = from_node(inventory.node, dynamic_mig=dynamic_mig)
+    if policies is None:
+        return node
+    gpus = tuple(dataclasses.replace(g, compute_mode=policies.compute_mode(g.uuid)) for g in node.gpus)
+    return dataclasses.replace(node, gpus=gpus)
 
 
 # --- JSON (devices.json) -------------------------------------------------------------------------------
@@ -395,6 +413,7 @@ def to_json(node: SmiNode) -> dict[str, Any]:
         if g.mig_profiles:
             doc["migProfiles"] = [_profile_json(p) for p in g.mig_profiles]
         doc |= {"numaNode": g.numa, "nvlinkPeers": list(g.nvlink_peers), "nvlinkLinks": g.nvlink_links}
+        doc["computeMode"] = g.compute_mode
         gpus.append(doc)
     return {
         "kind": JSON_KIND,
@@ -444,18 +463,23 @@ def _profiles(raw: Any, where: str) -> tuple[SmiMigProfile, ...]:
 
 
 def _topology(g: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``numaNode``, ``nvlinkPeers`` and ``nvlinkLinks``, optional: a devices.json written before ``topo -m``
-    existed renders without NUMA node and NVLinks."""
+    """``numaNode``, ``nvlinkPeers``, ``nvlinkLinks`` and ``computeMode``, optional: a devices.json written
+    before ``topo -m`` existed renders without NUMA node and NVLinks, one written before compute modes in
+    ``Default``."""
     numa = g.get("numaNode")
     if numa is not None and (not isinstance(numa, int) or isinstance(numa, bool)):
         raise ValueError(f"{where}.numaNode: expected an integer or null, found {numa!r}")
     links = g.get("nvlinkLinks", 0)
     if not isinstance(links, int) or isinstance(links, bool):
         raise ValueError(f"{where}.nvlinkLinks: expected int, found {links!r}")
+    mode = g.get("computeMode", DEFAULT_MODE)
+    if mode not in TABLE_ABBREVIATIONS:
+        raise ValueError(f"{where}.computeMode: expected one of {', '.join(TABLE_ABBREVIATIONS)}, found {mode!r}")
     return {
         "numa": numa,
         "nvlink_peers": _ints(g.get("nvlinkPeers", []), f"{where}.nvlinkPeers"),
         "nvlink_links": links,
+        "compute_mode": mode,
     }
 
 

@@ -305,7 +305,7 @@ def gpu_values(node: SmiNode, gpu: SmiGpu, *, partial: bool = False) -> dict[str
         "accounting.mode": _plain("Disabled"),
         "accounting.buffer_size": _plain("4000"),
         "pstate": _plain(gpu.pstate),
-        "compute_mode": _plain("Default"),
+        "compute_mode": _plain(gpu.compute_mode),
         "compute_cap": _plain(gpu.compute_cap),
         "fan.speed": fan,
         "temperature.gpu": _plain(str(gpu.temperature_c)),

@@ -117,7 +117,7 @@ def gpu_tail(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
         _kv(2, "Total", _mib(gpu.bar1_mib)),
         _kv(2, "Used", _mib(1)),
         _kv(2, "Free", _mib(gpu.bar1_mib - 1)),
-        _kv(1, "Compute Mode", "Default"),
+        _kv(1, "Compute Mode", gpu.compute_mode),
         _section(1, "Utilization"),
         *(_kv(2, engine, util) for engine in ("GPU", "Memory", "Encoder", "Decoder", "JPEG", "OFA")),
         _section(1, "ECC Mode"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from fakegpu.sharing.gpu_policies import TABLE_ABBREVIATIONS
 from fakegpu.telemetry.nvidia_smi import tokens
 from fakegpu.telemetry.nvidia_smi.devices import SmiGpu, SmiMig, SmiNode, VisibleGpu
 
@@ -93,7 +94,7 @@ def gpu_rows(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, str, str]:
     return (
         f"|{tokens.GPU_4}  {_name(gpu.name):<{NAME_WIDTH}}  {'On':<3} |   {gpu.bus_id} {'Off':>3} |{ecc:>21} |",
         f"|{gpu.fan:>4}{gpu.temperature_c:>5}C{gpu.pstate:>6}{int(gpu.power_draw_w):>15}W / {gpu.power_limit_w:>4}W "
-        f"|{memory} |{util:>8}{'Default':>13} |",
+        f"|{memory} |{util:>8}{TABLE_ABBREVIATIONS[gpu.compute_mode]:>13} |",
         f"|{'':41}|{'':24}|{mig_mode_text(gpu, partial=partial):>21} |",
     )
 

@@ -82,8 +82,8 @@ def test_api_objects_as_yaml_or_a_json_list(capsys: pytest.CaptureFixture[str], 
 
 def test_deviceclasses_driver_name_renames_the_classes(capsys: pytest.CaptureFixture[str]) -> None:
     classes = list(yaml.safe_load_all(run(capsys, "deviceclasses", "--driver-name", "gpu.example.com")))
-    assert [c["metadata"]["name"] for c in classes] == ["gpu.example.com", "mig.example.com"]
+    assert [c["metadata"]["name"] for c in classes] == ["gpu.example.com", "mig.example.com", "vfio.gpu.example.com"]
     for c in classes:
         assert "device.driver == 'gpu.example.com'" in c["spec"]["selectors"][0]["cel"]["expression"]
     other = list(yaml.safe_load_all(run(capsys, "deviceclasses", "--driver-name", "fake.dev")))
-    assert [c["metadata"]["name"] for c in other] == ["gpu.fake.dev", "mig.fake.dev"]
+    assert [c["metadata"]["name"] for c in other] == ["gpu.fake.dev", "mig.fake.dev", "vfio.fake.dev"]

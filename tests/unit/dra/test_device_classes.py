@@ -5,7 +5,7 @@ from __future__ import annotations
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from fakegpu.dra.device_classes import device_classes
+from fakegpu.dra.device_classes import device_classes, vfio_device_class
 
 VERSIONS = ["resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"]
 
@@ -13,7 +13,10 @@ VERSIONS = ["resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1
 @pytest.mark.parametrize("server", ["1.34.0", "1.35.0", "1.36.0"])
 @pytest.mark.parametrize("api", VERSIONS)
 def test_classes_validate(api, server):
-    for obj in device_classes(api_version=api, extended_resource_name="nvidia.com/gpu"):
+    for obj in [
+        *device_classes(api_version=api, extended_resource_name="nvidia.com/gpu"),
+        vfio_device_class(api_version=api),
+    ]:
         kubernetes_validate.validate(obj, server, strict=True)
 
 
@@ -74,3 +77,28 @@ def test_bad_inputs_are_refused():
         device_classes(api_version="resource.k8s.io/v1alpha3")
     with pytest.raises(ValueError, match="extended resource"):
         device_classes(extended_resource_name="gpu")
+
+
+def test_vfio_class_follows_the_driver_name_and_selects_only_vfio_devices():
+    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at main: the chart
+    installs `vfio.gpu.nvidia.com` with the GPU and MIG classes; its selector picks devices of `type` vfio
+    (resourceslice-attributes.md), which fakegpu never publishes, and it maps no extended resource."""
+    nvidia = vfio_device_class()
+    assert nvidia["metadata"]["name"] == "vfio.gpu.nvidia.com"
+    assert nvidia["spec"] == {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'vfio'"
+                }
+            }
+        ]
+    }
+    other = vfio_device_class("gpu.example.com", "resource.k8s.io/v1beta1")
+    assert (other["apiVersion"], other["metadata"]["name"]) == ("resource.k8s.io/v1beta1", "vfio.gpu.example.com")
+    assert other["metadata"]["name"] not in {c["metadata"]["name"] for c in device_classes("gpu.example.com")}
+    with pytest.raises(ValueError, match="unsupported API version"):
+        vfio_device_class(api_version="resource.k8s.io/v1alpha3")
+    with pytest.raises(ValueError, match="driver name"):
+        vfio_device_class("GPU.example.com")

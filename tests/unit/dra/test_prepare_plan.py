@@ -222,9 +222,16 @@ def test_config_for_a_request_applies_to_its_subrequest_results():
     assert env_of(prep, "gpu-0")["NVIDIA_TIME_SLICE_INTERVAL"] == "Long"
 
 
-def test_gpu_config_without_sharing_means_default_time_slicing():
+def test_gpu_config_without_sharing_sets_no_time_slice():
+    """kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1/gpuconfig.go at ed0d0e5 (PR #1183):
+    Normalize no longer fills in TimeSlicing when ``sharing`` is absent, so nothing is applied; a stated
+    TimeSlicing strategy without an interval still gets ``Default``."""
     prep = prepare(claim([result("gpu-0")], [config(gpu_config())]))
-    assert env_of(prep, "gpu-0")["NVIDIA_TIME_SLICE_INTERVAL"] == "Default"
+    assert "NVIDIA_TIME_SLICE_INTERVAL" not in env_of(prep, "gpu-0")
+    assert prep.results[0].time_slice is None
+    stated = prepare(claim([result("gpu-0")], [config(gpu_config({"strategy": "TimeSlicing"}))]))
+    assert env_of(stated, "gpu-0")["NVIDIA_TIME_SLICE_INTERVAL"] == "Default"
+    assert stated.results[0].time_slice == "Default"
 
 
 def test_mps_settings_become_cuda_variables():

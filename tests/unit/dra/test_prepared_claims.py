@@ -22,6 +22,7 @@ from fakegpu.dra.prepared_claims import (
     CheckpointCorrupted,
     ClaimRef,
     PreparedClaims,
+    checksum,
     parse_result,
     result_json,
 )
@@ -235,3 +236,45 @@ def test_prepared_result_json_round_trip():
     mps = dataclasses.replace(r, mps_daemon_id=f"{UID}-abcde")
     assert result_json(mps)["mpsControlDaemonID"] == f"{UID}-abcde"
     assert parse_result(result_json(mps)) == mps  # the spec written again after a reboot mounts the same dirs
+
+
+# --- the boot the claims belong to ------------------------------------------------------------------------
+
+
+def test_boot_id_is_kept_across_writes_and_a_new_boot_forgets_the_claims(tmp_path):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/checkpointv.go at 9292f4d: ``nodeBootID``
+    beside the claims, omitted while empty; a fresh checkpoint for a new boot holds no claims."""
+    store = PreparedClaims.in_dir(tmp_path)
+    prep = preparation()
+    store.start(ref(prep), prep)
+    assert "nodeBootID" not in json.loads(store.path.read_text())["data"]
+    assert store.for_boot("boot-1", keep=True) == []
+    store.complete(UID)
+    again = PreparedClaims.in_dir(tmp_path)
+    assert again.node_boot_id == "boot-1" and list(again.load()) == [UID]
+    (forgotten,) = again.for_boot("boot-2", keep=False)
+    assert forgotten.uid == UID
+    assert PreparedClaims.in_dir(tmp_path).load() == {}
+    assert json.loads(again.path.read_text())["data"]["nodeBootID"] == "boot-2"
+
+
+def test_a_boot_id_that_is_not_a_string_is_corruption(tmp_path):
+    store = PreparedClaims.in_dir(tmp_path)
+    store.for_boot("boot-1", keep=True)
+    doc = json.loads(store.path.read_text())
+    doc["data"]["nodeBootID"] = 7
+    doc["checksum"] = checksum(doc["data"])
+    store.path.write_text(json.dumps(doc))
+    with pytest.raises(CheckpointCorrupted, match=r"data\.nodeBootID must be a string"):
+        PreparedClaims.in_dir(tmp_path).load()
+
+
+def test_time_slice_of_an_entry_written_before_the_field_comes_from_its_env():
+    """NVIDIA reads a missing ``timeSliceApplied`` as applied (device_state.go ``ptr.Deref(..., true)``): an
+    older fakegpu entry that set the interval variable is reset at unprepare too."""
+    result = dataclasses.replace(preparation().results[0], env=("NVIDIA_TIME_SLICE_INTERVAL=Long",), time_slice="Long")
+    data = result_json(result)
+    assert data["timeSlice"] == "Long"
+    del data["timeSlice"]
+    assert parse_result(data).time_slice == "Long"
+    assert parse_result({**data, "env": []}).time_slice is None

@@ -215,7 +215,7 @@ def test_many_devices_are_split_into_slices_of_128():
 # Dynamic MIG (partitionable devices)
 
 
-DYNAMIC_MODELS = {"a100-40gb": 25, "h100-80gb": 25, "h200": 25}
+DYNAMIC_MODELS = {"b200": 25, "h100-80gb": 25, "h200": 25}
 
 
 @pytest.mark.parametrize("minor", [34, 35, 36])
@@ -283,27 +283,47 @@ def test_dynamic_mig_on_eight_gpus(model, minor):
             assert not any(k.startswith("memorySlice") for k in device["capacity"])
 
 
-def test_dynamic_whole_a100_40gb_offers_the_largest_profile_not_the_board():
+def test_dynamic_whole_b200_offers_the_largest_profile_not_the_board():
     """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/partitions.go (PartCapacities,
     PartSharedCounterSets): with dynamic MIG the full GPU's capacity and its counter set are the maximum over
-    the MIG profiles nvlib.go walked. On an A100 40GB that is 7g.40gb's 98 SMs and 40192Mi, not the board's
-    108 SMs and 40960Mi; a non-MIG-capable GPU keeps its board memory."""
-    node = make_node("1xa100-40gb")
+    the MIG profiles nvlib.go walked. On a B200 that is 7g.180gb's 144 SMs and 181248Mi (177Gi), not the board's
+    148 SMs and 183359Mi; a non-MIG-capable GPU keeps its board memory."""
+    node = make_node("1xb200")
     _, specs = publish(node, mig_mode="dynamic")
     whole = by_name(specs)["gpu-0"]
-    assert whole["capacity"]["multiprocessors"] == {"value": "98"}
-    assert whole["capacity"]["memory"] == {"value": "40192Mi"}
+    assert whole["capacity"]["multiprocessors"] == {"value": "144"}
+    assert whole["capacity"]["memory"] == {"value": "177Gi"}
     (counter_set,) = [s for spec in specs for s in spec.get("sharedCounters", [])]
-    assert counter_set["counters"]["multiprocessors"] == {"value": "98"}
-    assert counter_set["counters"]["memory"] == {"value": "40192Mi"}
+    assert counter_set["counters"]["multiprocessors"] == {"value": "144"}
+    assert counter_set["counters"]["memory"] == {"value": "177Gi"}
     _, specs = publish(make_node("1xl4"), mig_mode="dynamic")
     assert by_name(specs)["gpu-0"]["capacity"] == {"memory": {"value": f"{CATALOG['l4'].memory_mib}Mi"}}
+
+
+def test_dynamic_ampere_with_mig_mode_off_stays_a_plain_whole_gpu():
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/nvlib.go (isDynamicMIGCapable,
+    supportsMIGModeToggle; PR #1018, in v0.4.0): an Ampere GPU cannot switch MIG mode without a reset, so with
+    MIG mode off DynamicMIG publishes it as a whole GPU only, with the board's memory and no counters
+    (partitions.go PartCapacities / PartConsumesCounters without MIG data), next to a Hopper GPU's profiles."""
+    node = make_node("1xa100-40gb", "1xh100-80gb")
+    for minor in (34, 36):
+        _, specs = publish(node, mig_mode="dynamic", minor=minor)
+        devices = by_name(specs)
+        a100 = devices["gpu-0"]
+        assert a100["capacity"] == {"memory": {"value": "40Gi"}}
+        assert "consumesCounters" not in a100
+        assert not any(name.startswith("gpu-0-") for name in devices)
+        assert [s["name"] for spec in specs for s in spec.get("sharedCounters", [])] == ["gpu-1-counter-set"]
+        assert sum(name.startswith("gpu-1-mig-") for name in devices) == 25
+    assert build_slice_specs(make_node("2xa100-40gb"), SliceOptions(mig_mode="dynamic")) == build_slice_specs(
+        make_node("2xa100-40gb"), SliceOptions(mig_mode="static")
+    )
 
 
 def test_dynamic_device_names_follow_nvidia():
     """MigSpecTuple.ToCanonicalName in kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/mig.go: the
     profile loses its dots, then toRFC1123Compliant turns `+` into `-` (`1g.5gb+me` -> `1g5gb-me`)."""
-    node = make_node("1xa100-40gb")
+    node = make_node("1xa100-40gb", layout="all-balanced")
     _, specs = publish(node, mig_mode="dynamic")
     names = sorted(by_name(specs))
     assert "gpu-0-mig-1g5gb-19-6" in names
@@ -370,7 +390,10 @@ def _add(used: Mapping[str, Fraction], extra: Mapping[str, Fraction]) -> dict[st
 
 
 def _gpu0(model: str) -> tuple[dict[str, Fraction], list[dict[str, Any]]]:
-    node = make_node(f"1x{model}")
+    """GPU 0's counter set and devices with dynamic MIG; Ampere GPUs with MIG mode on, as NVIDIA offers their
+    profiles only then."""
+    ampere = CATALOG[model].architecture == "Ampere"
+    node = make_node(f"1x{model}", layout="all-balanced" if ampere else None)
     specs = build_slice_specs(node, SliceOptions(mig_mode="dynamic"))
     capacity = values(specs[0]["sharedCounters"][0]["counters"])
     return capacity, all_devices(specs)

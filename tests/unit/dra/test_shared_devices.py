@@ -61,7 +61,9 @@ def test_a_held_gpu_is_refused_without_shares():
 
 def test_a_held_gpu_is_shared_with_shares_when_the_configs_agree():
     check_no_overlap(plan(NEW, shareID="s1"), [prepared(plan(OLD, shareID="s2"))], shares=True)
-    check_no_overlap(plan(NEW, interval="Default"), [prepared(plan(OLD))], shares=True)  # the default, stated
+    check_no_overlap(plan(NEW, interval="Default"), [prepared(plan(OLD, interval="Default"))], shares=True)
+    with pytest.raises(ClaimError, match="conflicting configuration"):  # PR #1183: no config sets no time slice
+        check_no_overlap(plan(NEW, interval="Default"), [prepared(plan(OLD))], shares=True)
     with pytest.raises(ClaimError, match="has conflicting configuration with already prepared claim"):
         check_no_overlap(plan(NEW, interval="Long"), [prepared(plan(OLD, interval="Short"))], shares=True)
 

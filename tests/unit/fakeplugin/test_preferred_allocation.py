@@ -182,6 +182,48 @@ def test_replicas_must_include_counts_as_picked(sliced: Inventory) -> None:
     assert keys(res, got) == ["1::2", "1::0"]
 
 
+def test_distributed_tie_goes_to_gpu_least_picked_in_this_call(sliced: Inventory) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0 (#1788, the case its PR describes):
+    one replica of GPU 1 is held by another pod and a pod asks for two. GPU 0 goes first (0 allocated
+    against 1); then both have one allocated, and the tie goes to the GPU not yet picked in this call,
+    GPU 1, instead of a second replica of GPU 0."""
+    res = only(sliced)
+    available = [d.id for d in res.devices if keys(res, [d.id]) != ["1::0"]]
+    assert keys(res, ask(sliced, available, 2)) == ["0::0", "1::1"]
+    # Four GPUs' worth of ties: a pod asking for as many replicas as there are GPUs gets one of each.
+    assert keys(res, ask(sliced, available, 4)) == ["0::0", "1::1", "0::1", "1::2"]
+
+
+def test_distributed_ties_rotate_over_four_gpus(tmp_path: Path) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0: distributed ranks GPUs by their
+    allocated count, which each pick raises, so six replicas over four idle GPUs take one from each before
+    a second from any (the ties among still-idle GPUs go to the resource's order)."""
+    inv = inventory(tmp_path, "4xh100-80gb", config=time_slicing(4))
+    res = only(inv)
+    got = keys(res, ask(inv, [d.id for d in res.devices], 6))
+    assert got == ["0::0", "1::0", "2::0", "3::0", "0::1", "1::1"]
+
+
+def test_packed_ties_go_to_least_picked_then_order(tmp_path: Path) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0: packed fills the most-allocated
+    GPU; once it runs out of replicas the next pick is a tie among the others (none picked), broken by
+    the resource's order where NVIDIA's is Go map order."""
+    inv = inventory(tmp_path, "3xh100-80gb", config=time_slicing(2))
+    res = only(inv)
+    available = [d.id for d in res.devices if keys(res, [d.id]) != ["2::0"]]
+    assert keys(res, ask(inv, available, 3, policy="packed")) == ["2::1", "0::0", "0::1"]
+
+
+def test_must_include_is_not_a_pick_but_breaks_remaining_ties(sliced: Inventory) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0: a must-include replica counts
+    as allocated, not as picked in this call. Here both GPUs have one allocated (GPU 0 the must-include
+    one, GPU 1 another pod's) and neither was picked: v0.20.0 chooses by Go map order; fakegpu takes the
+    GPU without must-include devices, GPU 1, as NVIDIA's later main (which seeds the count) does."""
+    res = only(sliced)
+    available = [d.id for d in res.devices if keys(res, [d.id]) != ["1::0"]]
+    assert keys(res, ask(sliced, available, 2, must=ids(res, "0::0"))) == ["0::0", "1::1"]
+
+
 def test_mig_distributed(mig: Inventory) -> None:
     """Plain MIG devices are groups of one (NVIDIA groups by the ID without ``::n``): in order."""
     res = only(mig)
@@ -244,10 +286,32 @@ def test_size_larger_than_available(h100: Inventory) -> None:
     assert str(err.value) == "not enough available devices to satisfy allocation"
 
 
-def test_size_smaller_than_must_include(sliced: Inventory) -> None:
-    res = only(sliced)
+def test_size_smaller_than_must_include_whole_gpus(h100: Inventory) -> None:
+    res = only(h100)
     with pytest.raises(AllocationError) as err:
-        ask(sliced, [d.id for d in res.devices], 1, must=ids(res, "0::0", "1::0"))
+        ask(h100, [d.id for d in res.devices], 1, must=ids(res, 0, 1))
+    assert str(err.value) == "not enough available devices to satisfy allocation"
+
+
+def test_size_smaller_than_must_include_shared_returns_must_include(sliced: Inventory) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0: ``needed`` is negative, the
+    greedy loop picks nothing and the must-include devices come back unchanged, with no error."""
+    res = only(sliced)
+    got = ask(sliced, [d.id for d in res.devices], 1, must=ids(res, "0::0", "1::0"))
+    assert keys(res, got) == ["0::0", "1::0"]
+
+
+def test_shared_not_enough_candidates_text(sliced: Inventory) -> None:
+    """Follows NVIDIA/k8s-device-plugin internal/rm/allocate.go @ v0.20.0 (prepareCandidates): fewer
+    candidates than needed is refused with NVIDIA's text."""
+    res = only(sliced)
+    assert keys(res, ask(sliced, ids(res, "0::0", "0::1", "1::0"), 3, must=ids(res, "0::0"))) == [
+        "0::0",
+        "1::0",
+        "0::1",
+    ]
+    with pytest.raises(AllocationError) as err:
+        ask(sliced, ids(res, "0::0", "0::1", "1::0"), 4, must=ids(res, "0::0"))
     assert str(err.value) == "not enough available devices to satisfy allocation"
 
 

@@ -7,11 +7,14 @@ import json
 import pytest
 
 from fakegpu.dra.device_map import published_devices
+from fakegpu.sharing.gpu_policies import GpuPolicies
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.telemetry.nvidia_smi.devices import (
     VOLUME_MOUNTS_ROOT,
     SmiNode,
     expand_volume_mounts,
     filter_ids,
+    from_inventory,
     from_json,
     from_node,
     select,
@@ -97,6 +100,7 @@ def test_topology_and_mig_profiles_come_from_the_node_and_survive_devices_json()
         (lambda d: d["gpus"][1].update(nvlinkLinks=None), "gpus[1].nvlinkLinks: expected int"),
         (lambda d: d["gpus"][0]["migProfiles"][0].pop("id"), "gpus[0].migProfiles[0]: missing field 'id'"),
         (lambda d: d["gpus"][0]["migProfiles"][1].update(placements=0), "migProfiles[1].placements: expected a list"),
+        (lambda d: d["gpus"][1].update(computeMode="Shared"), "gpus[1].computeMode: expected one of Default"),
     ],
 )
 def test_bad_devices_json_names_the_field(change, message):
@@ -244,3 +248,18 @@ def test_a_gpu_seen_through_some_mig_devices_is_not_whole():
     node_ = mixed()
     assert [v.whole for v in select(node_, node_.gpus[0].migs[1].uuid).gpus] == [False]
     assert [v.whole for v in select(node_, "0").gpus] == [True]
+
+
+def test_compute_mode_follows_the_drivers_policies_and_survives_devices_json():
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/sharing.go: an MPS claim's GPU is in
+    ``Exclusive_Process``; a devices.json written before compute modes reads as ``Default``."""
+    inventory = load_inventory(InventoryInputs(node_name="node-a", gpus=("2xh100-80gb",)))
+    policies = GpuPolicies()
+    policies.set_compute_mode([inventory.node.gpus[1].uuid], "Exclusive_Process")
+    smi = from_inventory(inventory, policies=policies)
+    assert [g.compute_mode for g in smi.gpus] == ["Default", "Exclusive_Process"]
+    doc = to_json(smi)
+    assert from_json(doc) == smi
+    for gpu in doc["gpus"]:
+        del gpu["computeMode"]
+    assert [g.compute_mode for g in from_json(doc).gpus] == ["Default", "Default"]

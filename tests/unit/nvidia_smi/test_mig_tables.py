@@ -233,3 +233,73 @@ def test_mig_selects_gpus_with_i_and_refuses_what_it_does_not_know():
         result = smi(node_, *argv)
         assert result.status == 2 and "is not recognized" in result.stdout, argv
     assert smi(node_, "mig", "-lgi", "-i").stdout.startswith("ERROR: Option -i is missing its value.")
+
+
+# A real `nvidia-smi mig -i 0 -lgip` of an RTX PRO 6000 Blackwell Server Edition with MIG on and no
+# instance (a published walkthrough on an 8-GPU host, re-typed here), and its `-lgi` after
+# `-cgi 1g.24gb,1g.24gb,1g.24gb,1g.24gb -C`: the board with NVIDIA's suffixed profiles.
+LGIP_RTX_PRO_6000 = """\
++-------------------------------------------------------------------------------+
+| GPU instance profiles:                                                        |
+| GPU   Name               ID    Instances   Memory     P2P    SM    DEC   ENC  |
+|                                Free/Total   GiB              CE    JPEG  OFA  |
+|===============================================================================|
+|   0  MIG 1g.24gb         14     4/4        23.62      No     46     1     1   |
+|                                                               1     1     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 1g.24gb+me      21     1/1        23.62      No     46     1     1   |
+|                                                               1     1     1   |
++-------------------------------------------------------------------------------+
+|   0  MIG 1g.24gb+gfx     47     4/4        23.62      No     46     1     1   |
+|                                                               1     1     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 1g.24gb+me.all  65     1/1        23.62      No     46     4     4   |
+|                                                               1     4     1   |
++-------------------------------------------------------------------------------+
+|   0  MIG 1g.24gb-me      67     4/4        23.62      No     46     0     0   |
+|                                                               1     0     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 2g.48gb          5     2/2        47.38      No     94     2     2   |
+|                                                               2     2     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 2g.48gb+gfx     35     2/2        47.38      No     94     2     2   |
+|                                                               2     2     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 2g.48gb+me.all  64     1/1        47.38      No     94     4     4   |
+|                                                               2     4     1   |
++-------------------------------------------------------------------------------+
+|   0  MIG 2g.48gb-me      66     2/2        47.38      No     94     0     0   |
+|                                                               2     0     0   |
++-------------------------------------------------------------------------------+
+|   0  MIG 4g.96gb          0     1/1        95.12      No     188    4     4   |
+|                                                               4     4     1   |
++-------------------------------------------------------------------------------+
+|   0  MIG 4g.96gb+gfx     32     1/1        95.12      No     188    4     4   |
+|                                                               4     4     1   |
++-------------------------------------------------------------------------------+
+"""
+LGI_RTX_PRO_6000_FOUR_1G = """\
++---------------------------------------------------------+
+| GPU instances:                                          |
+| GPU   Name               Profile  Instance   Placement  |
+|                            ID       ID       Start:Size |
+|=========================================================|
+|   0  MIG 1g.24gb           14        3          0:3     |
++---------------------------------------------------------+
+|   0  MIG 1g.24gb           14        4          3:3     |
++---------------------------------------------------------+
+|   0  MIG 1g.24gb           14        5          6:3     |
++---------------------------------------------------------+
+|   0  MIG 1g.24gb           14        6          9:3     |
++---------------------------------------------------------+
+"""
+
+
+def test_suffixed_profiles_of_an_rtx_pro_6000_as_the_reading():
+    """Every suffix NVIDIA lists (``+me``, ``+gfx``, ``+me.all``, ``-me``), its profile ID, engines, GiB and
+    the 12-unit placement grid, byte for byte."""
+    empty = _node("580.173.02", {"model": "rtx-pro-6000", "migEnabled": True, "migDevices": {}})
+    assert out(empty, "mig", "-lgip") == LGIP_RTX_PRO_6000
+    four = [{"profile": "1g.24gb", "start": s} for s in (0, 3, 6, 9)]
+    full = _node("580.173.02", {"model": "rtx-pro-6000", "migEnabled": True, "migDevices": four})
+    assert out(full, "mig", "-lgi") == LGI_RTX_PRO_6000_FOUR_1G

@@ -9,6 +9,7 @@ variable set: no devices).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -73,7 +74,14 @@ def nodes() -> dict[str, SmiNode]:
         "mixed": mixed(),
         "dynamic": from_node(node("2xa100-40gb", "all-balanced"), dynamic_mig=True),
         "topology": from_node(build_node(parse_node_spec(TOPOLOGY, "test"), "node-a", source="test")),
+        "mps": exclusive_first(smi_node("2xh100-80gb")),
     }
+
+
+def exclusive_first(smi: SmiNode) -> SmiNode:
+    """GPU 0 in ``Exclusive_Process``, as the DRA driver leaves it while an MPS claim is prepared."""
+    gpus = (dataclasses.replace(smi.gpus[0], compute_mode="Exclusive_Process"), *smi.gpus[1:])
+    return dataclasses.replace(smi, gpus=gpus)
 
 
 TOPOLOGY = {
@@ -221,7 +229,7 @@ PRIMARY = COMBOS[0]
 """dash with the first awk found: every node, every argument list, every selection."""
 
 
-@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic", "topology"])
+@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic", "topology", "mps"])
 def test_script_equals_the_python_renderer(name, nodes, scripts, tmp_path):
     node = nodes[name]
     cases = [(argv, env) for argv in ARGVS[:5] + SUBCOMMAND_ARGVS for env in visible_cases(node)]

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from fakegpu.dra.compute_domain.domain_api import clique_object_name, node_clique, ready_in_clique, ready_in_status
+from fakegpu.dra.compute_domain.domain_api import clique_object_name, ready_in_clique, ready_in_status
+from fakegpu.dra.compute_domain.fabric_clique import node_clique_id
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.inventory_builders import inventory
 
@@ -41,11 +42,11 @@ def test_the_clique_of_a_fabric_node_is_cluster_uuid_dot_clique_id(tmp_path):
         "fabric": {"clusterUUID": CLUSTER, "cliqueID": 3},
         "gpus": [{"model": "gb200", "count": 4}],
     }
-    assert node_clique(LiveInventory(inventory(tmp_path, node_spec=spec))) == f"{CLUSTER}.3"
+    assert node_clique_id(LiveInventory(inventory(tmp_path, node_spec=spec)).inventory.node) == f"{CLUSTER}.3"
 
 
 def test_a_node_off_the_fabric_has_no_clique(tmp_path):
-    assert node_clique(LiveInventory(inventory(tmp_path, "2xh100-80gb"))) == ""
+    assert node_clique_id(LiveInventory(inventory(tmp_path, "2xh100-80gb")).inventory.node) == ""
 
 
 def test_one_clique_object_per_domain_and_clique():
