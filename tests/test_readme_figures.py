@@ -25,6 +25,7 @@ from fakegpu.cli.virtual_nodes_command import pools_from_args, settings_from_arg
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.dra.compute_domain.controller import STATUS_SYNC_INTERVAL
 from fakegpu.dra.daemon import DraSettings
+from fakegpu.dra.health_service import HEARTBEAT_SECONDS
 from fakegpu.dra.prepared_claims import CHECKPOINT_MODE
 from fakegpu.dra.resource_slices import (
     FIRST_MINOR_WITH_SPLIT_SLICES,
@@ -200,7 +201,8 @@ def figures() -> list[str]:
         f"{NVL72_GPUS_PER_NODE})",
         f"Kubernetes 1.{FIRST_MINOR_WITH_SPLIT_SLICES - 1} gets combined slices, 1.{FIRST_MINOR_WITH_SPLIT_SLICES}+ "
         "separate counter and device slices",
-        f"NoSchedule taint (1.{FIRST_MINOR_WITH_TAINTS}+)",
+        f"taints need 1.{FIRST_MINOR_WITH_TAINTS}+",
+        f"every {HEARTBEAT_SECONDS:g} s with fresh timestamps",
         f"(dcgm-exporter's port is {deployed_port('--dcgm-address')})",
         f"turn all of these on (ports {deployed_port('--metrics-address')} and {deployed_port('--dcgm-address')})",
         f"(the DaemonSets use `0.0.0.0:{deployed_port('--health-address')}`)",

@@ -130,6 +130,13 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
     add_cdi_root_option(dra, "the claims' CDI specs")
     add_admin_socket_option(dra, str(DEFAULT_DRA_SOCKET))
     add_feature_gates_option(dra)
+    dra.add_argument(
+        "--additional-xids-to-ignore",
+        default=None,
+        metavar="XID,...",
+        help="XIDs to treat as non-fatal besides 13, 31, 43, 45, 68 and 109 (env ADDITIONAL_XIDS_TO_IGNORE): with "
+        "NVMLDeviceHealthCheck they taint a device with effect None instead of NoSchedule",
+    )
     add_consumable_shares_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")

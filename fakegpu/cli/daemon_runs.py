@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import os
 import sys
+from dataclasses import replace
 
 from fakegpu.cli.consumable_shares_option import consumable_shares
 from fakegpu.cli.demo_command import run_demo
@@ -66,6 +67,8 @@ def run_plugin(args: argparse.Namespace) -> int:
 
 def run_dra(args: argparse.Namespace) -> int:
     inputs = apply_inject_flags(args, inventory_inputs(args))
+    if args.additional_xids_to_ignore is not None:  # NVIDIA's flag wins over its environment variable
+        inputs = replace(inputs, env={**inputs.env, "ADDITIONAL_XIDS_TO_IGNORE": args.additional_xids_to_ignore})
     gates, mig_mode = dra_feature_gates(args, os.environ)
     shares = consumable_shares(args, os.environ, gates)
     if args.server_version is not None and args.resource_api_version is not None:

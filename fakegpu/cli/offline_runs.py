@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from fakegpu.cli.catalog_command import render_boards_table, render_catalog
+from fakegpu.cli.consumable_shares_option import consumable_shares
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
-from fakegpu.cli.slice_commands import render_device_classes, render_slices, slice_options
+from fakegpu.cli.slice_commands import (
+    dra_feature_gates,
+    given_feature_gates,
+    render_device_classes,
+    render_slices,
+    slice_options,
+)
 from fakegpu.cli.yaml_output import dump_yaml
+from fakegpu.dra.feature_gates import gate_lines
 from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.inputs import load_config, load_node
 from fakegpu.sharing.labels import gfd_labels
 from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE, node_feature
@@ -30,9 +41,17 @@ def run_catalog(args: argparse.Namespace) -> int:
 
 
 def run_slices(args: argparse.Namespace) -> int:
+    """The slices as ``fakegpu dra`` would publish them with the same gates; with gates given, first one line
+    per gate on stderr saying what it changes (stdout stays objects ``kubectl apply`` reads)."""
+    gates, args.mig_mode = dra_feature_gates(args, os.environ)
     node = load_node(inventory_inputs(args))
-    options = slice_options(args, args.server_version)
-    sys.stdout.write(render_slices(node, options, {}, args.node_uid, args.output))
+    options = replace(
+        slice_options(args, args.server_version, gates), shares=consumable_shares(args, os.environ, gates)
+    )
+    for line in gate_lines(given_feature_gates(args, os.environ)):
+        print(f"{node.name}: {line}", file=sys.stderr)
+    policy = XidPolicy.for_dra_driver(os.environ)
+    sys.stdout.write(render_slices(node, options, args.node_uid, args.output, policy))
     return 0
 
 

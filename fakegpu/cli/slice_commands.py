@@ -14,7 +14,14 @@ from typing import Any
 
 from fakegpu.cli.yaml_output import dump_yaml_documents
 from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes, vfio_device_class
-from fakegpu.dra.feature_gates import DYNAMIC_MIG, FeatureGates, parse_feature_gates, validate_feature_gates
+from fakegpu.dra.feature_gates import (
+    DYNAMIC_MIG,
+    NVML_DEVICE_HEALTH_CHECK,
+    FeatureGates,
+    parse_feature_gates,
+    validate_feature_gates,
+)
+from fakegpu.dra.health_taints import node_spec_taints
 from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
 from fakegpu.kube.discovery import (
     API_PREFERENCE,
@@ -22,6 +29,7 @@ from fakegpu.kube.discovery import (
     OLDEST_MINOR,
     served_api_versions,
 )
+from fakegpu.sharing.health import XidPolicy
 from fakegpu.sharing.node import Node
 
 API_VERSIONS = tuple(API_PREFERENCE)
@@ -74,24 +82,38 @@ def add_feature_gates_option(parser: argparse.ArgumentParser) -> None:
         "--feature-gates",
         default=None,
         metavar="NAME=BOOL,...",
-        help="NVIDIA's DRA driver feature gates (env FEATURE_GATES), e.g. TimeSlicingSettings=true,MPSSupport=true; "
-        "both are off by default and claims using that sharing strategy fail without them",
+        help="NVIDIA's DRA driver feature gates (env FEATURE_GATES), e.g. TimeSlicingSettings=true,MPSSupport=true "
+        "(claims using that sharing strategy fail without them) or NVMLDeviceHealthCheck=true (health taints and "
+        "the health stream); `fakegpu slices --feature-gates ...` prints what each gate given changes",
     )
 
 
-def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[FeatureGates, MigMode]:
-    """The gates from ``--feature-gates`` (else ``$FEATURE_GATES``, as NVIDIA's chart sets them) and the MIG
-    mode: ``--mig-mode dynamic`` is NVIDIA's DynamicMIG gate, either one turns the other on, and the
-    combination passes NVIDIA's start-up validation."""
+def given_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> FeatureGates:
+    """The gates as given: ``--feature-gates``, else ``$FEATURE_GATES`` (as NVIDIA's chart sets them)."""
     source, raw = (
         ("--feature-gates", args.feature_gates)
         if args.feature_gates is not None
         else ("FEATURE_GATES", env.get("FEATURE_GATES", ""))
     )
     try:
-        gates = parse_feature_gates(raw)
+        return parse_feature_gates(raw)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+
+
+def virtual_node_gates(args: argparse.Namespace) -> FeatureGates:
+    """``virtual-nodes --feature-gates``: parsed and validated as ``fakegpu dra`` does (the MIG mode is the
+    pools' own)."""
+    gates = given_feature_gates(args, {})
+    validate_feature_gates(gates)
+    return gates
+
+
+def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[FeatureGates, MigMode]:
+    """The gates from ``--feature-gates`` (else ``$FEATURE_GATES``, as NVIDIA's chart sets them) and the MIG
+    mode: ``--mig-mode dynamic`` is NVIDIA's DynamicMIG gate, either one turns the other on, and the
+    combination passes NVIDIA's start-up validation."""
+    gates = given_feature_gates(args, env)
     stated = gates.explicit.get(DYNAMIC_MIG)
     if args.mig_mode is None:
         mode: MigMode = "dynamic" if gates.enabled(DYNAMIC_MIG) else "static"
@@ -104,7 +126,8 @@ def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple
     return gates, mode
 
 
-def slice_options(args: argparse.Namespace, server_minor: int) -> SliceOptions:
+def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGates | None = None) -> SliceOptions:
+    """How ``slices`` publishes: the flags, and what the gates change (NVMLDeviceHealthCheck: health taints)."""
     api_version = args.resource_api_version or "resource.k8s.io/v1"
     check_api_version_served(api_version, server_minor, given=args.resource_api_version is not None)
     return SliceOptions(
@@ -112,6 +135,7 @@ def slice_options(args: argparse.Namespace, server_minor: int) -> SliceOptions:
         mig_mode=args.mig_mode,
         server_minor=server_minor,
         api_version=api_version,
+        health_taints=gates is not None and gates.enabled(NVML_DEVICE_HEALTH_CHECK),
     )
 
 
@@ -144,9 +168,12 @@ def server_minor(value: str) -> int:
 
 
 def render_slices(
-    node: Node, options: SliceOptions, unhealthy: dict[str, int | None], node_uid: str | None, fmt: str = "yaml"
+    node: Node, options: SliceOptions, node_uid: str | None, fmt: str = "yaml", policy: XidPolicy | None = None
 ) -> str:
-    objects = slice_objects(node, options, build_slice_specs(node, options, unhealthy), node_uid=node_uid)
+    """The node's slices; GPUs its node spec starts with an XID (or unhealthy) carry NVIDIA's health taints
+    when ``options.health_taints``, non-fatal ones by ``policy`` (the DRA driver's)."""
+    taints = node_spec_taints(node, policy or XidPolicy())
+    objects = slice_objects(node, options, build_slice_specs(node, options, taints), node_uid=node_uid)
     return render_objects(objects, fmt)
 
 

@@ -27,7 +27,8 @@ from lightkube.core.exceptions import ConfigError
 
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.progress import progress
-from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served
+from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served, virtual_node_gates
+from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, client_target
 from fakegpu.kube.discovery import DiscoveryError
@@ -159,6 +160,13 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         api_version_default="the newest the API server serves",
         server_version_default=None,
         version_from="the API server's /version",
+    )
+    parser.add_argument(
+        "--feature-gates",
+        default=None,
+        metavar="NAME=BOOL,...",
+        help="NVIDIA's DRA driver feature gates, checked as `fakegpu dra` checks them; on virtual nodes only "
+        "NVMLDeviceHealthCheck changes the slices (node-spec XIDs become device taints)",
     )
     group = parser.add_argument_group("virtual nodes")
     group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")
@@ -319,6 +327,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         concurrency=args.concurrency,
         name_prefix=args.name_prefix,
         refresh_timestamp=args.watch,
+        health_taints=virtual_node_gates(args).enabled(NVML_DEVICE_HEALTH_CHECK),
     )
 
 
@@ -453,7 +462,10 @@ async def run_virtual_nodes(
 def _plan_and_cost(nodes: list[VirtualNode], settings: Settings, limit: int, say: Callable[[str], None]) -> None:
     """The plan and its cost, before the server is asked anything; a plan above ``limit`` is refused here,
     so a fleet too big for the control plane is never half written."""
-    options = estimate_options(settings.driver, settings.mig_mode, settings.server_minor, settings.api_version)
+    options = replace(
+        estimate_options(settings.driver, settings.mig_mode, settings.server_minor, settings.api_version),
+        health_taints=settings.health_taints,
+    )
     cost = fleet_cost(nodes, settings.shape, options)
     for line in (*plan_lines(nodes), *cost.lines(limit)):
         say(line)

@@ -8,7 +8,8 @@
 - ``operations``: the ops as one table: each op's fields as ``fakegpu ctl`` takes them and its answer's line.
 - ``status_text``: the status answer of either daemon as ``fakegpu ctl status`` prints it.
 - ``pods_text``: the kubelet emulator's pods as ``fakegpu ctl pods`` prints them.
-- ``health_ops``: the health, xid and off-bus ops and the GPUs' health, on the live inventory.
+- ``health_ops``: the health, xid, off-bus, gpu-lost and unmonitored ops and the GPUs' health, on the live
+  inventory.
 - ``fault_ops``: the fault and clear-faults ops checked against the face's ``FaultableRpcs``, and fault status.
 - ``injected_faults``: a planned fault applied inside a gRPC handler.
 

@@ -1,7 +1,9 @@
-"""The health ops both faces share: set health, XID events, a GPU off the bus, and the GPUs' health for status.
+"""The health ops both faces share: set health, XID events, a GPU off the bus, NVML losing the GPUs or unable to
+watch one, and the GPUs' health for status.
 
 They act on the live inventory, which both faces read, and turn its errors into admin refusals;
-:func:`health_ops` is the ``health``, ``xid`` and ``off-bus`` ops as a daemon serves them.
+:func:`health_ops` is the ``health``, ``xid``, ``off-bus``, ``gpu-lost`` and ``unmonitored`` ops as a daemon
+serves them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def off_bus(live: LiveInventory, gpu: str) -> list[str]:
     return inject_xid(live, find_gpu(live, gpu).uuid, OFF_THE_BUS_XID)
 
 
+def gpu_lost(live: LiveInventory) -> list[str]:
+    """NVML reports the GPU lost (``ERROR_GPU_IS_LOST``): every device of the node is affected."""
+    return live.gpu_lost()
+
+
+def unmonitored(live: LiveInventory, gpu: str) -> list[str]:
+    """NVML cannot watch this GPU's events (registration failed): its devices are affected."""
+    return live.unmonitored(find_gpu(live, gpu).uuid)
+
+
 def gpu_status(live: LiveInventory) -> list[dict[str, Any]]:
     """Every physical GPU with its health as both faces see it."""
     unhealthy = live.unhealthy()
@@ -85,9 +97,9 @@ def health_ops(
     resolve: Callable[[str], str] = _same,
     report: Callable[[Callable[[], list[str]]], list[str]] = _as_changed,
 ) -> dict[str, Op]:
-    """The ``health``, ``xid`` and ``off-bus`` ops. ``resolve`` turns a face's own device name into what
-    the live inventory knows; ``report`` runs a change and says which devices it changed, in the face's
-    names (by default the device IDs the live inventory returns)."""
+    """The ``health``, ``xid``, ``off-bus``, ``gpu-lost`` and ``unmonitored`` ops. ``resolve`` turns a face's
+    own device name into what the live inventory knows; ``report`` runs a change and says which devices it
+    changed, in the face's names (by default the device IDs the live inventory returns)."""
 
     async def health(target: str, healthy: bool, xid: int | None = None) -> list[str]:
         device = resolve(target)
@@ -100,4 +112,16 @@ def health_ops(
     async def off_bus_op(gpu: str) -> list[str]:
         return report(lambda: off_bus(live, gpu))
 
-    return {"health": health, "xid": xid, "off-bus": off_bus_op}
+    async def gpu_lost_op() -> list[str]:
+        return report(lambda: gpu_lost(live))
+
+    async def unmonitored_op(gpu: str) -> list[str]:
+        return report(lambda: unmonitored(live, gpu))
+
+    return {
+        "health": health,
+        "xid": xid,
+        "off-bus": off_bus_op,
+        "gpu-lost": gpu_lost_op,
+        "unmonitored": unmonitored_op,
+    }

@@ -185,7 +185,10 @@ def _health(request: Request, result: Any) -> str:
 
 
 def _ignored(xid: int, already: str) -> str:
-    return f"no device changed: XID {xid} is ignored by the daemon's health policy (or {already} already unhealthy)"
+    return (
+        f"no device made unhealthy: XID {xid} is ignored (non-fatal) by the daemon's health policy "
+        f"(or {already} already unhealthy)"
+    )
 
 
 def _unhealthy(result: Sequence[str]) -> str:
@@ -202,6 +205,14 @@ def _off_bus(request: Request, result: Any) -> str:
     if not result:
         return _ignored(OFF_THE_BUS_XID, "the GPU was")
     return f"GPU {request['gpu']} fell off the bus (XID {OFF_THE_BUS_XID}): {_unhealthy(result)}"
+
+
+def _gpu_lost(_request: Request, result: Any) -> str:
+    return f"NVML reports the GPU lost: {_unhealthy(result)}"
+
+
+def _unmonitored(request: Request, result: Any) -> str:
+    return f"GPU {request['gpu']} unmonitored (NVML cannot watch its events): {len(result)} device(s): {_list(result)}"
 
 
 def _fault(_request: Request, result: Any) -> str:
@@ -308,6 +319,17 @@ DAEMON_OPERATIONS: tuple[Operation, ...] = (  # the device plugin's and the DRA 
         "off-bus",
         "make a GPU fall off the bus (XID 79): it, its replicas and MIG devices unhealthy",
         _off_bus,
+        (Arg("gpu", "GPU index or UUID"),),
+    ),
+    Operation(
+        "gpu-lost",
+        "NVML reports the GPU lost: every device unhealthy (DRA: gpu.nvidia.com/gpu-lost on every device)",
+        _gpu_lost,
+    ),
+    Operation(
+        "unmonitored",
+        "NVML cannot watch a GPU's events: its devices unhealthy (DRA: gpu.nvidia.com/unmonitored, health Unknown)",
+        _unmonitored,
         (Arg("gpu", "GPU index or UUID"),),
     ),
     Operation(

@@ -124,9 +124,12 @@ def _render_dra(status: dict[str, Any]) -> str:
     lines.append("")
     lines.extend(_gpus(status["gpus"]))
     lines.append("")
+    if status.get("health_published") is False:
+        lines.append("Device health: NVMLDeviceHealthCheck is off, so no taints and no health stream are published")
     lines.append(f"{'DEVICE':<34} {'HEALTH':<10} MESSAGE")
     for d in status["devices"]:
-        lines.append(f"{d['name']:<34} {'Healthy' if d['healthy'] else 'Unhealthy':<10} {d['message']}".rstrip())
+        health = d.get("health", "Healthy" if d["healthy"] else "Unhealthy")
+        lines.append(f"{d['name']:<34} {health:<10} {d['message']}".rstrip())
     lines.append("")
     if status["checkpoint_error"]:
         lines.append(f"Checkpoint unreadable: {status['checkpoint_error']}")

@@ -3,10 +3,14 @@
 Ops and their fields:
 
 - ``status``: node, driver, published ResourceSlices (count, pool generation), published devices with
-  health, GPUs, prepared claims from the checkpoint, prepare/unprepare counts, pending and fired faults.
+  health (and whether NVMLDeviceHealthCheck publishes it), GPUs, prepared claims from the checkpoint,
+  prepare/unprepare counts, pending and fired faults.
 - ``health`` (target, healthy, xid=None): set health directly; ``target`` is a published device name
   (``gpu-1``), a GPU or MIG UUID or a GPU index. Returns the published devices whose health changed.
-- ``xid`` (target, xid): an XID event under the ``DP_*`` policy; ``off-bus`` (gpu): XID 79 on a GPU.
+- ``xid`` (target, xid): an XID event (non-fatal XIDs: the defaults and ``ADDITIONAL_XIDS_TO_IGNORE``);
+  ``off-bus`` (gpu): XID 79 on a GPU; ``gpu-lost``: NVML reports the GPU lost; ``unmonitored`` (gpu).
+  The health ops need NVIDIA's ``NVMLDeviceHealthCheck`` gate: without it the event still reaches the fake
+  GPU, but the op answers that the gate is off (``HEALTH_GATE_OFF``).
 - ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
   NodePrepareResources / NodeUnprepareResources calls (``resource`` is the driver name);
   ``clear-faults`` (method=None).
@@ -23,6 +27,7 @@ from fakegpu.control.health_ops import gpu_status, health_ops
 from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.dra.device_map import published_devices
+from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import MigMode
@@ -44,6 +49,8 @@ class DriverNames(Protocol):
     def driver(self) -> str: ...
     @property
     def mig_mode(self) -> MigMode: ...
+    @property
+    def feature_gates(self) -> FeatureGates: ...
 
 
 class PublishCounts(Protocol):
@@ -96,18 +103,29 @@ class DraAdmin(Protocol):
     def preparer(self) -> PreparedCounts: ...
 
 
-def _health_now(driver: DraAdmin) -> dict[str, tuple[bool, str]]:
+def _health_now(driver: DraAdmin) -> dict[str, str]:
     settings = driver.settings
     return {
-        name: (ok, message)
-        for _pool, name, ok, message in device_health(driver.live, settings.driver, settings.mig_mode)
+        name: health for _pool, name, health, _message in device_health(driver.live, settings.driver, settings.mig_mode)
     }
 
 
+HEALTH_GATE_OFF = (
+    f"feature gate {NVML_DEVICE_HEALTH_CHECK} is off: the event reached the fake GPU (nvidia-smi, DCGM and the "
+    f"IMEX daemon see it), but the DRA driver publishes no health taints and no health stream without it "
+    f"(--feature-gates {NVML_DEVICE_HEALTH_CHECK}=true)"
+)
+"""The one line a health op answers when NVIDIA's driver would not watch device health at all."""
+
+
 def changed_devices(driver: DraAdmin, change: Callable[[], object]) -> list[str]:
-    """The published devices whose health ``change`` changed."""
+    """The published devices whose health (Healthy, Unhealthy, Unknown) ``change`` changed: a non-fatal XID
+    changes none, though it taints with effect None. With ``NVMLDeviceHealthCheck`` off the change is made and
+    refused with :data:`HEALTH_GATE_OFF`, since no taint or health report follows from it."""
     before = _health_now(driver)
     change()
+    if not driver.settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK):
+        raise AdminError(HEALTH_GATE_OFF)
     after = _health_now(driver)
     return sorted(name for name, state in after.items() if before.get(name) != state)
 
@@ -158,9 +176,10 @@ async def status(driver: DraAdmin) -> dict[str, Any]:
             "errors": publisher.stats.errors[-5:],
         },
         "devices": [
-            {"pool": pool, "name": name, "healthy": ok, "message": message}
-            for pool, name, ok, message in device_health(live, settings.driver, settings.mig_mode)
+            {"pool": pool, "name": name, "healthy": health == "Healthy", "health": health, "message": message}
+            for pool, name, health, message in device_health(live, settings.driver, settings.mig_mode)
         ],
+        "health_published": settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK),
         "gpus": gpu_status(live),
         "prepared": prepared,
         "checkpoint_error": checkpoint_error,

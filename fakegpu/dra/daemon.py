@@ -25,10 +25,11 @@ from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_reader import CLAIM_KINDS, LightkubeClaimReader
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainPlugin, ComputeDomainSettings
 from fakegpu.dra.consumable_shares import OFF, ConsumableShares
-from fakegpu.dra.feature_gates import FeatureGates
+from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.health_service import HealthService
-from fakegpu.dra.kubelet_plugin import DraKubeletPlugin
+from fakegpu.dra.health_taints import published_taints
+from fakegpu.dra.kubelet_plugin import HEALTH_SERVICE, SUPPORTED_SERVICES, DraKubeletPlugin
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.plugin_service import DraPluginV1, DraPluginV1beta1
 from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
@@ -152,7 +153,8 @@ class DraSettings:
     resync_interval: float = 30.0
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver feature gates (``--feature-gates``); TimeSlicingSettings and MPSSupport admit the
-    opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``."""
+    opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``, NVMLDeviceHealthCheck
+    publishes health taints and serves the health stream."""
     consumable_shares: ConsumableShares = OFF
     """NVIDIA's ``--consumable-shares`` (needs the ConsumableShares gate): shared devices in the slices, and
     claims sharing a device in NodePrepareResources (``fakegpu.dra.consumable_shares``)."""
@@ -178,7 +180,9 @@ class DraDriver:
         self.settings = settings
         self.client = client_factory()
         self.metrics = DraMetrics(
-            device_health=lambda: (ok for _, _, ok, _ in device_health(live, settings.driver, settings.mig_mode)),
+            device_health=lambda: (
+                h != "Unhealthy" for _, _, h, _ in device_health(live, settings.driver, settings.mig_mode)
+            ),
             prepared_claims=lambda: sum(1 for c in self.preparer.checkpoint.claims() if c.completed),
         )
         options = SliceOptions(
@@ -188,6 +192,7 @@ class DraDriver:
             api_version=settings.api_version or "resource.k8s.io/v1",
             shares=settings.consumable_shares,
             feature_gates=settings.feature_gates,
+            health_taints=self.watches_health,
         )
         self.publisher = SlicePublisher(
             self.client,
@@ -197,6 +202,7 @@ class DraDriver:
             auto_server_version=settings.server_minor is None,
             resync_interval=settings.resync_interval,
             metrics=self.metrics,
+            health=lambda: published_taints(live),
         )
         self.reader = LightkubeClaimReader(self.client, options.api_version)
         self.preparer = GpuClaimPreparer(
@@ -212,7 +218,8 @@ class DraDriver:
             boot_id_path=settings.boot_id_file,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))
-        self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services)
+        services = SUPPORTED_SERVICES if self.watches_health else [s for s in SUPPORTED_SERVICES if s != HEALTH_SERVICE]
+        self.plugin = DraKubeletPlugin(settings.driver, paths, self._add_services, services=services)
         # The kubelet's NotifyRegistrationStatus is the registration: count what it says.
         self.plugin.registration_service.on_status = self.metrics.registration_status
         self._publish_task: asyncio.Task[None] | None = None
@@ -232,6 +239,11 @@ class DraDriver:
             if settings.compute_domains is not None
             else None
         )
+
+    @property
+    def watches_health(self) -> bool:
+        """NVIDIA's ``NVMLDeviceHealthCheck``: health taints and the health service (not advertised without it)."""
+        return self.settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK)
 
     @property
     def published(self) -> bool:
@@ -262,7 +274,8 @@ class DraDriver:
     def _add_services(self, server: grpc.aio.Server) -> None:
         v1_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer), server)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraPluginV1beta1(self.preparer), server)
-        health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
+        if self.watches_health:
+            health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
 
     def prepared_device_uuid(self, driver: str, pool: str, device: str) -> str | None:
         """The GPU or MIG UUID behind a device this driver prepared (for the DCGM exporter's attribution)."""
@@ -332,7 +345,10 @@ async def run_dra_daemon(
     inventory = load_inventory(inputs)
     for warning in inventory.warnings:
         log.warning("%s", warning)
-    live = LiveInventory(inventory, XidPolicy.from_env(inputs.env))
+    policy = XidPolicy.for_dra_driver(inputs.env)
+    for warning in policy.warnings:
+        log.warning("%s", warning)
+    live = LiveInventory(inventory, policy)
     readiness = Readiness("starting")
     async with DaemonLifecycle(stop) as daemon:
         await daemon.serve_first(telemetry.health(readiness))

@@ -2,10 +2,10 @@
 
 NVIDIA's gpu-kubelet-plugin takes ``--feature-gates`` (env ``FEATURE_GATES``, which its Helm chart sets from
 ``featureGates``) in Kubernetes' component-base syntax ``Name=bool,Name=bool``, and validates the
-combination at start (``pkg/featuregates/featuregates.go`` in kubernetes-sigs/dra-driver-nvidia-gpu). fakegpu
-accepts every gate NVIDIA knows, so a DaemonSet copied from NVIDIA's chart starts; three change what it does:
-``TimeSlicingSettings`` and ``MPSSupport`` admit the opaque configs' sharing strategies (both off by default),
-and ``DynamicMIG`` is NVIDIA's switch for what ``--mig-mode dynamic`` does.
+combination at start (``pkg/featuregates/featuregates.go`` in kubernetes-sigs/dra-driver-nvidia-gpu: v0.4.x
+has the first nine driver gates, main adds the rest). fakegpu accepts every gate NVIDIA knows, so a DaemonSet
+copied from NVIDIA's chart starts; :data:`GATE_EFFECTS` says, gate by gate, what each one changes in fakegpu
+(``fakegpu slices --feature-gates`` prints it).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ DYNAMIC_MIG: Final = "DynamicMIG"
 PASSTHROUGH_SUPPORT: Final = "PassthroughSupport"
 FABRIC_MANAGER_PARTITIONING: Final = "FabricManagerPartitioning"
 DRA_LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
+NVML_DEVICE_HEALTH_CHECK: Final = "NVMLDeviceHealthCheck"
 
 KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     # NVIDIA's own gates and their defaults (pkg/featuregates/featuregates.go).
@@ -29,7 +30,7 @@ KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     MPS_SUPPORT: (False, "ALPHA"),
     "IMEXDaemonsWithDNSNames": (True, "BETA"),
     PASSTHROUGH_SUPPORT: (False, "ALPHA"),
-    "NVMLDeviceHealthCheck": (False, "ALPHA"),
+    NVML_DEVICE_HEALTH_CHECK: (False, "ALPHA"),
     DYNAMIC_MIG: (False, "ALPHA"),
     "ComputeDomainCliques": (True, "BETA"),
     "CrashOnNVLinkFabricErrors": (True, "BETA"),
@@ -45,6 +46,52 @@ KNOWN_GATES: Final[Mapping[str, tuple[bool, Stage]]] = {
     "LoggingAlphaOptions": (False, "ALPHA"),
     "LoggingBetaOptions": (True, "BETA"),
 }
+GATE_EFFECTS: Final[Mapping[str, str]] = {
+    # One line per gate: what NVIDIA's gate does and what fakegpu does with it. The one table of it; a change
+    # that gives a gate behaviour in fakegpu updates its line here.
+    TIME_SLICING_SETTINGS: "opaque GpuConfig/MigDeviceConfig with sharing strategy TimeSlicing are admitted "
+    "(the container gets NVIDIA_TIME_SLICE_INTERVAL); off, such claims fail with NVIDIA's text",
+    MPS_SUPPORT: "opaque configs with sharing strategy MPS are admitted (MPS env and mounts in the CDI spec); "
+    "off, such claims fail with NVIDIA's text",
+    "IMEXDaemonsWithDNSNames": "the emulated IMEX daemon writes nodes.cfg with the static names "
+    "compute-domain-daemon-0000..0017 and hosts lines mapping the clique's members to IPs; off, "
+    "nodes.cfg lists the clique's daemon IPs once numNodes joined",
+    PASSTHROUGH_SUPPORT: "NVIDIA: GPUs can be bound to vfio-pci and published as vfio devices; fakegpu publishes "
+    "no vfio devices: accepted without effect",
+    NVML_DEVICE_HEALTH_CHECK: "device health from NVML events: XIDs taint devices gpu.nvidia.com/xid "
+    "(NoSchedule, None for non-fatal XIDs), a lost GPU taints every device gpu.nvidia.com/gpu-lost, an "
+    "unmonitored GPU gpu.nvidia.com/unmonitored, and the DRAResourceHealth stream is served; off, none of it",
+    DYNAMIC_MIG: "every MIG profile at every placement published as partitionable devices with counters, "
+    "created at prepare (= --mig-mode dynamic)",
+    "ComputeDomainCliques": "each node's IMEX daemon keeps its entry in the ComputeDomainClique "
+    "<domain UID>.<clique>, folded into status.nodes by the controller; off, daemons write "
+    "status.nodes themselves and readiness is read there only (requires IMEXDaemonsWithDNSNames)",
+    "CrashOnNVLinkFabricErrors": "a pending or failed NVLink fabric registration stops the "
+    "compute-domain plugin ('... refusing to start'), except a single-node NVSwitch node with "
+    "FabricManagerPartitioning; off, such GPUs mean no clique",
+    "DeviceMetadata": "NVIDIA: prepared devices get KEP-5304 metadata files in the workload; fakegpu: accepted "
+    "without effect (requires PassthroughSupport, as NVIDIA checks)",
+    "FabricManagerPartitioning": "full GPUs of an 8-GPU SXM NVSwitch node get gpuModuleID and "
+    "partition1/2/4/8 attributes (NVIDIA also activates the partition at prepare; fakegpu checks "
+    "nothing there)",
+    "HostManagedIMEXDaemon": "unlocks --imex-mode hostManaged: no daemons, no node label, channel "
+    "claims ask the host nvidia-imex socket for READY; off, hostManaged is refused with NVIDIA's "
+    "text",
+    "NodeLocalFabricIPC": "NVIDIA: a single-node IMEX service for ComputeDomains on nodes without an NVLink "
+    "clique; fakegpu: accepted without effect",
+    "DRAListTypeAttributes": "resource.kubernetes.io/numaNode is published as a one-element ints "
+    "list (needs Kubernetes' gate of the same name)",
+    "ConsumableShares": "admits --consumable-shares (env CONSUMABLE_SHARES: memory, unlimited or N): every GPU "
+    "and MIG device is published with allowMultipleAllocations and NVIDIA's memory request policy (N adds a shares "
+    "capacity), and claims with the same config may share a prepared device (MPS refused); alone, no change",
+    "PerNodeGPUConfig": "NVIDIA: a per-node profile (node label nvidia.com/dra-driver-gpu.config) limits the "
+    "advertised device types; fakegpu: accepted without effect",
+    "ContextualLogging": "component-base logging gate (NVIDIA turns it on); fakegpu's logs do not change",
+    "LoggingAlphaOptions": "component-base logging gate; fakegpu's logs do not change",
+    "LoggingBetaOptions": "component-base logging gate; fakegpu's logs do not change",
+}
+"""What each gate changes, in one line (``fakegpu slices --feature-gates`` prints the lines of the gates given)."""
+
 _ALL_STAGE: Final[Mapping[str, Stage]] = {"AllAlpha": "ALPHA", "AllBeta": "BETA"}
 """component-base's special gates: set every gate of that stage not set explicitly."""
 
@@ -107,14 +154,33 @@ def parse_feature_gates(value: str) -> FeatureGates:
     return FeatureGates(settings)
 
 
+def gate_lines(given: FeatureGates) -> list[str]:
+    """``Name=value: what it changes`` for every gate ``given`` sets, in NVIDIA's order of the gate list
+    (``AllAlpha`` / ``AllBeta`` stand for each gate of their stage they set)."""
+    lines = []
+    for gate in KNOWN_GATES:
+        default, stage = KNOWN_GATES[gate]
+        named = gate in given.explicit or any(
+            special in given.explicit for special, s in _ALL_STAGE.items() if s == stage
+        )
+        if not named:
+            continue
+        value = given.enabled(gate)
+        note = " (the default)" if value == default else ""
+        lines.append(f"{gate}={str(value).lower()}{note}: {GATE_EFFECTS[gate]}")
+    return lines
+
+
 _CHECKS: Final = (
     ("requires", "ComputeDomainCliques", "IMEXDaemonsWithDNSNames"),
     ("excludes", DYNAMIC_MIG, PASSTHROUGH_SUPPORT),
     ("excludes", DYNAMIC_MIG, MPS_SUPPORT),
-    ("excludes", PASSTHROUGH_SUPPORT, "NVMLDeviceHealthCheck"),
+    ("excludes", PASSTHROUGH_SUPPORT, NVML_DEVICE_HEALTH_CHECK),
     ("requires", "DeviceMetadata", PASSTHROUGH_SUPPORT),
 )
-"""NVIDIA's ``ValidateFeatureGates``, in its order."""
+"""NVIDIA's ``ValidateFeatureGates`` on main (commit 0807eed), in its order. v0.4.x also refuses DynamicMIG with
+NVMLDeviceHealthCheck (checked between the DynamicMIG/PassthroughSupport and DynamicMIG/MPSSupport pairs);
+main dropped that check when health monitoring learnt dynamic MIG devices."""
 
 
 def validate_feature_gates(gates: FeatureGates) -> None:

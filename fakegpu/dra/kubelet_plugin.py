@@ -24,7 +24,8 @@ from fakegpu.runtime.unix_socket import SocketInUse, pid_text
 log = logging.getLogger(__name__)
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", HEALTH_SERVICE]
 
 
 class DraKubeletPlugin:

@@ -23,6 +23,7 @@ from fakegpu.dra.device_attributes import (
     numa_node_attribute,
 )
 from fakegpu.dra.feature_gates import FeatureGates
+from fakegpu.dra.health_taints import DeviceTaints
 from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
@@ -47,7 +48,6 @@ DNS_LABEL_MAX = 63
 GENERATED_NAME_BASE_MAX = 58
 """The API server cuts generateName to 63 - 5 characters before appending its random suffix."""
 
-XID_TAINT_KEY = "gpu.nvidia.com/xid"
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 FIRST_MINOR_WITH_TAINTS = 36
@@ -88,6 +88,8 @@ class SliceOptions:
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver gates: ``DRAListTypeAttributes`` and ``FabricManagerPartitioning`` change attributes
     (``fakegpu.dra.device_attributes``); DynamicMIG is ``mig_mode``."""
+    health_taints: bool = False
+    """NVIDIA's ``NVMLDeviceHealthCheck`` gate: publish the devices' health taints (off: none, as NVIDIA)."""
 
     def __post_init__(self) -> None:
         check_driver_name(self.driver)
@@ -263,11 +265,12 @@ def _counters(values: Mapping[str, int | str], slots: range) -> dict[str, dict[s
     return {name: {"value": counters[name]} for name in sorted(counters)}
 
 
-def _taints(health_key: str, unhealthy: Mapping[str, int | None], opts: SliceOptions) -> list[dict[str, str]]:
-    if not opts.taints_supported or health_key not in unhealthy:
+def _taints(health_key: str, unhealthy: DeviceTaints, opts: SliceOptions) -> list[dict[str, str]]:
+    """The device's health taints (``fakegpu.dra.health_taints``) with the health gate on, where the server
+    takes taints."""
+    if not (opts.health_taints and opts.taints_supported):
         return []
-    xid = unhealthy[health_key]
-    return [{"key": XID_TAINT_KEY, "value": "unknown" if xid is None else str(xid), "effect": "NoSchedule"}]
+    return [dict(t) for t in unhealthy.get(health_key, ())]
 
 
 def _device(
@@ -299,7 +302,7 @@ def _whole_gpu_attributes(node: Node, gpu: PhysicalGpu, opts: SliceOptions) -> A
     return {**_attributes(gpu, node, "gpu", gates), "uuid": {"string": gpu.uuid}, **fabric}
 
 
-def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> Device:
+def _full_gpu(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: DeviceTaints) -> Device:
     attributes = _whole_gpu_attributes(node, gpu, opts)
     return _device(
         device_name_gpu(gpu),
@@ -317,9 +320,7 @@ def _mig_attributes(node: Node, gpu: PhysicalGpu, profile: MigProfile, opts: Sli
     }
 
 
-def _static_devices(
-    node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mapping[str, int | None]
-) -> list[Device]:
+def _static_devices(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: DeviceTaints) -> list[Device]:
     """Static MIG (mig-parted made the instances): a MIG-enabled GPU offers exactly its instances,
     any other GPU offers itself."""
     if not gpu.mig_enabled:
@@ -361,9 +362,7 @@ def _counter_set(gpu: PhysicalGpu) -> dict[str, Any]:
     return {"name": counter_set_name(gpu), "counters": counters}
 
 
-def _dynamic_devices(
-    node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: Mapping[str, int | None]
-) -> list[Device]:
+def _dynamic_devices(node: Node, gpu: PhysicalGpu, opts: SliceOptions, unhealthy: DeviceTaints) -> list[Device]:
     """Dynamic MIG (partitionable devices): the whole GPU plus every profile at every allowed start,
     all drawing on the GPU's counter set, so the scheduler itself enforces MIG placement rules."""
     model = gpu.model
@@ -410,7 +409,7 @@ def _by_name(devices: list[Device]) -> list[Device]:
     return sorted(devices, key=lambda d: str(d["name"]))
 
 
-def _static_layout(node: Node, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[Spec]:
+def _static_layout(node: Node, opts: SliceOptions, unhealthy: DeviceTaints) -> list[Spec]:
     devices = [d for gpu in node.gpus for d in _by_name(_static_devices(node, gpu, opts, unhealthy))]
     if not devices:
         return [{}]
@@ -428,7 +427,7 @@ def _check_combined(spec: Spec, gpu: PhysicalGpu) -> None:
         raise ValueError(f"GPU {gpu.index}: {len(devices)} devices do not fit one Kubernetes 1.34 ResourceSlice")
 
 
-def _dynamic_layout(node: Node, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[Spec]:
+def _dynamic_layout(node: Node, opts: SliceOptions, unhealthy: DeviceTaints) -> list[Spec]:
     per_gpu = [(gpu, _by_name(_dynamic_devices(node, gpu, opts, unhealthy))) for gpu in node.gpus]
     counter_sets = [(gpu, _counter_set(gpu)) for gpu in node.gpus if dynamic_mig_capable(gpu)]
     if not opts.split_slices:
@@ -458,19 +457,18 @@ def _v1beta1_device(device: Device) -> Device:
 def build_slice_specs(
     node: Node,
     opts: SliceOptions,
-    unhealthy: Mapping[str, int | None] | None = None,
+    taints: DeviceTaints | None = None,
     generation: int = 1,
 ) -> list[dict[str, Any]]:
     """Every ResourceSlice ``spec`` of the node's pool, in publishing order.
 
-    ``unhealthy`` maps GPU and MIG UUIDs to the XID that made them unhealthy (``None`` when unknown),
-    as :meth:`fakegpu.sharing.live_inventory.LiveInventory.unhealthy` returns it; such devices carry a
-    ``gpu.nvidia.com/xid`` NoSchedule taint where the server supports taints (1.36+). Dynamic MIG
-    devices have no UUID of their own and follow their GPU's health. The same inputs always give the
+    ``taints`` maps GPU and MIG UUIDs to their health taints (``fakegpu.dra.health_taints``), published
+    with ``opts.health_taints`` (NVIDIA's ``NVMLDeviceHealthCheck`` gate) where the server takes them (1.36+).
+    Dynamic MIG devices have no UUID of their own and carry their GPU's. The same inputs always give the
     same output, ordered by GPU index and then device name."""
     if generation < 0:
         raise ValueError(f"pool generation must be >= 0, got {generation}")
-    health = unhealthy or {}
+    health = taints or {}
     dynamic = opts.mig_mode == "dynamic" and any(dynamic_mig_capable(g) for g in node.gpus)
     layout = _dynamic_layout(node, opts, health) if dynamic else _static_layout(node, opts, health)
     specs: list[dict[str, Any]] = []

@@ -29,6 +29,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Node
 
+from fakegpu.dra.health_taints import DeviceTaints
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, SliceKey, plan_digest, slice_key
@@ -52,14 +53,20 @@ from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.node import Node as InventoryNode
 
-SpecBuilder = Callable[[InventoryNode, SliceOptions, Mapping[str, int | None]], list[dict[str, Any]]]
-"""The slice specs of a node's pool (pool generation 0) from the node, the options and the unhealthy UUIDs."""
+SpecBuilder = Callable[[InventoryNode, SliceOptions, Mapping[str, Any]], list[dict[str, Any]]]
+"""The slice specs of a node's pool (pool generation 0) from the node, the options and the devices' health
+(the GPU driver's: each UUID's taints, ``fakegpu.dra.health_taints``)."""
 FIRST_PUBLISH_RETRY = 0.5
 """A driver that starts before its API server is reachable tries again soon, then backs off."""
 
 
-def _gpu_specs(node: InventoryNode, opts: SliceOptions, unhealthy: Mapping[str, int | None]) -> list[dict[str, Any]]:
-    return build_slice_specs(node, opts, dict(unhealthy), generation=0)
+def _gpu_specs(node: InventoryNode, opts: SliceOptions, taints: DeviceTaints) -> list[dict[str, Any]]:
+    return build_slice_specs(node, opts, taints, generation=0)
+
+
+def _no_health() -> Mapping[str, Any]:
+    """No health taints: what NVIDIA publishes with its ``NVMLDeviceHealthCheck`` gate off."""
+    return {}
 
 
 log = logging.getLogger(__name__)
@@ -89,7 +96,7 @@ class _Plan:
 
     inventory: Inventory
     inputs: tuple[Any, ...]
-    """What else the specs depend on: the unhealthy devices, the options and the owner's UID."""
+    """What else the specs depend on: the devices' health, the options and the owner's UID."""
     specs: list[dict[str, Any]]
     digest: str
 
@@ -146,10 +153,13 @@ class SlicePublisher:
         resync_interval: float = 30.0,
         metrics: DraMetrics | None = None,
         build_specs: SpecBuilder = _gpu_specs,
+        health: Callable[[], Mapping[str, Any]] = _no_health,
     ) -> None:
-        """``build_specs``: what the pool holds (the GPU driver's devices unless another driver's are given)."""
+        """``build_specs``: what the pool holds (the GPU driver's devices unless another driver's are given);
+        ``health``: what it is given of the devices' health, read on every change (none by default)."""
         self.client = client
         self.build_specs = build_specs
+        self.health = health
         self.live = live
         self.options = options
         self.metrics = metrics
@@ -233,7 +243,7 @@ class SlicePublisher:
     def _wish(self) -> _Plan:
         """The wished slices, rebuilt and digested only when what they depend on changed."""
         inventory = self.live.inventory
-        inputs = (tuple(sorted(self.live.unhealthy().items())), self.options, self.node_uid)
+        inputs = (tuple(sorted(self.health().items())), self.options, self.node_uid)
         plan = self._plan
         if plan is not None and plan.inventory is inventory and plan.inputs == inputs:
             return plan

@@ -9,6 +9,8 @@ Ops and their fields:
 - ``xid`` (target, xid): an XID event under the ``DP_*`` policy; returns the device IDs made unhealthy
   (none when the XID is ignored).
 - ``off-bus`` (gpu): XID 79 on a whole GPU (index or UUID): it, its replicas and MIG devices unhealthy.
+- ``gpu-lost``: NVML reports the GPU lost: every device unhealthy (v0.20's ``ERROR_GPU_IS_LOST``);
+  ``unmonitored`` (gpu): its events cannot be registered: its devices unhealthy, as v0.20 marks them.
 - ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
   ``times`` calls of a device plugin RPC; ``clear-faults`` (method=None): drop planned faults.
 - ``end-streams`` (resource=None): end the open ListAndWatch streams; returns how many ended.

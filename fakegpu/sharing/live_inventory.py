@@ -14,8 +14,9 @@ from typing import Literal
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.faults import FaultPlan
 from fakegpu.sharing.gpu_policies import GpuPolicies
-from fakegpu.sharing.health import HEALTHY, UNHEALTHY, XidPolicy
+from fakegpu.sharing.health import HEALTHY, UNHEALTHY, HealthEvent, XidPolicy
 from fakegpu.sharing.inventory import Device, Inventory, Resource
+from fakegpu.sharing.node import Node
 
 Listener = Callable[[], None]
 HealthTarget = Literal["device", "gpu"]
@@ -28,6 +29,18 @@ class UnknownDeviceError(KeyError):
         return str(self.args[0])
 
 
+def node_spec_events(node: Node) -> dict[str, tuple[HealthEvent, ...]]:
+    """A node spec's GPU that starts with an XID (or unhealthy) had that event before any driver started:
+    the GPU and its MIG devices, by UUID."""
+    out: dict[str, tuple[HealthEvent, ...]] = {}
+    for gpu in node.gpus:
+        if gpu.xid is None and gpu.health != UNHEALTHY:
+            continue
+        event = HealthEvent("xid", gpu.xid, forced=gpu.xid is None)
+        out.update(dict.fromkeys(gpu.uuids, (event,)))
+    return out
+
+
 class LiveInventory:
     def __init__(
         self,
@@ -38,6 +51,8 @@ class LiveInventory:
         self._base = inventory
         self._overrides: dict[str, str] = {}
         self._uuid_health: dict[str, tuple[bool, int | None]] = {}
+        self._events: dict[str, list[HealthEvent]] = {}
+        self._seed_events(inventory)
         self._listeners: list[Listener] = []
         self._view = inventory
         self.generation = 0
@@ -71,7 +86,13 @@ class LiveInventory:
         self._overrides = {k: v for k, v in self._overrides.items() if k in known}
         uuids = {u for g in inventory.node.gpus for u in g.uuids}
         self._uuid_health = {k: v for k, v in self._uuid_health.items() if k in uuids}
+        self._events = {k: v for k, v in self._events.items() if k in uuids}
+        self._seed_events(inventory)
         self._changed()
+
+    def _seed_events(self, inventory: Inventory) -> None:
+        for uuid, events in node_spec_events(inventory.node).items():
+            self._events.setdefault(uuid, list(events))
 
     def matching(self, target: str) -> list[Device]:
         """Devices named by ``target``: an advertised ID, a GPU or MIG UUID (all its replicas and, for a
@@ -100,11 +121,24 @@ class LiveInventory:
         return [base] if any(d.base_id == base for r in self._base.resources for d in r.devices) else []
 
     def set_health(self, target: str, healthy: bool, xid: int | None = None) -> list[str]:
-        """Mark the devices named by ``target`` healthy or unhealthy; returns the advertised IDs changed."""
+        """Mark the devices named by ``target`` healthy or unhealthy; returns the advertised IDs changed.
+        Healthy again also forgets the health events of those devices (fakegpu's way back; NVIDIA has none)."""
+        devices, physical = self._targets(target)
+        for uuid in physical:
+            if healthy:
+                self._events.pop(uuid, None)
+            else:
+                self._events.setdefault(uuid, []).append(HealthEvent("xid", xid, forced=True))
+        return self._mark(devices, physical, healthy, xid)
+
+    def _targets(self, target: str) -> tuple[list[Device], list[str]]:
         devices = self.matching(target)
         physical = self._physical_uuids(target)
         if not devices and not physical:
             raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
+        return devices, physical
+
+    def _mark(self, devices: list[Device], physical: list[str], healthy: bool, xid: int | None) -> list[str]:
         if not healthy and BugMode.HEALTH_ONE_DEVICE_PER_GPU in self.bug_modes:
             # NVIDIA #1929: the health map keeps one device per physical GPU.
             first_per_gpu: dict[str, Device] = {}
@@ -118,6 +152,37 @@ class LiveInventory:
             self._uuid_health[uuid] = (healthy, None if healthy else xid)
         self._changed()
         return [d.id for d in devices]
+
+    def gpu_lost(self) -> list[str]:
+        """NVML's ``ERROR_GPU_IS_LOST`` while waiting for events: the device plugin marks every device
+        unhealthy, the DRA driver taints every device ``gpu-lost``. Returns the advertised IDs."""
+        devices = [d for r in self._base.resources for d in r.devices]
+        physical = [u for g in self._base.node.gpus for u in g.uuids]
+        unhealthy = self.unhealthy()
+        for uuid in physical:
+            self._events.setdefault(uuid, []).append(HealthEvent("gpu-lost"))
+        for d in devices:
+            self._overrides[d.id] = UNHEALTHY
+        for uuid in physical:
+            self._uuid_health[uuid] = (False, unhealthy.get(uuid))
+        self._changed()
+        return [d.id for d in devices]
+
+    def unmonitored(self, gpu_uuid: str) -> list[str]:
+        """The GPU's events could not be registered (no handle, no supported events, too old): the device
+        plugin marks its devices unhealthy, the DRA driver taints them ``unmonitored`` (effect None) and
+        reports their health as unknown. Returns the advertised IDs the device plugin marked."""
+        devices, physical = self._targets(gpu_uuid)
+        for uuid in physical:
+            self._events.setdefault(uuid, []).append(HealthEvent("unmonitored"))
+        for d in devices:
+            self._overrides[d.id] = UNHEALTHY
+        self._changed()
+        return [d.id for d in devices]
+
+    def health_events(self) -> dict[str, tuple[HealthEvent, ...]]:
+        """Every GPU and MIG UUID's health events, oldest first (what the DRA driver's taints come from)."""
+        return {uuid: tuple(events) for uuid, events in sorted(self._events.items())}
 
     def unhealthy(self) -> dict[str, int | None]:
         """GPU and MIG UUIDs that are unhealthy now, with the XID that made them so when known; what the
@@ -135,12 +200,15 @@ class LiveInventory:
         return out
 
     def inject_xid(self, target: str, xid: int) -> list[str]:
-        """An XID event on a device: unhealthy unless the XID is ignored (NVIDIA's health model)."""
-        if not self.matching(target) and not self._physical_uuids(target):
-            raise UnknownDeviceError(f"no device, GPU UUID or GPU index {target!r} in the inventory")
+        """An XID event on a device: unhealthy unless the XID is ignored (NVIDIA's health model); recorded
+        either way, since NVIDIA's DRA driver taints a device for an ignored XID too (effect None)."""
+        devices, physical = self._targets(target)
+        for uuid in physical:
+            self._events.setdefault(uuid, []).append(HealthEvent("xid", xid))
         if not self.xid_policy.is_critical(xid):
+            self._changed()
             return []
-        return self.set_health(target, False, xid)
+        return self._mark(devices, physical, False, xid)
 
     def _changed(self) -> None:
         resources = []

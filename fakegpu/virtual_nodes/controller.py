@@ -94,6 +94,8 @@ class Settings:
     name_prefix: str = DEFAULT_PREFIX
     refresh_timestamp: bool = False
     """``--watch``: the nodes carry this run's ``nvidia.com/gfd.timestamp``; else a stored one is kept."""
+    health_taints: bool = False
+    """``--feature-gates NVMLDeviceHealthCheck=true``: GPUs a node spec starts unhealthy carry NVIDIA's taints."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,11 @@ class VirtualNodeController:
             return
         layout = layout_minor(minor, api_version)
         self.options = SliceOptions(
-            driver=self.settings.driver, mig_mode=self.settings.mig_mode, server_minor=layout, api_version=api_version
+            driver=self.settings.driver,
+            mig_mode=self.settings.mig_mode,
+            server_minor=layout,
+            api_version=api_version,
+            health_taints=self.settings.health_taints,
         )
         self.say(f"Kubernetes 1.{minor}: ResourceSlices as {api_version} with the 1.{layout} layout")
 

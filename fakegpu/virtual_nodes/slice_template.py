@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
+from fakegpu.dra.health_taints import published_taints
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -67,9 +68,10 @@ def wanted_drivers(node: VirtualNode, options: SliceOptions, count: int) -> tupl
 
 def direct_specs(node: VirtualNode, options: SliceOptions) -> list[JSON]:
     """The node's slice specs built from its inventory (with the generation mark); devices a node spec
-    marks unhealthy carry the XID taint (1.36+). A fabric node's compute-domain slice comes last."""
-    unhealthy = LiveInventory(node.inventory).unhealthy()
-    specs = build_slice_specs(node.inventory.node, options, unhealthy, generation=GENERATION_MARK)
+    marks unhealthy or with an XID carry NVIDIA's health taints (with ``options.health_taints``, 1.36+). A
+    fabric node's compute-domain slice comes last."""
+    taints = published_taints(LiveInventory(node.inventory))
+    specs = build_slice_specs(node.inventory.node, options, taints, generation=GENERATION_MARK)
     if node.inventory.node.fabric is not None:
         specs.append(compute_domain_slice_spec(node.name, options.api_version, generation=GENERATION_MARK))
     return specs

@@ -23,13 +23,14 @@ import grpc
 import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from fakegpu.cli.ctl_command import add_ctl_parser
+from fakegpu.cli.ctl_command import EXIT_REFUSED, add_ctl_parser
 from fakegpu.control.client import EXIT_NO_DAEMON, admin_call
 from fakegpu.control.operations import BY_NAME, OPERATIONS, options_of
 from fakegpu.control.protocol import AdminError, op_fields, takes_model
 from fakegpu.control.server import AdminServer
-from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.dra.admin_ops import HEALTH_GATE_OFF, dra_ops
 from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -358,8 +359,8 @@ async def test_bad_requests_get_clear_answers_and_the_server_survives(plugin_adm
         b"[1, 2]\n": 'request must be a JSON object like {"op": "status"}, found [1, 2]',
         b'{"target": "1"}\n': 'request has no "op" field',
         b'{"op": 7}\n': 'request field "op" must be a string, found 7',
-        b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, health, off-bus, "
-        "plugins, reconfigure, reload, status, xid",
+        b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, gpu-lost, health, "
+        "off-bus, plugins, reconfigure, reload, status, unmonitored, xid",
         b'{"op": "health", "healthy": false}\n': "op 'health': missing field 'target' (a string)",
         b'{"op": "health", "target": "1", "healthy": "no"}\n': "op 'health': field 'healthy' must be true or false, "
         'found "no"',
@@ -561,7 +562,8 @@ async def test_the_ctl_table_has_every_op_of_the_three_daemons_with_their_fields
             ["off-bus", "2"],
             {"gpu": "2"},
             [],
-            "no device changed: XID 79 is ignored by the daemon's health policy (or the GPU was already unhealthy)",
+            "no device made unhealthy: XID 79 is ignored (non-fatal) by the daemon's health policy "
+            "(or the GPU was already unhealthy)",
         ),
         (
             ["health", "3", "--healthy"],
@@ -632,7 +634,7 @@ async def test_ctl_changes_health_and_plans_faults(plugin_admin):
     assert (code, out, err) == (0, f"marked 1 device(s) unhealthy (XID 79): {gpu0}\n", "")
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="allocatable to drop")
     code, out, _ = await ctl("--socket", str(sock), "xid", "1", "13")
-    assert code == 0 and out.startswith("no device changed: XID 13 is ignored")
+    assert code == 0 and out.startswith("no device made unhealthy: XID 13 is ignored")
     code, out, _ = await ctl(
         "--socket", str(sock), "fault", "Allocate", "--times", "2", "--code", "invalid_argument", "--message", "no"
     )
@@ -676,14 +678,16 @@ DRIVER = "gpu.nvidia.com"
 
 
 @pytest.fixture
-async def dra_admin(root, serve) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
+async def dra_admin(root, serve, request) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
+    """A DRA driver with NVIDIA's NVMLDeviceHealthCheck gate on (``indirect`` False: off) and its admin socket."""
     apiserver = FakeApiServer("1.36").start()
     apiserver.add_node(NODE)
     live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
+    gate = getattr(request, "param", True)
     driver = DraDriver(
         live,
         KubeletPaths(root / "kubelet"),
-        DraSettings(cdi_root=root / "cdi"),
+        DraSettings(cdi_root=root / "cdi", feature_gates=parse_feature_gates(f"NVMLDeviceHealthCheck={gate}")),
         apiserver.client,
     )
     await driver.start()
@@ -728,15 +732,56 @@ async def test_dra_health_by_device_name_taints_the_published_device(dra_admin):
     status = await admin_call(sock, "status")
     assert (status["kind"], status["node"], status["slices"]["count"]) == ("dra", NODE, 1)
     assert status["slices"]["generation"] >= 2
-    assert [(d["name"], d["healthy"], d["message"]) for d in status["devices"]] == [
-        ("gpu-0", True, ""),
-        ("gpu-1", False, "XID 79"),
+    assert [(d["name"], d["health"], d["message"]) for d in status["devices"]] == [
+        ("gpu-0", "Healthy", ""),
+        ("gpu-1", "Unhealthy", "critical XID 79 reported by NVML"),
     ]
+    # A non-fatal XID leaves the device healthy (with NVIDIA's message and a taint with effect None).
     assert await admin_call(sock, "xid", target="gpu-0", xid=13) == []
+    await eventually(lambda: bool(taints()["gpu-0"]), "gpu-0 tainted", 3.0)
+    assert taints()["gpu-0"] == [{"key": "gpu.nvidia.com/xid", "value": "13", "effect": "None"}]
     assert await admin_call(sock, "off-bus", gpu="0") == ["gpu-0"]
     assert await admin_call(sock, "health", target=str(driver.live.inventory.node.gpus[1].uuid), healthy=True) == [
         "gpu-1"
     ]
+
+
+async def test_dra_gpu_lost_and_unmonitored_ops(dra_admin):
+    """``fakegpu ctl gpu-lost`` / ``unmonitored``: NVIDIA's ``gpu.nvidia.com/gpu-lost`` on every device and
+    ``gpu.nvidia.com/unmonitored`` on one GPU's (kubernetes-sigs/dra-driver-nvidia-gpu
+    ``cmd/gpu-kubelet-plugin/device_health.go`` at commit bc3c4d8)."""
+    apiserver, _driver, sock = dra_admin
+    code, out, _err = await ctl("--socket", str(sock), "unmonitored", "1")
+    assert (code, out) == (0, "GPU 1 unmonitored (NVML cannot watch its events): 1 device(s): gpu-1\n")
+    assert await admin_call(sock, "gpu-lost") == ["gpu-0", "gpu-1"]
+
+    def keys() -> dict[str, list[str]]:
+        return {
+            d["name"]: [t["key"] for t in d.get("taints", [])]
+            for s in apiserver.objects("resourceslices")
+            for d in s["spec"].get("devices", [])
+        }
+
+    await eventually(lambda: keys()["gpu-0"], "gpu-0 tainted", 3.0)
+    assert keys() == {
+        "gpu-0": ["gpu.nvidia.com/gpu-lost"],
+        "gpu-1": ["gpu.nvidia.com/unmonitored", "gpu.nvidia.com/gpu-lost"],
+    }
+
+
+@pytest.mark.parametrize("dra_admin", [False], indirect=True)
+async def test_dra_health_ops_say_when_the_health_gate_is_off(dra_admin):
+    """Without NVMLDeviceHealthCheck NVIDIA's driver watches no device health: the op says so in one line."""
+    apiserver, driver, sock = dra_admin
+    code, out, err = await ctl("--socket", str(sock), "xid", "1", "79")
+    assert (code, out) == (EXIT_REFUSED, "")
+    assert err.strip().splitlines() == [f"fakegpu: error: {HEALTH_GATE_OFF}"]
+    assert driver.live.unhealthy()  # the fake GPU did have the XID
+    code, out, _err = await ctl("--socket", str(sock), "status")
+    assert code == 0
+    assert "Device health: NVMLDeviceHealthCheck is off, so no taints and no health stream are published" in out
+    await driver.publisher.publish()
+    assert not any(d.get("taints") for s in apiserver.objects("resourceslices") for d in s["spec"]["devices"])
 
 
 async def test_ctl_status_of_the_dra_daemon(dra_admin):

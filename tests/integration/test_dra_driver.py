@@ -254,8 +254,13 @@ async def test_stale_slices_of_this_driver_and_node_are_removed(apiserver, make_
     assert apiserver.get_object("resourceslices", "other-driver") is not None
 
 
+HEALTH_GATE = parse_feature_gates("NVMLDeviceHealthCheck=true")
+
+
 async def test_health_change_taints_the_device_and_bumps_the_generation(apiserver, make_driver):
-    driver = await make_driver(apiserver, "2xh100-80gb")
+    """NVIDIA's NVMLDeviceHealthCheck (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/driver.go``
+    ``deviceHealthEvents`` at commit 1191eaa): an XID republishes the pool with the device tainted."""
+    driver = await make_driver(apiserver, "2xh100-80gb", gates=HEALTH_GATE)
     gpu1 = driver.live.inventory.node.gpus[1].uuid
     driver.live.inject_xid(gpu1, 79)
 
@@ -272,6 +277,44 @@ async def test_health_change_taints_the_device_and_bumps_the_generation(apiserve
     await eventually(
         lambda: not any(d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]), "no taint", 3.0
     )
+
+
+async def test_non_fatal_xids_and_a_lost_gpu_taint_as_nvidia_does(apiserver, make_driver):
+    """kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_health.go`` at commit bc3c4d8: an
+    application XID taints with effect None, ERROR_GPU_IS_LOST taints every device of the node."""
+    driver = await make_driver(apiserver, "2xh100-80gb", gates=HEALTH_GATE)
+    driver.live.inject_xid("0", 43)
+
+    def taints() -> dict[str, Any]:
+        return {d["name"]: d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]}
+
+    await eventually(lambda: taints()["gpu-0"], "gpu-0 tainted", 3.0)
+    assert taints() == {"gpu-0": [{"key": "gpu.nvidia.com/xid", "value": "43", "effect": "None"}], "gpu-1": None}
+    driver.live.gpu_lost()
+    lost = {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule"}
+    await eventually(lambda: taints()["gpu-1"], "gpu-1 tainted", 3.0)
+    assert taints() == {
+        "gpu-0": [{"key": "gpu.nvidia.com/xid", "value": "43", "effect": "None"}, lost],
+        "gpu-1": [lost],
+    }
+
+
+async def test_without_the_health_gate_nothing_is_tainted_and_no_health_service_is_offered(apiserver, make_driver):
+    """NVIDIA's driver starts no health monitor and does not advertise DRAResourceHealth without
+    NVMLDeviceHealthCheck (``cmd/gpu-kubelet-plugin/driver.go`` ``kubeletplugin.HealthService`` on main)."""
+    driver = await make_driver(apiserver, "2xh100-80gb")
+    driver.live.inject_xid("1", 79)
+    generation = slices(apiserver)[0]["spec"]["pool"]["generation"]
+    await driver.publisher.publish()  # what a change would have published
+    (s,) = slices(apiserver)
+    assert not any(d.get("taints") for d in s["spec"]["devices"])
+    assert s["spec"]["pool"]["generation"] == generation
+    info = await get_info(Path(driver.plugin.registration_socket))
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await health_stream(channel).read()
+    assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
@@ -301,7 +344,7 @@ async def test_unreachable_api_server_does_not_block_the_kubelet_plugin(root):
 
 
 async def test_registration_info(apiserver, make_driver, root):
-    driver = await make_driver(apiserver)
+    driver = await make_driver(apiserver, gates=HEALTH_GATE)
     assert driver.plugin.registration_socket == str(root / "kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
     info = await get_info(Path(driver.plugin.registration_socket))
     assert (info.type, info.name) == ("DRAPlugin", DRIVER)
@@ -418,7 +461,10 @@ async def test_restart_between_prepare_started_and_completed(apiserver, make_dri
 
 
 async def test_health_stream_pushes_changes(apiserver, make_driver):
-    driver = await make_driver(apiserver, "2xh100-80gb")
+    """With NVMLDeviceHealthCheck, as NVIDIA streams it on main (kubernetes-sigs/dra-driver-nvidia-gpu
+    ``cmd/gpu-kubelet-plugin/device_health_status.go`` at commit 46c7cc2): NVIDIA's messages, Unknown for an
+    unmonitored GPU."""
+    driver = await make_driver(apiserver, "2xh100-80gb", gates=HEALTH_GATE)
     async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
         stream = health_stream(channel)
         first = await stream.read()
@@ -432,8 +478,34 @@ async def test_health_stream_pushes_changes(apiserver, make_driver):
         assert isinstance(second, health_pb2.NodeWatchResourcesResponse)
         assert [(d.device.device_name, d.health, d.message) for d in second.devices] == [
             ("gpu-0", health_pb2.HEALTHY, ""),
-            ("gpu-1", health_pb2.UNHEALTHY, "XID 79"),
+            ("gpu-1", health_pb2.UNHEALTHY, "critical XID 79 reported by NVML"),
         ]
+        driver.live.unmonitored(driver.live.inventory.node.gpus[0].uuid)
+        third = await asyncio.wait_for(stream.read(), 2.0)
+        assert isinstance(third, health_pb2.NodeWatchResourcesResponse)
+        assert (third.devices[0].health, third.devices[0].message) == (
+            health_pb2.UNKNOWN,
+            "device health is not monitored",
+        )
+        stream.cancel()
+
+
+async def test_health_stream_resends_on_a_heartbeat_without_changes(apiserver, make_driver):
+    """The kubelet takes health older than its check timeout as Unknown, so NVIDIA's driver re-sends the report
+    on its monitor's heartbeat with fresh timestamps (kubernetes-sigs/dra-driver-nvidia-gpu
+    ``cmd/gpu-kubelet-plugin/device_health.go`` ``monitorHeartbeatInterval`` at commit bc3c4d8)."""
+    driver = await make_driver(apiserver, "2xh100-80gb", gates=HEALTH_GATE)
+    driver.health.heartbeat = 0.2
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        stream = health_stream(channel)
+        first = await stream.read()
+        again = await asyncio.wait_for(stream.read(), 2.0)
+        assert isinstance(first, health_pb2.NodeWatchResourcesResponse)
+        assert isinstance(again, health_pb2.NodeWatchResourcesResponse)
+        assert [(d.device.device_name, d.health) for d in again.devices] == [
+            (d.device.device_name, d.health) for d in first.devices
+        ]
+        assert again.devices[0].last_updated_time >= first.devices[0].last_updated_time
         stream.cancel()
 
 

@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakegpu.cli.main import main
 from fakegpu.control.client import admin_call
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
@@ -324,7 +325,11 @@ async def dra_daemon(
     """``run_dra_daemon`` for 2 H100s: (DRA socket, metrics URL, admin socket); stopped before the server."""
     caplog.set_level(logging.INFO, logger="fakegpu.telemetry.http_endpoint")
     paths = KubeletPaths(root / "kubelet")
-    settings = DraSettings(cdi_root=root / "cdi", kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")))
+    settings = DraSettings(  # with NVIDIA's health gate, so a health change republishes the slices
+        cdi_root=root / "cdi",
+        kubeconfig=str(apiserver.kubeconfig(root / "kubeconfig")),
+        feature_gates=parse_feature_gates("NVMLDeviceHealthCheck=true"),
+    )
     stop = asyncio.Event()
     admin = root / "dra-admin.sock"
     task = asyncio.create_task(

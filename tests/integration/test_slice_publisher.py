@@ -16,6 +16,7 @@ import pytest
 from lightkube import AsyncClient
 
 from fakegpu.dra import slice_publisher
+from fakegpu.dra.health_taints import published_taints
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION
 from fakegpu.dra.slice_publisher import SlicePublisher
@@ -49,8 +50,10 @@ async def client(apiserver: FakeApiServer) -> AsyncIterator[AsyncClient]:
 
 async def started(client: AsyncClient, gpus: str = "8xh100-80gb") -> SlicePublisher:
     live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,))))
-    options = SliceOptions(mig_mode="dynamic", server_minor=36)
-    publisher = SlicePublisher(client, live, options, auto_api_version=False, auto_server_version=False)
+    options = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    publisher = SlicePublisher(
+        client, live, options, auto_api_version=False, auto_server_version=False, health=lambda: published_taints(live)
+    )
     await publisher.discover()
     assert await publisher.publish() is True
     return publisher

@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 
 from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -229,11 +230,13 @@ async def start_dra_driver(
     gpus: str,
     mig_layout: str | None = None,
 ) -> DraDriver:
-    """The DRA driver as ``fakegpu dra`` runs it, serving under ``root`` and publishing to ``server``;
-    returns once its slices are published. Stop it (``await driver.stop()``) before the server."""
+    """The DRA driver as ``fakegpu dra --feature-gates NVMLDeviceHealthCheck=true`` runs it (every service it
+    can serve, the health stream too), serving under ``root`` and publishing to ``server``; returns once its
+    slices are published. Stop it (``await driver.stop()``) before the server."""
     inputs = InventoryInputs(node_name=node, gpus=(gpus,), mig_layout=mig_layout)
     live = LiveInventory(load_inventory(inputs))
-    settings = DraSettings(driver=DRA_DRIVER, cdi_root=root / "cdi", mig_mode="static")
+    gates = parse_feature_gates("NVMLDeviceHealthCheck=true")
+    settings = DraSettings(driver=DRA_DRIVER, cdi_root=root / "cdi", mig_mode="static", feature_gates=gates)
     driver = DraDriver(
         live,
         KubeletPaths(root / "kubelet"),

@@ -151,7 +151,9 @@ def test_honoured_devices_selection_splits_the_resource(tmp_path):
         (79, {"DP_DISABLE_HEALTHCHECKS": "all"}, "Healthy"),
         (79, {"DP_DISABLE_HEALTHCHECKS": "79"}, "Healthy"),
         (13, {"DP_ENABLE_HEALTHCHECKS": "13"}, "Unhealthy"),
-        (13, {"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "13"}, "Unhealthy"),
+        # NVIDIA's IsAllDisabled: with every XID disabled the checker never starts (health.go, v0.18+).
+        (13, {"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "13"}, "Healthy"),
+        (13, {"DP_ENABLE_HEALTHCHECKS": "all"}, "Unhealthy"),
     ],
 )
 def test_initial_xid_health(tmp_path, xid, env, health):

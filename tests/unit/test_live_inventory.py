@@ -52,3 +52,25 @@ def test_unknown_target(tmp_path):
 def test_initial_xid_from_node_spec(tmp_path):
     live = LiveInventory(inventory(tmp_path, node_spec={"gpus": [{"model": "h100-80gb", "xid": 79}]}))
     assert list(live.unhealthy().values()) == [79]
+
+
+def test_gpu_lost_and_unmonitored_as_the_device_plugin_sees_them(tmp_path):
+    """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` (v0.18 and later): ``ERROR_GPU_IS_LOST``
+    marks every device unhealthy; a GPU whose events cannot be registered is marked unhealthy."""
+    live = LiveInventory(inventory(tmp_path, "2xa100-40gb", config=time_slicing(2)))
+    gpu1 = live.inventory.node.gpus[1].uuid
+    assert len(live.unmonitored(gpu1)) == 2
+    assert live.inventory.resources[0].healthy == 2
+    assert live.unhealthy() == {}  # not known to be failed, only not watched
+    assert len(live.gpu_lost()) == 4
+    assert live.inventory.resources[0].healthy == 0
+    assert set(live.unhealthy()) == {g.uuid for g in live.inventory.node.gpus}
+    kinds = {uuid: [e.kind for e in events] for uuid, events in live.health_events().items()}
+    assert kinds == {live.inventory.node.gpus[0].uuid: ["gpu-lost"], gpu1: ["unmonitored", "gpu-lost"]}
+
+
+def test_every_xid_is_recorded_for_the_dra_driver_even_an_ignored_one(tmp_path):
+    live = LiveInventory(inventory(tmp_path, "1xt4"))
+    assert live.inject_xid("0", 43) == []
+    (events,) = live.health_events().values()
+    assert [(e.kind, e.xid, e.forced) for e in events] == [("xid", 43, False)]

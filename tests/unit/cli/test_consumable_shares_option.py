@@ -7,6 +7,7 @@ Follows kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/main.go``
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -54,3 +55,18 @@ def test_a_bad_setting_stops_the_driver_before_it_serves(capsys, monkeypatch, tm
     _, err = capsys.readouterr()
     assert code == 2 and error in err
     assert list(tmp_path.iterdir()) == [], "nothing is created before the flags pass"
+
+
+def test_slices_prints_the_shared_devices(capsys, monkeypatch):
+    """``fakegpu slices`` takes the flag as ``fakegpu dra`` does and prints the ConsumableShares gate's line."""
+    monkeypatch.delenv("CONSUMABLE_SHARES", raising=False)
+    argv = ["slices", "--gpus", "1xh100-80gb", "-o", "json", "--feature-gates", "ConsumableShares=true"]
+    assert main([*argv, "--consumable-shares", "unlimited"]) == 0
+    out, err = capsys.readouterr()
+    (device,) = json.loads(out)["items"][0]["spec"]["devices"]
+    assert device["allowMultipleAllocations"] is True
+    assert device["capacity"]["memory"]["requestPolicy"]["default"] == "0"
+    assert "ConsumableShares=true: admits --consumable-shares" in err
+    assert main(argv) == 0  # the gate alone changes nothing, as with NVIDIA
+    (device,) = json.loads(capsys.readouterr()[0])["items"][0]["spec"]["devices"]
+    assert "allowMultipleAllocations" not in device

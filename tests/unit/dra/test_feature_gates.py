@@ -1,13 +1,21 @@
 """NVIDIA's DRA feature gates: names, defaults, the component-base syntax and the start-up checks.
 
-Follows kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go (gates, defaults,
-ValidateFeatureGates) and k8s.io/component-base featuregate/feature_gate.go (Set: syntax and error texts)."""
+Follows kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at v0.4.1 and at commit 0807eed
+on main (gates, defaults, ValidateFeatureGates) and k8s.io/component-base featuregate/feature_gate.go (Set:
+syntax and error texts)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fakegpu.dra.feature_gates import KNOWN_GATES, FeatureGates, parse_feature_gates, validate_feature_gates
+from fakegpu.dra.feature_gates import (
+    GATE_EFFECTS,
+    KNOWN_GATES,
+    FeatureGates,
+    gate_lines,
+    parse_feature_gates,
+    validate_feature_gates,
+)
 
 
 def test_defaults_are_nvidias():
@@ -70,3 +78,68 @@ def test_start_up_validation(value, error):
 def test_valid_combinations_pass():
     for value in ("", "DynamicMIG=true,TimeSlicingSettings=true", "MPSSupport=true,TimeSlicingSettings=true"):
         validate_feature_gates(parse_feature_gates(value))
+
+
+# Re-typed from kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go: at v0.4.1 the first nine
+# driver gates, on main (commit 0807eed) the rest; PerNodeGPUConfig is main's later per-node config gate
+# (cmd/gpu-kubelet-plugin/driverconfig.go at commit 14046d0). Name: (default, stage).
+NVIDIA_V0_4 = {
+    "TimeSlicingSettings": (False, "ALPHA"),
+    "MPSSupport": (False, "ALPHA"),
+    "IMEXDaemonsWithDNSNames": (True, "BETA"),
+    "PassthroughSupport": (False, "ALPHA"),
+    "NVMLDeviceHealthCheck": (False, "ALPHA"),
+    "DynamicMIG": (False, "ALPHA"),
+    "ComputeDomainCliques": (True, "BETA"),
+    "CrashOnNVLinkFabricErrors": (True, "BETA"),
+    "DeviceMetadata": (False, "ALPHA"),
+}
+NVIDIA_MAIN = {
+    **NVIDIA_V0_4,
+    "FabricManagerPartitioning": (False, "ALPHA"),
+    "HostManagedIMEXDaemon": (False, "ALPHA"),
+    "NodeLocalFabricIPC": (False, "ALPHA"),
+    "DRAListTypeAttributes": (False, "ALPHA"),
+    "ConsumableShares": (False, "ALPHA"),
+    "PerNodeGPUConfig": (False, "ALPHA"),
+}
+LOGGING = {
+    "ContextualLogging": (True, "BETA"),
+    "LoggingAlphaOptions": (False, "ALPHA"),
+    "LoggingBetaOptions": (True, "BETA"),
+}
+
+
+def test_every_gate_of_nvidias_list_with_its_stage_and_default_in_nvidias_order():
+    assert dict(KNOWN_GATES) == {**NVIDIA_MAIN, **LOGGING}
+    assert list(KNOWN_GATES)[: len(NVIDIA_MAIN)] == list(NVIDIA_MAIN)
+
+
+def test_every_gate_says_what_it_changes_in_one_line():
+    assert set(GATE_EFFECTS) == set(KNOWN_GATES)
+    assert all(text and "\n" not in text for text in GATE_EFFECTS.values())
+
+
+def test_gate_lines_name_the_gates_given_with_their_value():
+    lines = gate_lines(parse_feature_gates("NVMLDeviceHealthCheck=true,ComputeDomainCliques=false,MPSSupport=false"))
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "MPSSupport=false (the default)",
+        "NVMLDeviceHealthCheck=true",
+        "ComputeDomainCliques=false",
+    ]
+    assert lines[1] == f"NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}"
+    # AllBeta stands for every beta gate it sets.
+    assert [line.split("=", 1)[0] for line in gate_lines(parse_feature_gates("AllBeta=false"))] == [
+        g for g, (_, stage) in KNOWN_GATES.items() if stage == "BETA"
+    ]
+    assert gate_lines(FeatureGates()) == []
+
+
+def test_health_gate_validation_follows_main():
+    # Main (0807eed): PassthroughSupport excludes NVMLDeviceHealthCheck; DynamicMIG with it is no longer refused
+    # (v0.4.x refused it).
+    with pytest.raises(
+        ValueError, match="PassthroughSupport is currently mutually exclusive with NVMLDeviceHealthCheck"
+    ):
+        validate_feature_gates(parse_feature_gates("PassthroughSupport=true,NVMLDeviceHealthCheck=true"))
+    validate_feature_gates(parse_feature_gates("DynamicMIG=true,NVMLDeviceHealthCheck=true"))

@@ -15,6 +15,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from fakegpu.dra.health_taints import device_taints
 from fakegpu.dra.quantities import parse_quantity
 from fakegpu.dra.resource_slices import (
     SliceOptions,
@@ -28,6 +29,7 @@ from fakegpu.dra.resource_slices import (
     spec_devices,
 )
 from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.health import HealthEvent, XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_node
 from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements
 from fakegpu.sharing.node import Node
@@ -43,6 +45,11 @@ def make_node(*gpus: str, layout: str | None = None, name: str = "node-a") -> No
     return load_node(InventoryInputs(node_name=name, gpus=gpus, mig_layout=layout))
 
 
+def fatal(unhealthy: Mapping[str, int | None]) -> dict[str, tuple[dict[str, str], ...]]:
+    """The taints of devices marked unhealthy with these XIDs (``fakegpu ctl health --unhealthy --xid``)."""
+    return device_taints({u: [HealthEvent("xid", x, forced=True)] for u, x in unhealthy.items()}, XidPolicy())
+
+
 def publish(
     node: Node,
     mig_mode: str = "static",
@@ -50,9 +57,10 @@ def publish(
     api: str = V1,
     unhealthy: Mapping[str, int | None] | None = None,
 ) -> tuple[SliceOptions, list[dict[str, Any]]]:
-    """Build, validate every object against the schema of its server version, check every limit."""
-    opts = SliceOptions(mig_mode=mig_mode, server_minor=minor, api_version=api)  # type: ignore[arg-type]
-    specs = build_slice_specs(node, opts, unhealthy or {})
+    """Build (health taints on), validate every object against the schema of its server version, check
+    every limit."""
+    opts = SliceOptions(mig_mode=mig_mode, server_minor=minor, api_version=api, health_taints=True)  # type: ignore[arg-type]
+    specs = build_slice_specs(node, opts, fatal(unhealthy or {}))
     for obj in slice_objects(node, opts, specs, node_uid="8d1f0c4e-0000-4000-8000-000000000001"):
         kubernetes_validate.validate(obj, f"1.{minor}.0", strict=True)
     check_limits(node, opts, specs)
@@ -481,7 +489,9 @@ def test_beta_shapes_validate(api, minor, mig_mode):
         assert all(set(d) == {"name", "basic"} for d in raw)
     else:
         assert all("basic" not in d for d in raw)
-    v1 = build_slice_specs(node, SliceOptions(mig_mode=mig_mode, server_minor=minor), unhealthy)
+    v1 = build_slice_specs(
+        node, SliceOptions(mig_mode=mig_mode, server_minor=minor, health_taints=True), fatal(unhealthy)
+    )
     assert all_devices(specs) == all_devices(v1)
     assert any("taints" in d for d in all_devices(specs)) == (minor >= 36)
 
@@ -613,8 +623,8 @@ def test_versions_are_normalised_to_semver():
 
 def test_same_inputs_give_identical_output():
     node = make_node("8xh100-80gb")
-    opts = SliceOptions(mig_mode="dynamic", server_minor=36)
-    a = {node.gpus[1].uuid: 79, node.gpus[4].uuid: None}
+    opts = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    a = fatal({node.gpus[1].uuid: 79, node.gpus[4].uuid: None})
     b = dict(reversed(list(a.items())))
     first = slice_objects(node, opts, build_slice_specs(node, opts, a), node_uid="u")
     again = slice_objects(make_node("8xh100-80gb"), opts, build_slice_specs(node, opts, b), node_uid="u")
@@ -634,8 +644,8 @@ def test_output_is_not_shared_between_calls():
 
 def test_output_has_no_shared_objects_so_yaml_needs_no_anchors():
     node = make_node("2xh100-80gb")
-    opts = SliceOptions(mig_mode="dynamic", server_minor=36)
-    objs = slice_objects(node, opts, build_slice_specs(node, opts, {node.gpus[0].uuid: 79}), node_uid="u")
+    opts = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    objs = slice_objects(node, opts, build_slice_specs(node, opts, fatal({node.gpus[0].uuid: 79})), node_uid="u")
     text = yaml.safe_dump_all(objs)
     assert "&id" not in text and "*id" not in text
     assert list(yaml.safe_load_all(text)) == objs

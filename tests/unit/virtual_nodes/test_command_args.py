@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes, settings_from_args
+from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
+from fakegpu.sharing.labels import gfd_labels
+from fakegpu.virtual_nodes.pools import VirtualNode
+from fakegpu.virtual_nodes.slice_template import direct_specs
 
 
 def test_defaults(parse):
@@ -111,3 +117,25 @@ def test_the_help_says_what_each_gpu_mode_does(parse, capsys):
     assert "device-plugin (default): nvidia.com/gpu" in text and "dra: ResourceSlices, no GPU capacity" in text
     assert "a real node runs one of the two" in text and "extendedResourceName" in text
     assert "FILE=COUNT[:MODE]" in text
+
+
+def test_feature_gates_are_checked_and_the_health_gate_taints_node_spec_xids(parse, tmp_path):
+    """``virtual-nodes --feature-gates``: checked as NVIDIA's driver checks them (kubernetes-sigs/
+    dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at commit 0807eed); with NVMLDeviceHealthCheck a
+    node spec's XID taints its device as the driver would (cmd/gpu-kubelet-plugin/device_health.go, bc3c4d8)."""
+    assert settings_from_args(parse()).health_taints is False
+    settings = settings_from_args(parse("--feature-gates", "NVMLDeviceHealthCheck=true"))
+    assert settings.health_taints is True
+    with pytest.raises(
+        ValueError, match="PassthroughSupport is currently mutually exclusive with NVMLDeviceHealthCheck"
+    ):
+        settings_from_args(parse("--feature-gates", "NVMLDeviceHealthCheck=true,PassthroughSupport=true"))
+    spec = tmp_path / "node.yaml"
+    spec.write_text("gpus:\n- model: a100-40gb\n- model: a100-40gb\n  xid: 79\n")
+    inputs = InventoryInputs(node_name="vn-0000", node_spec=str(spec))
+    node, config = load_node(inputs), load_config(inputs)
+    virtual = VirtualNode("vn-0000", "p", build_inventory(node, config), gfd_labels(node, config), mode="dra")
+    for gate, want in ((False, None), (True, [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}])):
+        specs = direct_specs(virtual, SliceOptions(health_taints=gate))
+        devices = {d["name"]: d.get("taints") for s in specs for d in s.get("devices", [])}
+        assert devices == {"gpu-0": None, "gpu-1": want}
