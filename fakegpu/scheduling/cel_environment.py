@@ -199,13 +199,18 @@ def selector_matches(expression: str, device: celtypes.MapType) -> bool:
     return bool(result)
 
 
+_MISSING = re.compile(r"no such (?:member in mapping|key)\W+(?:StringType\()?'([^'\\]+)")
+
+
 def _eval_message(exc: Exception) -> str:
+    """cel-go's text for a missing map key (``no such key: index``), also when cel-python reports it inside
+    another error (``a || b`` over two failing lookups); the evaluator's first line otherwise."""
     args = exc.args
     if len(args) >= 3 and args[0] == "no such key" and args[2]:
         return f"no such key: {args[2][0]}"
-    if len(args) >= 1 and isinstance(args[0], str):
-        text = args[0]
-        if text.startswith("undeclared reference to"):
-            return text.split(" (in activation", 1)[0]
-        return text
-    return str(exc)
+    text = " ".join(str(a) for a in args) + " " + str(exc.__cause__ or "")
+    missing = _MISSING.search(text)
+    if missing:
+        return f"no such key: {missing[1]}"
+    first = str(exc.args[0]) if exc.args else str(exc)
+    return first.split(" (in activation", 1)[0]
