@@ -1,9 +1,9 @@
 """``kubectl apply`` of DRA workloads onto the kubelet emulator: what the API server's controllers and the
 scheduler do for a pod with ResourceClaims, in one process, so NVIDIA's demo manifests run unchanged.
 
-For each pod (a Deployment's become ``replicas`` pods, as its ReplicaSet would make them): the pod is
-created bound to the node; each ``resourceClaimTemplateName`` becomes a claim as the resourceclaim
-controller writes it (``generateName: <pod>-<claim>-``, the pod as controller, the
+For each pod (a Deployment's become ``replicas`` pods as its ReplicaSet would make them, a Job's
+``parallelism`` pods): the pod is created bound to the node; each ``resourceClaimTemplateName`` becomes
+a claim as the resourceclaim controller writes it (``generateName: <pod>-<claim>-``, the pod as controller, the
 ``resource.kubernetes.io/pod-claim-name`` annotation, ``status.resourceClaimStatuses``); a container asking
 for an extended resource that a DeviceClass serves gets the scheduler's special claim (KEP-5004,
 :mod:`fakegpu.scheduling.extended_resources`); the claims not yet allocated are allocated together by
@@ -35,7 +35,7 @@ from fakegpu.scheduling.extended_resources import extended_resource_claim
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 """The resourceclaim controller's annotation on a claim made from a template: the pod's claim entry."""
-KINDS = ("Namespace", "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment")
+KINDS = ("Namespace", "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment", "Job")
 """What a manifest may hold, created in this order."""
 
 
@@ -64,15 +64,20 @@ def load_documents(text: str, source: str = "manifest") -> list[dict[str, Any]]:
     return docs
 
 
-def deployment_pods(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A Deployment's pods as its ReplicaSet makes them: ``<deployment>-<template hash>-`` plus a suffix."""
-    meta = deployment["metadata"]
-    template = deployment["spec"]["template"]
-    digest = hashlib.sha256(yaml.safe_dump(template, sort_keys=True).encode()).hexdigest()[:10]
+def workload_pods(workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment's pods as its ReplicaSet makes them (``replicas``, named ``<deployment>-<template hash>-``
+    plus a suffix), or a Job's running at once (``parallelism``, named ``<job>-`` plus a suffix)."""
+    meta = workload["metadata"]
+    template = workload["spec"]["template"]
+    if workload["kind"] == "Job":
+        prefix, count = f"{meta['name']}-", int(workload["spec"].get("parallelism", 1))
+    else:
+        digest = hashlib.sha256(yaml.safe_dump(template, sort_keys=True).encode()).hexdigest()[:10]
+        prefix, count = f"{meta['name']}-{digest}-", int(workload["spec"].get("replicas", 1))
     pods = []
-    for _ in range(int(deployment["spec"].get("replicas", 1))):
+    for _ in range(count):
         pod_meta = dict(template.get("metadata") or {})
-        pod_meta["generateName"] = f"{meta['name']}-{digest}-"
+        pod_meta["generateName"] = prefix
         pod_meta["namespace"] = meta.get("namespace", "default")
         pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": dict(template["spec"])})
     return pods
@@ -93,8 +98,8 @@ class ManifestApplier:
             for doc in (d for d in docs if d["kind"] == kind):
                 if kind == "Pod":
                     pods.append(doc)
-                elif kind == "Deployment":
-                    pods.extend(deployment_pods(doc))
+                elif kind in ("Deployment", "Job"):
+                    pods.extend(workload_pods(doc))
                 elif (
                     kind != "Namespace"
                 ):  # the tests' API server serves no Namespaces by default; no admission needs them

@@ -252,3 +252,25 @@ async def test_extended_resource_mig_class_applied_later_serves_nvidia_com_gpu(a
         assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "mig-1g-12gb.gpu.nvidia.com"
         (device,) = node.devices(pod, "extended-resources")
         assert "-mig-1g12gb-" in device
+
+
+async def test_mig_and_mps_sharing_demo_four_pods_share_each_claim(apiserver, root):
+    """NVIDIA's MIG + MPS sharing demo (classic DRA, translated to structured claims; see the file's header):
+    the Job's 4 pods all use the same GPU under time-slicing, the same GPU under MPS, the same 1g.5gb MIG
+    device under time-slicing and the same one under MPS; every claim reserves all four pods."""
+    config = DEMOS / "half-balanced.yaml"
+    async with demo_node(apiserver, root, "8xa100-40gb", mig_config=config, mig_layout="half-balanced") as node:
+        pods = running(await node.apply("mig-mps-sharing.yaml"))
+        assert len(pods) == 4
+        claims = {name: node.claim("sharing-demo", name) for name in pods[0].claims.values()}
+        devices = {
+            name: [r["device"] for r in c["status"]["allocation"]["devices"]["results"]] for name, c in claims.items()
+        }
+        assert devices["gpu-ts-sharing"] == ["gpu-4"] and devices["gpu-mps-sharing"] == ["gpu-5"]
+        assert devices["mig-ts-sharing"] != devices["mig-mps-sharing"]
+        assert all("-mig-1g5gb-" in devices[n][0] for n in ("mig-ts-sharing", "mig-mps-sharing"))
+        for claim in claims.values():
+            assert sorted(r["uid"] for r in claim["status"]["reservedFor"]) == sorted(p.uid for p in pods)
+        visible = {tuple(node.visible(p)) for p in pods}
+        assert len(visible) == 1, "every pod sees the same four devices"
+        assert node.container_env(pods[0])["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
