@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import yaml
-from lightkube import AsyncClient, codecs
+from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources import core_v1, resource_v1
 from lightkube.types import PatchType
 
@@ -83,6 +84,38 @@ def workload_pods(workload: Mapping[str, Any]) -> list[dict[str, Any]]:
     return pods
 
 
+CLAIM_BASE_MAX = 57
+"""The resourceclaim controller keeps ``<pod>-<claim>-`` to 57 characters: room for 5 random ones in 63."""
+
+
+def claim_generate_name(pod: str, entry: str) -> str:
+    """``<pod>-<claim>-``, or both names cut in proportion to their lengths (and no trailing ``-``) when
+    longer than :data:`CLAIM_BASE_MAX`, as the resourceclaim controller cuts them."""
+    name = f"{pod}-{entry}-"
+    if len(name) <= CLAIM_BASE_MAX:
+        return name
+    return f"{pod[: len(pod) * CLAIM_BASE_MAX // len(name)]}-{entry[: len(entry) * CLAIM_BASE_MAX // len(name)]}"
+
+
+def template_claim(pod: Mapping[str, Any], entry: str, template: Mapping[str, Any]) -> dict[str, Any]:
+    """The ResourceClaim the resourceclaim controller makes for the pod's claim ``entry`` from ``template``:
+    the template's labels and annotations plus ``resource.kubernetes.io/pod-claim-name``, the pod as
+    controller, the template's ``spec.spec``."""
+    meta = pod["metadata"]
+    template_meta = (template.get("spec") or {}).get("metadata") or {}
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    claim_meta: dict[str, Any] = {
+        "generateName": claim_generate_name(meta["name"], entry),
+        "namespace": meta.get("namespace", "default"),
+        "annotations": {**(template_meta.get("annotations") or {}), POD_CLAIM_NAME: entry},
+        "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
+    }
+    if template_meta.get("labels"):
+        claim_meta["labels"] = dict(template_meta["labels"])
+    spec = template["spec"]["spec"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": claim_meta, "spec": spec}
+
+
 class ManifestApplier:
     """Applies manifests to the API server behind ``client`` and runs their pods on ``kubelet`` as ``node``."""
 
@@ -100,16 +133,45 @@ class ManifestApplier:
                     pods.append(doc)
                 elif kind in ("Deployment", "Job"):
                     pods.extend(workload_pods(doc))
-                elif (
-                    kind != "Namespace"
-                ):  # the tests' API server serves no Namespaces by default; no admission needs them
+                elif kind == "Namespace":
+                    await self._namespace(doc)
+                else:
                     await self.client.create(codecs.from_dict(doc))
         return [await self.run(pod) for pod in pods]
+
+    async def _namespace(self, doc: Mapping[str, Any]) -> None:
+        """Create a Namespace, keeping one that exists; a server that serves none (the tests' API server by
+        default) needs none."""
+        try:
+            await self.client.create(codecs.from_dict(dict(doc)))
+        except ApiError as exc:
+            if exc.status.code not in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
+                raise
 
     async def _list(self, kind: Any) -> list[dict[str, Any]]:
         where: dict[str, Any] = {"namespace": "*"} if kind is resource_v1.ResourceClaim else {}
         listed: Any = self.client.list(kind, **where)
         return [_dict(obj) async for obj in listed]
+
+    async def _template_claims(self, pod: Mapping[str, Any]) -> tuple[dict[str, str], list[dict[str, str]]]:
+        """The pod's claim entries -> ResourceClaim names, creating those from templates as the resourceclaim
+        controller does; and the pod's ``status.resourceClaimStatuses``."""
+        namespace = pod["metadata"].get("namespace", "default")
+        claims: dict[str, str] = {}
+        statuses = []
+        for entry in pod["spec"].get("resourceClaims") or []:
+            if entry.get("resourceClaimName"):
+                claims[entry["name"]] = entry["resourceClaimName"]
+                continue
+            template = await self.client.get(
+                resource_v1.ResourceClaimTemplate, entry["resourceClaimTemplateName"], namespace=namespace
+            )
+            made = _dict(
+                await self.client.create(codecs.from_dict(template_claim(pod, entry["name"], _dict(template))))
+            )
+            claims[entry["name"]] = made["metadata"]["name"]
+            statuses.append({"name": entry["name"], "resourceClaimName": made["metadata"]["name"]})
+        return claims, statuses
 
     async def run(self, pod: Mapping[str, Any]) -> AppliedPod:
         """Create one pod bound to the node, make and allocate its claims, run it on the kubelet."""
@@ -117,37 +179,7 @@ class ManifestApplier:
         created = _dict(await self.client.create(codecs.from_dict(body)))
         meta = created["metadata"]
         namespace, name, uid = meta.get("namespace", "default"), meta["name"], meta["uid"]
-        owner = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": name,
-            "uid": uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-        claims: dict[str, str] = {}
-        statuses = []
-        for entry in created["spec"].get("resourceClaims") or []:
-            if entry.get("resourceClaimName"):
-                claims[entry["name"]] = entry["resourceClaimName"]
-                continue
-            template = await self.client.get(
-                resource_v1.ResourceClaimTemplate, entry["resourceClaimTemplateName"], namespace=namespace
-            )
-            claim = {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {
-                    "generateName": f"{name}-{entry['name']}-",
-                    "namespace": namespace,
-                    "annotations": {POD_CLAIM_NAME: entry["name"]},
-                    "ownerReferences": [owner],
-                },
-                "spec": _dict(template)["spec"]["spec"],
-            }
-            made = _dict(await self.client.create(codecs.from_dict(claim)))
-            claims[entry["name"]] = made["metadata"]["name"]
-            statuses.append({"name": entry["name"], "resourceClaimName": made["metadata"]["name"]})
+        claims, statuses = await self._template_claims(created)
         status: dict[str, Any] = {"resourceClaimStatuses": statuses} if statuses else {}
         classes = await self._list(resource_v1.DeviceClass)
         special = extended_resource_claim(created, classes, self.kubelet.allocatable())
@@ -188,6 +220,9 @@ class ManifestApplier:
             node_labels=(node.get("metadata") or {}).get("labels") or {},
         )
         mine = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in every}
+        missing = [n for n in dict.fromkeys(names) if (namespace, n) not in mine]
+        if missing:
+            raise AllocationError(f"pod {namespace}/{pod}: ResourceClaim {namespace}/{missing[0]} does not exist")
         wanted = [mine[(namespace, n)] for n in dict.fromkeys(names)]
         pending = [c for c in wanted if not (c.get("status") or {}).get("allocation")]
         allocations = dict(zip((c["metadata"]["name"] for c in pending), allocator.allocate(pending), strict=True))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fakegpu.scheduling.extended_resources import class_for, extended_resource_claim
-from fakegpu.testing.manifest_apply import load_documents, workload_pods
+from fakegpu.testing.manifest_apply import claim_generate_name, load_documents, template_claim, workload_pods
 
 
 def device_class(name: str, created: str, resource: str | None = "nvidia.com/gpu") -> dict[str, Any]:
@@ -78,3 +78,17 @@ def test_deployments_and_jobs_become_their_pods():
     assert len(pods[0]["metadata"]["generateName"]) == len("d-") + 11 and pods[0]["metadata"]["namespace"] == "n"
     job = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 4, "template": template}}
     assert [p["metadata"]["generateName"] for p in workload_pods(job)] == ["j-"] * 4
+
+
+def test_claims_from_templates_are_named_and_owned_as_the_resourceclaim_controller_does():
+    """kubernetes ``pkg/controller/resourceclaim/controller.go``: ``<pod>-<claim>-`` kept to 57 characters by
+    cutting both names in proportion, the template's labels and annotations plus the pod-claim-name one."""
+    pod = {"metadata": {"name": "p" * 50, "namespace": "n", "uid": "u"}}
+    template = {"spec": {"metadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}}, "spec": {"devices": {}}}}
+    claim = template_claim(pod, "c" * 30, template)
+    assert claim["metadata"]["generateName"] == "p" * 34 + "-" + "c" * 20  # 50*57//82, 30*57//82
+    assert claim["metadata"]["annotations"] == {"x": "y", "resource.kubernetes.io/pod-claim-name": "c" * 30}
+    assert claim["metadata"]["labels"] == {"a": "b"}
+    assert claim["metadata"]["ownerReferences"][0]["controller"] is True
+    assert claim["spec"] == {"devices": {}}
+    assert claim_generate_name("pod1", "gpu") == "pod1-gpu-"
