@@ -19,6 +19,7 @@ error (a selector naming an attribute a device lacks) aborts the allocation, as 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -34,6 +35,8 @@ from fakegpu.scheduling.device_pools import Device, DeviceId, NodeDevices, gathe
 MAX_STEPS = 100_000
 """Devices tried before the search gives up (the scheduler bounds its search by time instead)."""
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+SHARE_ID_NAMESPACE = uuid.UUID("6f0c8f5e-2b8e-5d55-9a43-7d1f0a6b3c21")
+"""The name space of fakegpu's share IDs (UUID version 5 of ``<driver>/<pool>/<device>/<count>``)."""
 
 
 class AllocationError(ValueError):
@@ -313,12 +316,14 @@ class Allocator:
         return allocations
 
     def _share_id(self, device: DeviceId) -> str:
+        """A new share's ID: a UUID as the scheduler's (``uuid.NewUUID``), but derived from the device and a
+        count, so a run is reproducible; never one the device's shares already use."""
         used = self.state.share_ids.setdefault(device, set())
-        n = 1
-        while f"{n:08x}" in used:
+        n = 0
+        while (share := str(uuid.uuid5(SHARE_ID_NAMESPACE, f"{device}/{n}"))) in used:
             n += 1
-        used.add(f"{n:08x}")
-        return f"{n:08x}"
+        used.add(share)
+        return share
 
     def _commit(self, picks: Sequence[_Pick]) -> None:
         for p in picks:

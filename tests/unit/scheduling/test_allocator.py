@@ -8,6 +8,7 @@ allocator_stable.go``, ``internal/incubating/allocator_incubating.go`` and
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from fakegpu.sharing.inputs import InventoryInputs, load_node
 
 NODE = "node-a"
 GPU = "gpu.nvidia.com"
+HELD_SHARE = "2f1e0c7a-1b6d-4c1e-9a55-0d3c6f9e8b71"
 
 
 def slices(*gpus: str, layout: str | None = None, mig_mode: str = "static") -> list[dict[str, Any]]:
@@ -265,7 +267,7 @@ def test_shares_recorded_in_claims_are_counted():
                             "driver": GPU,
                             "pool": NODE,
                             "device": "gpu-0",
-                            "shareID": "00000001",
+                            "shareID": HELD_SHARE,
                             "consumedCapacity": {"memory": "6Gi"},
                         }
                     ]
@@ -275,7 +277,7 @@ def test_shares_recorded_in_claims_are_counted():
     }
     alloc = Allocator(NODE, [shared_gpu_slice(capacity)], device_classes(), [held])
     got = share_results(alloc, "a", exactly("gpu", capacity={"requests": {"memory": "2Gi"}}))[0]
-    assert got["shareID"] == "00000002"
+    assert uuid.UUID(got["shareID"]) and got["shareID"] != HELD_SHARE
     with pytest.raises(AllocationError):
         share_results(alloc, "b", exactly("gpu", capacity={"requests": {"memory": "1Mi"}}))
 
