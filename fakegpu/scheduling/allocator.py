@@ -235,11 +235,22 @@ class Allocator:
         for want in request.alternatives:
             devices = self.candidates(claims[index], index, want)
             if want.all_devices:
+                self._check_pools_complete(claims[index], want)
                 if self._take_all(claims, slots, at, search, want, devices):
                     return True
             elif self._choose(claims, slots, at, search, want, devices, want.count, 0):
                 return True
         return False
+
+    def _check_pools_complete(self, claim: Mapping[str, Any], want: Want) -> None:
+        """``All`` needs every device of the pools: a pool missing slices (being updated) fails the claim,
+        as in the scheduler (``asks for all devices, but resource pool ... is currently being updated``)."""
+        for pool in self.devices.pools:
+            if pool.incomplete:
+                raise AllocationError(
+                    f"{claim_ref(claim)}: request {want.name}: asks for all devices, but resource pool "
+                    f"{pool.driver}/{pool.name} is currently being updated"
+                )
 
     def _take_all(
         self,

@@ -288,3 +288,13 @@ def test_shared_counters_keep_a_whole_gpu_and_its_mig_devices_apart():
     alloc.allocate([claim("m", exactly("mig", "mig.nvidia.com"))])
     with pytest.raises(AllocationError, match="request gpu: cannot allocate"):
         alloc.allocate([claim("g", exactly("gpu"))])
+
+
+def test_all_devices_of_a_pool_being_updated_cannot_be_allocated():
+    """``allocationMode: All`` while a pool has fewer slices than ``resourceSliceCount``: the scheduler waits."""
+    objs = slices("2xh100-80gb")
+    objs[0]["spec"]["pool"]["resourceSliceCount"] = 2
+    alloc = Allocator(NODE, objs, device_classes())
+    with pytest.raises(AllocationError, match=r"asks for all devices, but resource pool gpu.nvidia.com/node-a is"):
+        alloc.allocate([claim("all", exactly("gpus", allocationMode="All"))])
+    assert devices_of(alloc.allocate([claim("one", exactly("gpu"))])[0]) == ["gpu-0"]
