@@ -110,6 +110,8 @@ class Allocator:
         self.classes = {str(c["metadata"]["name"]): c for c in classes}
         self.state: AllocatedState = allocated_state(allocated, self.devices.devices)
         self._matches: dict[tuple[str, tuple[str, ...]], list[Device]] = {}
+        self._variables: dict[DeviceId, Any] = {}
+        """Each device's CEL ``device`` variable, built once."""
 
     # -- matching ------------------------------------------------------------------------------
     def _class(self, claim: Mapping[str, Any], want: Want) -> Mapping[str, Any]:
@@ -134,7 +136,9 @@ class Allocator:
         return self._matches[key]
 
     def _selected(self, claim: Mapping[str, Any], want: Want, device: Device, class_selectors: list[str]) -> bool:
-        variable = device_variable(device.id.driver, device.spec)
+        variable = self._variables.get(device.id)
+        if variable is None:
+            variable = self._variables[device.id] = device_variable(device.id.driver, device.spec)
         for where, selectors in ((f"DeviceClass {want.device_class}", class_selectors), ("request", want.selectors)):
             for i, expression in enumerate(selectors):
                 try:
