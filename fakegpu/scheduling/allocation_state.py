@@ -27,6 +27,16 @@ class AllocatedState:
     consumed: dict[DeviceId, dict[str, Fraction]] = field(default_factory=dict)
     share_ids: dict[DeviceId, set[str]] = field(default_factory=dict)
     counters: dict[CounterKey, Fraction] = field(default_factory=dict)
+    counted: set[DeviceId] = field(default_factory=set)
+    """Devices whose counters are in ``counters``: a shared device consumes them once, whatever its shares."""
+
+    def count(self, device: Device) -> None:
+        """Add what ``device`` consumes of its shared counters, once per device."""
+        if device.id in self.counted:
+            return
+        self.counted.add(device.id)
+        for key, amount in device_counters(device).items():
+            self.counters[key] = self.counters.get(key, Fraction(0)) + amount
 
 
 def device_counters(device: Device) -> dict[CounterKey, Fraction]:
@@ -60,8 +70,7 @@ def allocated_state(claims: Iterable[Mapping[str, Any]], devices: Iterable[Devic
             else:
                 state.exclusive.add(did)
             if device is not None:
-                for counter, amount in device_counters(device).items():
-                    state.counters[counter] = state.counters.get(counter, Fraction(0)) + amount
+                state.count(device)
     return state
 
 

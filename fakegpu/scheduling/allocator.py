@@ -122,7 +122,7 @@ class Allocator:
             )
         return found
 
-    def candidates(self, claim: Mapping[str, Any], index: int, want: Want) -> list[Device]:
+    def candidates(self, claim: Mapping[str, Any], want: Want) -> list[Device]:
         """The node's devices matching the request's class and selectors, in first-fit order."""
         key = (want.device_class, want.selectors)
         if key not in self._matches:
@@ -153,11 +153,13 @@ class Allocator:
 
     # -- availability --------------------------------------------------------------------------
     def _counters_fit(self, device: Device, picks: Sequence[_Pick]) -> bool:
+        """Whether the shared counters ``device`` consumes are left; a device already allocated (a shared one
+        taking another share) consumes nothing more."""
         wanted = device_counters(device)
-        if not wanted:
+        if not wanted or device.id in self.state.counted or any(p.device.id == device.id for p in picks):
             return True
         used: dict[CounterKey, Fraction] = dict(self.state.counters)
-        for p in picks:
+        for p in {p.device.id: p for p in picks}.values():
             for key, amount in device_counters(p.device).items():
                 used[key] = used.get(key, Fraction(0)) + amount
         for key, amount in wanted.items():
@@ -237,7 +239,7 @@ class Allocator:
             return True
         index, request = slots[at]
         for want in request.alternatives:
-            devices = self.candidates(claims[index], index, want)
+            devices = self.candidates(claims[index], want)
             if want.all_devices:
                 self._check_pools_complete(claims[index], want)
                 if self._take_all(claims, slots, at, search, want, devices):
@@ -350,8 +352,7 @@ class Allocator:
                     used[name] = used.get(name, Fraction(0)) + amount
             else:
                 self.state.exclusive.add(p.device.id)
-            for key, amount in device_counters(p.device).items():
-                self.state.counters[key] = self.state.counters.get(key, Fraction(0)) + amount
+            self.state.count(p.device)
 
     def _result(self, pick: _Pick) -> dict[str, Any]:
         did = pick.device.id
@@ -390,7 +391,7 @@ class Allocator:
         """The first request that cannot be met even alone, with the reasons per device; else that the
         requests cannot be met together."""
         for index, request in slots:
-            reasons = [self._why(claims[index], index, want) for want in request.alternatives]
+            reasons = [self._why(claims[index], want) for want in request.alternatives]
             if all(r is not None for r in reasons):
                 text = "; ".join(r for r in reasons if r)
                 where = f"{claim_ref(claims[index])}: request {request.name}"
@@ -401,9 +402,9 @@ class Allocator:
             "not all at once (matchAttribute constraints, or requests competing for the same devices)"
         )
 
-    def _why(self, claim: Mapping[str, Any], index: int, want: Want) -> str | None:
+    def _why(self, claim: Mapping[str, Any], want: Want) -> str | None:
         """None if ``want`` could be met alone; else why not."""
-        devices = self.candidates(claim, index, want)
+        devices = self.candidates(claim, want)
         counts = {"tainted": 0, "in use": 0, "capacity left too small": 0}
         free = 0
         for d in devices:

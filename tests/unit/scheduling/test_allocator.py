@@ -298,3 +298,27 @@ def test_all_devices_of_a_pool_being_updated_cannot_be_allocated():
     with pytest.raises(AllocationError, match=r"asks for all devices, but resource pool gpu.nvidia.com/node-a is"):
         alloc.allocate([claim("all", exactly("gpus", allocationMode="All"))])
     assert devices_of(alloc.allocate([claim("one", exactly("gpu"))])[0]) == ["gpu-0"]
+
+
+def test_a_shared_device_consumes_its_counters_once_for_all_its_shares():
+    """Counters belong to the device: a second share of a device that allows multiple allocations takes none."""
+    counters = {"name": "set", "counters": {"memory-slice-0": {"value": "1"}}}
+    device = {
+        "name": "gpu-0",
+        "allowMultipleAllocations": True,
+        "attributes": {"type": {"string": "gpu"}},
+        "consumesCounters": [{"counterSet": "set", "counters": {"memory-slice-0": {"value": "1"}}}],
+    }
+    obj = {
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": GPU,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [counters],
+            "devices": [device],
+        },
+    }
+    alloc = Allocator(NODE, [obj], device_classes())
+    ids = {share_results(alloc, f"s{i}", exactly("gpu"))[0]["shareID"] for i in range(3)}
+    assert len(ids) == 3
