@@ -7,7 +7,9 @@ maps to the DeviceClass whose ``extendedResourceName`` it is (the newest class w
 ties by name), or to class ``<name>`` when it is ``deviceclass.resource.kubernetes.io/<name>``. The
 claim has ``generateName: <pod>-extended-resources-``, the annotation
 ``resource.kubernetes.io/extended-resource-claim: "true"``, the pod as its controller, and one
-``ExactCount`` request per container and resource, named ``container-<i>-request-<j>``; the pod's
+``ExactCount`` request per container and resource, named ``container-<i>-request-<j>`` (``i`` counts init
+containers, then containers; ``j`` is the resource's place among all the container's requests, sorted),
+the requests sorted by name; the pod's
 ``status.extendedResourceClaimStatus`` maps each container and resource to its request.
 """
 
@@ -35,11 +37,10 @@ def class_for(resource: str, classes: Iterable[Mapping[str, Any]]) -> str | None
     return str(naming[0]["metadata"]["name"])
 
 
-def _amounts(container: Mapping[str, Any]) -> dict[str, int]:
+def _requests(container: Mapping[str, Any]) -> dict[str, Any]:
+    """The container's resource requests after API defaulting: a limit without a request is its request."""
     resources = container.get("resources") or {}
-    out = {k: quantity_value(v) for k, v in (resources.get("requests") or {}).items()}
-    out.update({k: quantity_value(v) for k, v in (resources.get("limits") or {}).items()})
-    return out
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
 
 
 def extended_resource_claim(
@@ -52,14 +53,15 @@ def extended_resource_claim(
     meta = pod.get("metadata") or {}
     requests: list[dict[str, Any]] = []
     mappings: list[dict[str, str]] = []
-    for i, container in enumerate((pod.get("spec") or {}).get("containers") or []):
-        j = 0
-        for resource, count in sorted(_amounts(container).items()):
+    spec = pod.get("spec") or {}
+    for i, container in enumerate([*(spec.get("initContainers") or []), *(spec.get("containers") or [])]):
+        wanted = _requests(container)
+        for j, resource in enumerate(sorted(wanted)):
             device_class = class_for(resource, classes)
+            count = quantity_value(wanted[resource])
             if device_class is None or node_allocatable.get(resource, 0) > 0 or count < 1:
                 continue
             name = f"container-{i}-request-{j}"
-            j += 1
             exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
             requests.append({"name": name, "exactly": exactly})
             mappings.append(
@@ -67,6 +69,7 @@ def extended_resource_claim(
             )
     if not requests:
         return None
+    requests.sort(key=lambda r: str(r["name"]))
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid"), "controller": True}
     claim = {
         "apiVersion": "resource.k8s.io/v1",

@@ -54,7 +54,7 @@ def test_the_claim_has_one_request_per_container_and_resource_and_skips_device_p
         "controller": True,
     }
     assert [(r["name"], r["exactly"]["count"]) for r in claim["spec"]["devices"]["requests"]] == [
-        ("container-0-request-0", 2),
+        ("container-0-request-1", 2),  # cpu sorts first among the container's requests
         ("container-1-request-0", 1),
     ]
     assert [m["containerName"] for m in status["requestMappings"]] == ["a", "b"]
@@ -92,3 +92,21 @@ def test_claims_from_templates_are_named_and_owned_as_the_resourceclaim_controll
     assert claim["metadata"]["ownerReferences"][0]["controller"] is True
     assert claim["spec"] == {"devices": {}}
     assert claim_generate_name("pod1", "gpu") == "pod1-gpu-"
+
+
+def test_init_containers_count_first_and_requests_sort_by_name():
+    """kubernetes ``dynamicresources/extendedresources.go``: index over init containers then containers,
+    requests sorted by name as strings (``container-10`` before ``container-2``)."""
+    gpu = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "initContainers": [{"name": "init", **gpu}],
+            "containers": [{"name": f"c{i}", **gpu} for i in range(10)],
+        },
+    }
+    made = extended_resource_claim(pod, [device_class("gpu.nvidia.com", "2026-01-01T00:00:00Z")], {})
+    assert made is not None
+    names = [r["name"] for r in made[0]["spec"]["devices"]["requests"]]
+    assert names[:3] == ["container-0-request-0", "container-1-request-0", "container-10-request-0"]
+    assert {m["containerName"]: m["requestName"] for m in made[1]["requestMappings"]}["init"] == "container-0-request-0"
