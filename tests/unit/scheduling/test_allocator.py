@@ -284,7 +284,7 @@ def test_shares_recorded_in_claims_are_counted():
 
 def test_shared_counters_keep_a_whole_gpu_and_its_mig_devices_apart():
     """DynamicMIG: the whole GPU consumes every counter of its set, so a MIG device of it blocks it."""
-    alloc = Allocator(NODE, slices("1xa100-40gb", mig_mode="dynamic"), device_classes())
+    alloc = Allocator(NODE, slices("1xh100-80gb", mig_mode="dynamic"), device_classes())
     alloc.allocate([claim("m", exactly("mig", "mig.nvidia.com"))])
     with pytest.raises(AllocationError, match="request gpu: cannot allocate"):
         alloc.allocate([claim("g", exactly("gpu"))])
