@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares, advertised
 from fakegpu.dra.device_attributes import (
     NUMA_NODE_ATTRIBUTE,
     Attribute,
@@ -81,6 +82,9 @@ class SliceOptions:
     """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
     FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
+    shares: ConsumableShares = OFF
+    """NVIDIA's ``--consumable-shares`` (``fakegpu.dra.consumable_shares``): every device allows several
+    allocations, with request policies on its capacity, from Kubernetes 1.34."""
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver gates: ``DRAListTypeAttributes`` and ``FabricManagerPartitioning`` change attributes
     (``fakegpu.dra.device_attributes``); DynamicMIG is ``mig_mode``."""
@@ -477,7 +481,7 @@ def build_slice_specs(
         if "sharedCounters" in body:
             spec["sharedCounters"] = body["sharedCounters"]
         if "devices" in body:
-            devices = body["devices"]
+            devices = [advertised(d, opts.shares, opts.server_minor) for d in body["devices"]]
             if opts.api_version == "resource.k8s.io/v1beta1":
                 devices = [_v1beta1_device(d) for d in devices]
             spec["devices"] = devices
