@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "dra": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
     "kubelet": {"runtime", "kubeletapi", "sharing", "control"},  # sharing: label_syntax (pure); control: admin ops
     "virtual_nodes": {"sharing", "runtime", "kube", "dra"},
-    "scheduling": {"sharing"},  # plus fakegpu.dra.quantities alone: MODULE_EXCEPTIONS
+    "scheduling": {"sharing"},
     "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra", "scheduling"},
     "cli": {
         "sharing",
@@ -47,29 +47,11 @@ ALLOWED: dict[str, set[str]] = {
 }
 """Room -> the other rooms it may import. Everything not listed is forbidden."""
 
-MODULE_EXCEPTIONS: dict[str, set[str]] = {"scheduling": {"fakegpu.dra.quantities"}}
-"""Room -> single modules of a forbidden room it may import: the allocator (the scheduler's part, driver
-neutral) reads quantities with the one parser, which lives in the DRA face, and nothing else of the face."""
-
 THIRD_PARTY: dict[str, set[str]] = {
     "sharing": {"pydantic", "yaml"},
     "kubeletapi": {"grpc", "google", "grpc_tools"},
 }
 """Rooms whose third-party imports are limited too (others may use any declared dependency)."""
-
-
-def full_imports_of(room: str) -> dict[str, set[str]]:
-    """Full module names a room imports from ``fakegpu`` -> the files importing them."""
-    found: dict[str, set[str]] = {}
-    for path in (PACKAGE / room).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            for name in names:
-                if name.startswith("fakegpu."):
-                    found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
-    return found
 
 
 def imports_of(room: str) -> dict[str, set[str]]:
@@ -99,14 +81,7 @@ def test_every_room_has_rules():
 @pytest.mark.parametrize("room", sorted(ALLOWED))
 def test_room_imports_only_what_it_may(room):
     imported = imports_of(room)
-    counted = imported
-    excepted = MODULE_EXCEPTIONS.get(room, set())
-    if excepted:  # a room's imports without the single modules it may take from a forbidden room
-        counted = {}
-        for module, files in full_imports_of(room).items():
-            if module not in excepted:
-                counted.setdefault(".".join(module.split(".")[:2]), set()).update(files)
-    inside = {k.removeprefix("fakegpu."): files for k, files in counted.items() if k.startswith("fakegpu.")}
+    inside = {k.removeprefix("fakegpu."): files for k, files in imported.items() if k.startswith("fakegpu.")}
     forbidden = {k: sorted(files) for k, files in inside.items() if k != room and k not in ALLOWED[room]}
     assert forbidden == {}, f"fakegpu.{room} may import only {sorted(ALLOWED[room])}: {forbidden}"
     assert "fakegpu" not in imported, f"fakegpu.{room} imports the bare package: {imported.get('fakegpu')}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fakegpu.dra.feature_gates import KNOWN_GATES, FeatureGates
-from fakegpu.dra.quantities import binary_quantity, decimal_quantity, quantity_value
+from fakegpu.sharing.quantities import binary_quantity, decimal_quantity, quantity_value
 
 CONSUMABLE_SHARES_GATE: Final = "ConsumableShares"
 FLAG: Final = "--consumable-shares"

@@ -24,11 +24,11 @@ from fakegpu.dra.device_attributes import (
 )
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.health_taints import DeviceTaints
-from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.label_syntax import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from fakegpu.sharing.node import Node, PhysicalGpu
+from fakegpu.sharing.quantities import count_or_quantity, mebibytes
 
 MigMode = Literal["static", "dynamic"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fakegpu.dra.quantities import parse_quantity
 from fakegpu.scheduling.device_pools import Device, DeviceId
+from fakegpu.sharing.quantities import parse_quantity
 
 CounterKey = tuple[str, str, str, str]
 """(driver, pool, counter set, counter)."""

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fakegpu.dra.quantities import binary_quantity, decimal_quantity
 from fakegpu.scheduling.allocation_state import AllocatedState, CounterKey, allocated_state, device_counters
 from fakegpu.scheduling.cel_environment import CelError, device_variable, selector_matches
 from fakegpu.scheduling.claim_requests import Request, Want, claim_requests
 from fakegpu.scheduling.consumable_capacity import consumed_capacity, offers_at_least
 from fakegpu.scheduling.device_pools import Device, DeviceId, NodeDevices, gather
+from fakegpu.sharing.quantities import binary_quantity, decimal_quantity
 
 MAX_STEPS = 100_000
 """Devices tried before the search gives up (the scheduler bounds its search by time instead)."""

@@ -9,8 +9,9 @@ Kubernetes CEL libraries the demos use are provided: ``quantity()`` with ``compa
 ``add``, ``sub``; ``semver()`` / ``isSemver()`` with ``major``, ``minor``, ``patch``, ``compareTo``,
 ``isGreaterThan``, ``isLessThan``; the strings extension's ``lowerAscii`` and ``upperAscii``.
 
-The evaluator is ``cel-python`` (``celpy``); a missing attribute or domain is a runtime error
-("no such key"), as in the scheduler, where it aborts the allocation instead of skipping the device.
+The evaluator is ``cel-python`` (``celpy``), from the ``pytest`` extra (only the test harness allocates);
+a missing attribute or domain is a runtime error ("no such key"), as in the scheduler, where it aborts
+the allocation instead of skipping the device.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import celpy
-from celpy import celtypes
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+try:
+    import celpy
+    from celpy import celtypes
+    from celpy.celparser import CELParseError
+    from celpy.evaluation import CELEvalError
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "fakegpu.scheduling evaluates CEL selectors with cel-python, which the daemons do not need: "
+        "install fakegpu[pytest] (pip install 'fakegpu[pytest]')"
+    ) from exc
 
-from fakegpu.dra.quantities import parse_quantity
+from fakegpu.sharing.quantities import parse_quantity
 
 
 class CelError(ValueError):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from fakegpu.dra.quantities import parse_quantity
+from fakegpu.sharing.quantities import parse_quantity
 
 
 def _q(value: Any) -> Fraction:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fakegpu.dra.quantities import parse_quantity
+from fakegpu.sharing.quantities import parse_quantity
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fakegpu.dra.quantities import quantity_value
+from fakegpu.sharing.quantities import quantity_value
 
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"

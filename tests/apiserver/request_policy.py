@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from fakegpu.dra.quantities import parse_quantity
+from fakegpu.sharing.quantities import parse_quantity
 
 Problem = tuple[str, str, Any, str]
 """(field, error type, value, detail): what ``tests.apiserver.k8s_validation.FieldError`` is built from."""

@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from fakegpu.dra.health_taints import device_taints
-from fakegpu.dra.quantities import parse_quantity
 from fakegpu.dra.resource_slices import (
     SliceOptions,
     build_slice_specs,
@@ -33,6 +32,7 @@ from fakegpu.sharing.health import HealthEvent, XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_node
 from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements
 from fakegpu.sharing.node import Node
+from fakegpu.sharing.quantities import parse_quantity
 
 V1 = "resource.k8s.io/v1"
 V1BETA2 = "resource.k8s.io/v1beta2"
