@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -143,7 +144,18 @@ def _is_quantity(text: Any) -> bool:
     return True
 
 
-_ENV = celpy.Environment()
+def _environment() -> Any:
+    """cel-python's environment, without its side effect: ``celpy.Environment()`` raises the interpreter's
+    recursion limit to 2500 for everyone, which changes how deep the user's (and fakegpu's own) recursive
+    parsers go before ``RecursionError``. Selectors are shallow; the process keeps its own limit."""
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+_ENV = _environment()
 
 
 @functools.lru_cache(maxsize=512)
