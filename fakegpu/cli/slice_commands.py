@@ -127,7 +127,8 @@ def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple
 
 
 def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGates | None = None) -> SliceOptions:
-    """How ``slices`` publishes: the flags, and what the gates change (NVMLDeviceHealthCheck: health taints)."""
+    """How ``slices`` publishes: the flags, and what the gates change (NVMLDeviceHealthCheck: health taints;
+    DRAListTypeAttributes and FabricManagerPartitioning: attributes), as ``fakegpu dra`` with the same gates."""
     api_version = args.resource_api_version or "resource.k8s.io/v1"
     check_api_version_served(api_version, server_minor, given=args.resource_api_version is not None)
     return SliceOptions(
@@ -135,6 +136,7 @@ def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGat
         mig_mode=args.mig_mode,
         server_minor=server_minor,
         api_version=api_version,
+        feature_gates=gates if gates is not None else FeatureGates(),
         health_taints=gates is not None and gates.enabled(NVML_DEVICE_HEALTH_CHECK),
     )
 
