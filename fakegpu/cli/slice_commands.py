@@ -16,7 +16,6 @@ from fakegpu.cli.yaml_output import dump_yaml_documents
 from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes, vfio_device_class
 from fakegpu.dra.feature_gates import (
     DYNAMIC_MIG,
-    NVML_DEVICE_HEALTH_CHECK,
     FeatureGates,
     parse_feature_gates,
     validate_feature_gates,
@@ -101,10 +100,10 @@ def given_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> Fea
         raise ValueError(f"{source}: {exc}") from None
 
 
-def virtual_node_gates(args: argparse.Namespace) -> FeatureGates:
-    """``virtual-nodes --feature-gates``: parsed and validated as ``fakegpu dra`` does (the MIG mode is the
-    pools' own)."""
-    gates = given_feature_gates(args, {})
+def virtual_node_gates(args: argparse.Namespace, env: Mapping[str, str]) -> FeatureGates:
+    """``virtual-nodes --feature-gates`` (else ``$FEATURE_GATES``, as ``slices`` and ``dra`` read them): parsed
+    and validated as ``fakegpu dra`` does (the MIG mode is the pools' own)."""
+    gates = given_feature_gates(args, env)
     validate_feature_gates(gates)
     return gates
 
@@ -137,7 +136,6 @@ def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGat
         server_minor=server_minor,
         api_version=api_version,
         feature_gates=gates if gates is not None else FeatureGates(),
-        health_taints=gates is not None and gates.enabled(NVML_DEVICE_HEALTH_CHECK),
     )
 
 

@@ -188,7 +188,6 @@ class DraDriver:
             server_minor=settings.server_minor or 36,
             api_version=settings.api_version or "resource.k8s.io/v1",
             feature_gates=settings.feature_gates,
-            health_taints=self.watches_health,
         )
         self.publisher = SlicePublisher(
             self.client,
