@@ -186,9 +186,9 @@ class GpuClaimPreparer:
                 self._remove_spec(ref.uid, self.driver, ())
             else:
                 self._remove_spec(ref.uid, stored.driver, stored.devices)
-                if stored.completed:
-                    others = (d for c in self.checkpoint.claims() if c.uid != ref.uid for d in c.devices)
-                    reset_unprepared(self.live.gpu_policies, stored.devices, others)
+                # A started claim too: its prepare set the GPU before failing (NVIDIA's unprepare leaves it).
+                others = (d for c in self.checkpoint.claims() if c.uid != ref.uid for d in c.devices)
+                reset_unprepared(self.live.gpu_policies, stored.devices, others)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1
         # At INFO like a prepare, so a claim's whole life on the node is in the log.
