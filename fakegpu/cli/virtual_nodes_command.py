@@ -164,8 +164,9 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--feature-gates",
         default=None,
         metavar="NAME=BOOL,...",
-        help="NVIDIA's DRA driver feature gates, checked as `fakegpu dra` checks them; on virtual nodes only "
-        "NVMLDeviceHealthCheck changes the slices (node-spec XIDs become device taints)",
+        help="NVIDIA's DRA driver feature gates (env FEATURE_GATES), checked as `fakegpu dra` checks them; the "
+        "slices are the driver's with these gates (NVMLDeviceHealthCheck: node-spec XIDs become device taints; "
+        "DRAListTypeAttributes, FabricManagerPartitioning: attributes)",
     )
     group = parser.add_argument_group("virtual nodes")
     group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")
