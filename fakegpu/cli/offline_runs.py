@@ -17,10 +17,10 @@ from fakegpu.cli.slice_commands import (
     given_feature_gates,
     render_device_classes,
     render_slices,
+    slice_gate_lines,
     slice_options,
 )
 from fakegpu.cli.yaml_output import dump_yaml
-from fakegpu.dra.feature_gates import gate_lines
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.expansion import build_inventory
 from fakegpu.sharing.health import XidPolicy
@@ -45,7 +45,7 @@ def run_slices(args: argparse.Namespace) -> int:
     gates, args.mig_mode = dra_feature_gates(args, os.environ)
     node = load_node(inventory_inputs(args))
     options = slice_options(args, args.server_version, gates)
-    for line in gate_lines(given_feature_gates(args, os.environ)):
+    for line in slice_gate_lines(given_feature_gates(args, os.environ), options):
         print(f"{node.name}: {line}", file=sys.stderr)
     policy = XidPolicy.for_dra_driver(os.environ)
     sys.stdout.write(render_slices(node, options, args.node_uid, args.output, policy))

@@ -16,12 +16,20 @@ from fakegpu.cli.yaml_output import dump_yaml_documents
 from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes, vfio_device_class
 from fakegpu.dra.feature_gates import (
     DYNAMIC_MIG,
+    NVML_DEVICE_HEALTH_CHECK,
     FeatureGates,
+    gate_lines,
     parse_feature_gates,
     validate_feature_gates,
 )
 from fakegpu.dra.health_taints import node_spec_taints
-from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.resource_slices import (
+    FIRST_MINOR_WITH_TAINTS,
+    MigMode,
+    SliceOptions,
+    build_slice_specs,
+    slice_objects,
+)
 from fakegpu.kube.discovery import (
     API_PREFERENCE,
     NEWEST_LAYOUT,
@@ -137,6 +145,22 @@ def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGat
         api_version=api_version,
         feature_gates=gates if gates is not None else FeatureGates(),
     )
+
+
+def slice_gate_lines(given: FeatureGates, options: SliceOptions) -> list[str]:
+    """What each gate given changes (``gate_lines``), saying where the slices' server takes none of it: device
+    taints are published from Kubernetes 1.36 (``SliceOptions.taints_supported``), so not to an older one."""
+    lines = gate_lines(given)
+    if options.health_taints and not options.taints_supported:
+        prefix = f"{NVML_DEVICE_HEALTH_CHECK}="
+        lines = [
+            f"{line}; on Kubernetes 1.{options.server_minor} these slices carry no taints (before "
+            f"1.{FIRST_MINOR_WITH_TAINTS} DRADeviceTaints is off by default and the API server drops them)"
+            if line.startswith(prefix)
+            else line
+            for line in lines
+        ]
+    return lines
 
 
 def check_api_version_served(api_version: str, minor: int, *, given: bool) -> None:

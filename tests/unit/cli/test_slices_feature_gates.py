@@ -43,6 +43,26 @@ def test_the_health_gate_taints_a_node_specs_xids_and_says_so(tmp_path, capsys, 
     }
 
 
+def test_the_health_gate_line_says_when_the_server_version_takes_no_taints(tmp_path, capsys, monkeypatch):
+    """Device taints are published from Kubernetes 1.36 (DRADeviceTaints alpha from 1.33, beta and on by default
+    from 1.36: kubernetes/kubernetes pkg/features/kube_features.go @ v1.36.0): for 1.35 the gate's line says the
+    slices carry none, and they carry none; for 1.36 the line is the gate's alone."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    spec = tmp_path / "node.yaml"
+    spec.write_text(SPEC)
+    base = ("--node-spec", str(spec), "--node-name", "n1", "--feature-gates", "NVMLDeviceHealthCheck=true")
+    code, out, err = run(capsys, *base, "--server-version", "1.35")
+    assert code == 0
+    assert err.splitlines() == [
+        f"n1: NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}; on Kubernetes 1.35 these slices "
+        "carry no taints (before 1.36 DRADeviceTaints is off by default and the API server drops them)"
+    ]
+    assert set(taints(out).values()) == {None}
+    code, out, err = run(capsys, *base, "--server-version", "1.36")
+    assert code == 0
+    assert err.splitlines() == [f"n1: NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}"]
+
+
 def test_dynamic_mig_gate_is_the_mig_mode_and_the_checks_are_the_drivers(capsys, monkeypatch):
     monkeypatch.delenv("FEATURE_GATES", raising=False)
     code, out, err = run(capsys, "--gpus", "1xh100-80gb", "--feature-gates", "DynamicMIG=true,ConsumableShares=true")
