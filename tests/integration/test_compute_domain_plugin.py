@@ -145,6 +145,7 @@ async def test_publishes_one_schema_valid_slice_and_registers_its_own_socket(api
 
 async def test_channel_claim_waits_for_the_node_daemon_then_gets_channel0(apiserver, make_driver, root):
     driver = await make_driver()
+    assert driver.compute_domains is not None and driver.compute_domains.daemon.running  # driver-managed
     domain = create_domain(apiserver)
     claim = create_claim(apiserver, channel_claim("wl", NODE, domain))
     first = await prepared(socket_of(driver), claim)
