@@ -28,16 +28,30 @@ def allocated_claim(
     uid: str | None = None,
     request: str = "gpu",
     device_class: str = DRIVER,
+    share_ids: Sequence[str] = (),
+    consumed_capacity: Mapping[str, str] | None = None,
+    capacity_requests: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim allocated on ``node``: one request ``gpu`` (DeviceClass ``gpu.nvidia.com``, exactly as
     many devices as given) satisfied by ``devices`` of ``pool`` (the node's own by default) from ``driver``,
     with the allocation's device ``config`` (see :func:`opaque_config`) and ``reserved_for`` consumers.
     ``uid``: for a claim handed to the driver directly (the fake API server assigns one otherwise).
-    ``request`` and ``device_class``: the request's name and DeviceClass (another driver's claims)."""
+    ``request`` and ``device_class``: the request's name and DeviceClass (another driver's claims).
+    Consumable capacity (KEP-5075): ``capacity_requests`` is the request's ``capacity.requests``; on a device
+    that allows multiple allocations the scheduler gives each result a ``shareID`` (``share_ids``, one per
+    device) and books its ``consumedCapacity`` (the same for every result here)."""
+    if share_ids and len(share_ids) != len(devices):
+        raise ValueError(f"{len(share_ids)} share IDs for {len(devices)} devices")
+    results: list[dict[str, Any]] = []
+    for i, d in enumerate(devices):
+        result: dict[str, Any] = {"request": request, "driver": driver, "pool": pool or node, "device": d}
+        if share_ids:
+            result["shareID"] = share_ids[i]
+        if consumed_capacity is not None:
+            result["consumedCapacity"] = dict(consumed_capacity)
+        results.append(result)
     allocation: dict[str, Any] = {
-        "devices": {
-            "results": [{"request": request, "driver": driver, "pool": pool or node, "device": d} for d in devices]
-        },
+        "devices": {"results": results},
         "nodeSelector": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
         },
@@ -47,7 +61,9 @@ def allocated_claim(
     status: dict[str, Any] = {"allocation": allocation}
     if reserved_for is not None:
         status["reservedFor"] = [dict(r) for r in reserved_for]
-    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": len(devices)}
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": len(devices)}
+    if capacity_requests is not None:
+        exactly["capacity"] = {"requests": dict(capacity_requests)}
     metadata = {"name": name, "namespace": namespace} | ({"uid": uid} if uid is not None else {})
     return {
         "apiVersion": "resource.k8s.io/v1",

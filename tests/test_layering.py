@@ -28,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "dra": {"sharing", "runtime", "kubeletapi", "kube", "control", "telemetry"},
     "kubelet": {"runtime", "kubeletapi", "sharing", "control"},  # sharing: label_syntax (pure); control: admin ops
     "virtual_nodes": {"sharing", "runtime", "kube", "dra"},
-    "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra"},
+    "scheduling": {"sharing"},
+    "testing": {"sharing", "runtime", "kubeletapi", "control", "kubelet", "fakeplugin", "dra", "scheduling"},
     "cli": {
         "sharing",
         "runtime",
@@ -40,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
         "dra",
         "kubelet",
         "virtual_nodes",
+        "scheduling",
         "testing",
     },
 }

@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from fakegpu.cli.consumable_shares_option import add_consumable_shares_option
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
 from fakegpu.cli.kubelet_socket_option import add_kubelet_socket_option
 from fakegpu.cli.node_options import add_node_options
@@ -136,6 +137,7 @@ def add_dra(dra: argparse.ArgumentParser) -> None:
         help="XIDs to treat as non-fatal besides 13, 31, 43, 45, 68 and 109 (env ADDITIONAL_XIDS_TO_IGNORE): with "
         "NVMLDeviceHealthCheck they taint a device with effect None instead of NoSchedule",
     )
+    add_consumable_shares_option(dra)
     add_telemetry_options(dra)
     add_inject_options(dra, "dra")
     add_compute_domain_options(dra)

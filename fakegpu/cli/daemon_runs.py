@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import replace
 
+from fakegpu.cli.consumable_shares_option import consumable_shares
 from fakegpu.cli.demo_command import run_demo
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.kubelet_socket_option import kubelet_target
@@ -70,6 +71,7 @@ def run_dra(args: argparse.Namespace) -> int:
     if args.additional_xids_to_ignore is not None:  # NVIDIA's flag wins over its environment variable
         inputs = replace(inputs, env={**inputs.env, "ADDITIONAL_XIDS_TO_IGNORE": args.additional_xids_to_ignore})
     gates, mig_mode = dra_feature_gates(args, os.environ)
+    shares = consumable_shares(args, os.environ, gates)
     if args.server_version is not None and args.resource_api_version is not None:
         check_api_version_served(args.resource_api_version, args.server_version, given=True)
     if args.compute_domains:  # NVIDIA's compute-domain plugin checks these first thing; before any client here too
@@ -78,6 +80,7 @@ def run_dra(args: argparse.Namespace) -> int:
         driver=args.driver_name,
         mig_mode=mig_mode,
         feature_gates=gates,
+        consumable_shares=shares,
         cdi_root=args.cdi_root,
         boot_id_file=args.boot_id_file,
         kubeconfig=args.kubeconfig,

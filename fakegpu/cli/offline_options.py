@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from fakegpu.cli.consumable_shares_option import add_consumable_shares_option
 from fakegpu.cli.inventory_options import add_inventory_options, add_node_inventory_options
 from fakegpu.cli.inventory_output import LABEL_FORMATS, OUTPUT_FORMATS
 from fakegpu.cli.slice_commands import API_VERSIONS, SLICE_OUTPUT_FORMATS, add_feature_gates_option, add_slice_options
@@ -28,6 +29,7 @@ def add_slices(slices: argparse.ArgumentParser) -> None:
     add_node_inventory_options(slices)
     add_slice_options(slices, api_version_default="resource.k8s.io/v1", server_version_default=36, version_from="1.36")
     add_feature_gates_option(slices)
+    add_consumable_shares_option(slices)
     slices.add_argument("--node-uid", default=None, help="add the Node owner reference with this UID")
     add_output_option(slices, SLICE_OUTPUT_FORMATS, "yaml")
 

@@ -8,8 +8,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from fakegpu.cli.catalog_command import render_boards_table, render_catalog
+from fakegpu.cli.consumable_shares_option import consumable_shares
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.inventory_output import render_inventory, render_labels
 from fakegpu.cli.slice_commands import (
@@ -44,7 +46,9 @@ def run_slices(args: argparse.Namespace) -> int:
     per gate on stderr saying what it changes (stdout stays objects ``kubectl apply`` reads)."""
     gates, args.mig_mode = dra_feature_gates(args, os.environ)
     node = load_node(inventory_inputs(args))
-    options = slice_options(args, args.server_version, gates)
+    options = replace(
+        slice_options(args, args.server_version, gates), shares=consumable_shares(args, os.environ, gates)
+    )
     for line in slice_gate_lines(given_feature_gates(args, os.environ), options):
         print(f"{node.name}: {line}", file=sys.stderr)
     policy = XidPolicy.for_dra_driver(os.environ)

@@ -24,6 +24,7 @@ from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.claim_reader import CLAIM_KINDS, LightkubeClaimReader
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainPlugin, ComputeDomainSettings
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares
 from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.gpu_prepare import GpuClaimPreparer
 from fakegpu.dra.health_service import HealthService
@@ -154,6 +155,9 @@ class DraSettings:
     """NVIDIA's driver feature gates (``--feature-gates``); TimeSlicingSettings and MPSSupport admit the
     opaque configs' sharing strategies, DynamicMIG goes with ``mig_mode="dynamic"``, NVMLDeviceHealthCheck
     publishes health taints and serves the health stream."""
+    consumable_shares: ConsumableShares = OFF
+    """NVIDIA's ``--consumable-shares`` (needs the ConsumableShares gate): shared devices in the slices, and
+    claims sharing a device in NodePrepareResources (``fakegpu.dra.consumable_shares``)."""
     compute_domains: ComputeDomainSettings | None = None
     """``--compute-domains``: also run NVIDIA's compute-domain kubelet plugin (``compute-domain.nvidia.com``)."""
     boot_id_file: Path = BOOT_ID_PATH
@@ -187,6 +191,7 @@ class DraDriver:
             mig_mode=settings.mig_mode,
             server_minor=settings.server_minor or 36,
             api_version=settings.api_version or "resource.k8s.io/v1",
+            shares=settings.consumable_shares,
             feature_gates=settings.feature_gates,
         )
         self.publisher = SlicePublisher(
@@ -209,6 +214,7 @@ class DraDriver:
             checkpoint=PreparedClaims.in_dir(paths.dra_plugin_dir(settings.driver)),
             metrics=self.metrics,
             gates=settings.feature_gates,
+            shares=settings.consumable_shares,
             boot_id_path=settings.boot_id_file,
         )
         self.health = HealthService(live, lambda: device_health(live, settings.driver, settings.mig_mode))

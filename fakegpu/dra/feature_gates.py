@@ -83,8 +83,9 @@ GATE_EFFECTS: Final[Mapping[str, str]] = {
     "clique; fakegpu: accepted without effect",
     "DRAListTypeAttributes": "resource.kubernetes.io/numaNode is published as a one-element ints "
     "list (needs Kubernetes' gate of the same name)",
-    "ConsumableShares": "NVIDIA: devices published with allowMultipleAllocations and consumable capacity "
-    "(--consumable-shares); fakegpu: accepted without effect",
+    "ConsumableShares": "admits --consumable-shares (env CONSUMABLE_SHARES: memory, unlimited or N): every GPU "
+    "and MIG device is published with allowMultipleAllocations and NVIDIA's memory request policy (N adds a shares "
+    "capacity), and claims with the same config may share a prepared device (MPS refused); alone, no change",
     "NodeAllocatableResources": "NVIDIA: devices carry KEP-5517 nodeAllocatableResources overhead (host memory and "
     "CPU per pod or container) from the --node-allocatable-* flags; fakegpu has none of the flags: accepted "
     "without effect",

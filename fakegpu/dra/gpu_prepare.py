@@ -18,12 +18,14 @@ from typing import Literal
 from fakegpu.dra.boot_reset import forget_previous_boot
 from fakegpu.dra.claim_cdi_specs import cdi_vendor, claim_spec, claim_spec_file_name, remove_spec, write_spec
 from fakegpu.dra.claim_reader import ClaimReader, read_claim
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
 from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, prepare_plan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaim, PreparedClaims
+from fakegpu.dra.shared_devices import check_no_overlap, held_by_others, other_holders
 from fakegpu.dra.sharing_settings import apply_prepared, reset_unprepared
 from fakegpu.runtime.boot_id import BOOT_ID_PATH
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -65,10 +67,13 @@ class GpuClaimPreparer:
         metrics: DraMetrics | None = None,
         gates: FeatureGates | None = None,
         mps_root: Path | None = None,
+        shares: ConsumableShares = OFF,
         boot_id_path: Path = BOOT_ID_PATH,
     ) -> None:
         self.metrics = metrics if metrics is not None else DraMetrics()
         self.gates = gates or FeatureGates()
+        self.shares = shares
+        """``--consumable-shares``: several claims may hold one device (``fakegpu.dra.shared_devices``)."""
         self.reader = reader
         self.live = live
         self.driver = driver
@@ -133,11 +138,20 @@ class GpuClaimPreparer:
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates, node=self.live.inventory.node)
+        prep = prepare_plan(
+            claim,
+            self.driver,
+            self.pool,
+            devices,
+            self.gates,
+            node=self.live.inventory.node,
+            shares=self.shares.enabled,
+        )
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
                 return stored.devices
+            check_no_overlap(prep, self.checkpoint.claims(), shares=self.shares.enabled)
             self.checkpoint.start(ref, prep)
             apply_prepared(self.live.gpu_policies, prep.results)
             if self.phase_pause:
@@ -187,20 +201,33 @@ class GpuClaimPreparer:
             else:
                 self._remove_spec(ref.uid, stored.driver, stored.devices)
                 # A started claim too: its prepare set the GPU before failing (NVIDIA's unprepare leaves it).
-                others = (d for c in self.checkpoint.claims() if c.uid != ref.uid for d in c.devices)
+                others = held_by_others(self.checkpoint.claims(), stored) if self.shares.enabled else ()
                 reset_unprepared(self.live.gpu_policies, stored.devices, others)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1
+            still_shared = _still_shared(self.checkpoint.claims(), stored)
         # At INFO like a prepare, so a claim's whole life on the node is in the log.
         log.info(
-            "unprepared claim %s/%s (%s): %s",
+            "unprepared claim %s/%s (%s): %s%s",
             ref.namespace,
             ref.name,
             ref.uid,
             "not prepared here"
             if stored is None
             else ", ".join(r.device for r in stored.devices) or "no devices of this driver",
+            still_shared,
         )
+
+
+def _still_shared(prepared: Sequence[PreparedClaim], unprepared: PreparedClaim | None) -> str:
+    """For the unprepare log: the devices of a shared claim that other claims still hold (consumable shares)."""
+    if unprepared is None:
+        return ""
+    held = {
+        r.device: len(other_holders(prepared, unprepared.uid, unprepared.driver, r.device)) for r in unprepared.devices
+    }
+    shared = [f"{device} by {n} other claim{'s' if n > 1 else ''}" for device, n in held.items() if n]
+    return f" (still held: {', '.join(shared)})" if shared else ""
 
 
 def _mps_daemon_ids(results: Sequence[PreparedResult]) -> list[str]:

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import DeviceKind
-from fakegpu.dra.quantities import quantity_value
 from fakegpu.sharing.errors import shorten
+from fakegpu.sharing.quantities import quantity_value
 
 CONFIG_API_VERSION: Final = "resource.nvidia.com/v1beta1"
 GPU_CONFIG: Final = "GpuConfig"

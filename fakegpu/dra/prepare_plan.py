@@ -37,6 +37,8 @@ at ed0d0e5).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -73,6 +75,12 @@ class PreparedResult:
     mps_daemon_id: str | None = None
     """The MPS control daemon of the device's config group (NVIDIA's ``GetMpsControlDaemonID``), whose
     directories the CDI spec mounts; None without an MPS config."""
+    admin_access: bool = False
+    """The result's ``adminAccess``: such a device may also be prepared for other claims."""
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
+    """The result's ``consumedCapacity`` (consumable shares): what the scheduler booked for this claim."""
+    config_key: str = ""
+    """The device's opaque config, normalized, as canonical JSON: claims sharing a device must agree on it."""
     time_slice: str | None = None
     """The interval prepare sets on this full GPU (NVIDIA's ``TimeSliceApplied``): only with a config whose
     ``sharing.strategy`` is TimeSlicing, never implicitly; unprepare sets it back to ``Default``."""
@@ -124,6 +132,8 @@ class _Result:
     share_id: str | None
     published: PublishedDevice
     uuid: str
+    admin_access: bool = False
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
 
 
 def _results(
@@ -162,8 +172,30 @@ def _results(
                 f"claim {claim_name}: device {device!r} is allocated twice (requests {seen[key]} and {request})"
             )
         seen[key] = request
-        out.append(_Result(i, request, result_pool, device, share_id, published, published.visible_uuid(pool)))
+        consumed = _consumed_capacity(r.get("consumedCapacity"), f"claim {claim_name}: results[{i}]")
+        uuid = published.visible_uuid(pool)
+        out.append(
+            _Result(i, request, result_pool, device, share_id, published, uuid, r.get("adminAccess") is True, consumed)
+        )
     return out
+
+
+def _consumed_capacity(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A result's ``consumedCapacity``: capacity name -> quantity, as the scheduler wrote it."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, (str, int)) for k, v in raw.items()
+    ):
+        raise ClaimError(f"{where}: consumedCapacity must map capacity names to quantities")
+    return tuple((name, str(raw[name])) for name in sorted(raw))
+
+
+def config_key(config: SharingConfig) -> str:
+    """NVIDIA compares the normalized configs of two claims on one device (``reflect.DeepEqual``): what the
+    config says, not where it came from."""
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("explicit", "sharing_given", "where")}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
 
 def _mps_limits(config: SharingConfig, group: Sequence[_Result]) -> dict[str, int]:
@@ -199,10 +231,11 @@ def _mps_env(config: SharingConfig, siblings: Sequence[_Result], limits: Mapping
 _GATE_OF_STRATEGY: Final = {TIME_SLICING: TIME_SLICING_SETTINGS, MPS: MPS_SUPPORT}
 
 
-def check_sharing_gates(config: SharingConfig, gates: FeatureGates) -> None:
+def check_sharing_gates(config: SharingConfig, gates: FeatureGates, *, shares: bool = False) -> None:
     """NVIDIA's ``validateSharingStrategy`` and ``applySharingConfig`` (``sharing.go``, ``device_state.go``):
     a config that states a sharing strategy needs that strategy's feature gate, and MPS is refused with
-    DynamicMIG. Only configs applied to a device are checked, and only a stated ``sharing`` section."""
+    consumable shares (``shares``) and with DynamicMIG. Only configs applied to a device are checked, and only
+    a stated ``sharing`` section."""
     if not config.sharing_given:
         return
     gate = _GATE_OF_STRATEGY[config.strategy]
@@ -210,6 +243,10 @@ def check_sharing_gates(config: SharingConfig, gates: FeatureGates) -> None:
         raise ClaimError(
             f'{config.where}: error validating GPU config: "{config.strategy}" is selected as the GPU sharing '
             f'strategy, but the "{gate}" feature gate is not enabled'
+        )
+    if config.strategy == MPS and shares:
+        raise ClaimError(
+            f"{config.where}: error applying config: MPS sharing is not supported when consumable shares is enabled"
         )
     if config.strategy == MPS and gates.enabled(DYNAMIC_MIG):
         raise ClaimError(
@@ -236,6 +273,8 @@ def prepare_plan(
     devices: Mapping[str, PublishedDevice],
     gates: FeatureGates | None = None,
     node: Node | None = None,
+    *,
+    shares: bool = False,
 ) -> PreparePlan:
     """Work out this driver's devices, CDI names and environment for an allocated claim.
 
@@ -244,7 +283,7 @@ def prepare_plan(
     be in ``pool`` and name a published device. The caller checks the UID against the kubelet's.
     ``gates`` are the driver's feature gates (NVIDIA's defaults when None): a config's sharing strategy
     must be enabled by its gate (``check_sharing_gates``). ``node`` (the inventory's) gives the GPUs' compute
-    capabilities, which multi-user MPS checks.
+    capabilities, which multi-user MPS checks. ``shares``: the driver runs with consumable shares.
     """
     gates = gates or FeatureGates()
     namespace, name, uid = _claim_identity(claim)
@@ -267,7 +306,7 @@ def prepare_plan(
     groups: dict[int, list[_Result]] = {}
     for result in results:
         config = pick_config(configs, result.request, result.device, result.published.kind)
-        check_sharing_gates(config, gates)
+        check_sharing_gates(config, gates, shares=shares)
         chosen.append(config)
         groups.setdefault(id(config), []).append(result)
     limits: dict[int, dict[str, int]] = {}
@@ -312,6 +351,9 @@ def prepare_plan(
                 env=tuple(env),
                 mps_daemon_id=mps_daemon_id,
                 time_slice=time_slice,
+                admin_access=result.admin_access,
+                consumed_capacity=result.consumed_capacity,
+                config_key=config_key(config),
             )
         )
     return PreparePlan(uid=uid, namespace=namespace, name=name, driver=driver, pool=pool, results=tuple(prepared))

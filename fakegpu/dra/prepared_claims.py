@@ -25,6 +25,11 @@ File: ``<plugin dir>/checkpoint.json``, mode 0600, written atomically (temp file
 fakegpu versions before it (``fakegpu.dra.boot_reset`` decides what a start does with it). A device's
 ``timeSlice`` is NVIDIA's ``timeSliceApplied``: the interval prepare set on the GPU.
 
+Each device entry also keeps what the allocation gave it that matters once the claim may be gone: its
+``shareID`` and ``consumedCapacity`` (consumable shares), ``adminAccess``, and its normalized opaque config
+(``config``), against which another claim wanting a share of the device is checked
+(``fakegpu.dra.shared_devices``), as NVIDIA keeps the claim's whole status.
+
 The checksum is SHA-256 over the canonical JSON of ``data`` *as parsed* (sorted keys, no spaces, ASCII),
 so fields a newer version adds are still covered and still readable; unknown per-claim fields are
 ignored on load. A checksum mismatch or unreadable file raises ``CheckpointCorrupted`` naming the file;
@@ -131,6 +136,12 @@ def result_json(result: PreparedResult) -> dict[str, Any]:
         out["shareID"] = result.share_id
     if result.mps_daemon_id:
         out["mpsControlDaemonID"] = result.mps_daemon_id
+    if result.admin_access:
+        out["adminAccess"] = True
+    if result.consumed_capacity:
+        out["consumedCapacity"] = dict(result.consumed_capacity)
+    if result.config_key:
+        out["config"] = result.config_key
     if result.time_slice:
         out["timeSlice"] = result.time_slice
     return out
@@ -158,6 +169,9 @@ def parse_result(data: Mapping[str, Any]) -> PreparedResult:
         cdi_ids=tuple(str(i) for i in data["cdiDeviceIDs"]),
         env=tuple(str(e) for e in data["env"]),
         mps_daemon_id=str(data["mpsControlDaemonID"]) if data.get("mpsControlDaemonID") else None,
+        admin_access=data.get("adminAccess") is True,
+        consumed_capacity=tuple((str(k), str(v)) for k, v in sorted((data.get("consumedCapacity") or {}).items())),
+        config_key=str(data.get("config") or ""),
         time_slice=_time_slice(data),
     )
 

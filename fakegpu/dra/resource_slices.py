@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fakegpu.dra.consumable_shares import OFF, ConsumableShares, advertised
 from fakegpu.dra.device_attributes import (
     NUMA_NODE_ATTRIBUTE,
     Attribute,
@@ -23,11 +24,11 @@ from fakegpu.dra.device_attributes import (
 )
 from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.health_taints import DeviceTaints
-from fakegpu.dra.quantities import count_or_quantity, mebibytes
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
 from fakegpu.sharing.label_syntax import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from fakegpu.sharing.node import Node, PhysicalGpu
+from fakegpu.sharing.quantities import count_or_quantity, mebibytes
 
 MigMode = Literal["static", "dynamic"]
 
@@ -81,6 +82,9 @@ class SliceOptions:
     """Kubernetes 1.<minor> of the API server (see ``fakegpu.kube.discovery``); minors past the last
     FIRST_MINOR_WITH_* behave like it."""
     api_version: str = "resource.k8s.io/v1"
+    shares: ConsumableShares = OFF
+    """NVIDIA's ``--consumable-shares`` (``fakegpu.dra.consumable_shares``): every device allows several
+    allocations, with request policies on its capacity, from Kubernetes 1.34."""
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver gates: ``DRAListTypeAttributes`` and ``FabricManagerPartitioning`` change attributes
     (``fakegpu.dra.device_attributes``), ``NVMLDeviceHealthCheck`` publishes health taints; DynamicMIG is
@@ -481,7 +485,7 @@ def build_slice_specs(
         if "sharedCounters" in body:
             spec["sharedCounters"] = body["sharedCounters"]
         if "devices" in body:
-            devices = body["devices"]
+            devices = [advertised(d, opts.shares, opts.server_minor) for d in body["devices"]]
             if opts.api_version == "resource.k8s.io/v1beta1":
                 devices = [_v1beta1_device(d) for d in devices]
             spec["devices"] = devices

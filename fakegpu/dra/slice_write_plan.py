@@ -151,7 +151,7 @@ def dropped_fields_warning(sent: Mapping[str, Any], stored: Mapping[str, Any], n
         return None
     of = f" for node {node}" if node is not None else ""
     return (
-        f"the API server dropped fields of the ResourceSlices{of} (partitionable devices or device taints need "
-        "the DRAPartitionableDevices / DRADeviceTaints feature gates before Kubernetes 1.36); the scheduler will "
-        "not see MIG counters or taints"
+        f"the API server dropped fields of the ResourceSlices{of} (partitionable devices, device taints or "
+        "consumable capacity need the DRAPartitionableDevices / DRADeviceTaints / DRAConsumableCapacity feature "
+        "gates before Kubernetes 1.36); the scheduler will not see MIG counters, taints or shared devices"
     )

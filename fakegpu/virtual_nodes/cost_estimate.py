@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from fakegpu.dra.quantities import parse_quantity
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS, layout_minor, served_api_versions
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.quantities import parse_quantity
 from fakegpu.virtual_nodes.extended_classes import wanted_classes
 from fakegpu.virtual_nodes.node_manifest import NodeShape, desired_node, new_node
 from fakegpu.virtual_nodes.pools import VirtualNode

@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakegpu.dra.quantities import decimal_quantity, parse_quantity, same_quantity
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
+from fakegpu.sharing.quantities import decimal_quantity, parse_quantity, same_quantity
 from fakegpu.virtual_nodes.names import prefix_label_value
 from fakegpu.virtual_nodes.pools import VirtualNode
 

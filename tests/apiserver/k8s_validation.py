@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from tests.apiserver.request_policy import request_policy_problems
+
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL_RE = re.compile(_DNS_LABEL)
 DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
@@ -429,6 +431,8 @@ def validate_resource_slice(obj: Mapping[str, Any], api_version: str, minor: int
         for key, cap in capacity.items():
             errs += attribute_name(key, f"{path}.capacity")
             errs += quantity((cap or {}).get("value"), f"{path}.capacity[{key}].value")
+            multiple = fields.get("allowMultipleAllocations") is True
+            errs += [FieldError(*p) for p in request_policy_problems(cap or {}, multiple, f"{path}.capacity[{key}]")]
         consumes = fields.get("consumesCounters") or []
         if consumes:
             advanced = True

@@ -366,6 +366,42 @@ async def test_resource_slice_rules(
     assert server.objects("resourceslices") == []
 
 
+def _policy(default: str, low: str, high: str, step: str) -> dict[str, Any]:
+    return {"default": default, "validRange": {"min": low, "max": high, "step": step}}
+
+
+@pytest.mark.parametrize(
+    ("multiple", "policy", "message"),
+    [
+        (True, _policy("0", "0", "16Gi", "1Mi"), None),
+        (False, _policy("0", "0", "16Gi", "1Mi"), "requestPolicy: Forbidden: allowMultipleAllocations must be true"),
+        (True, _policy("1Ki", "0", "16Gi", "1Mi"), 'validRange.step: Invalid value: "1024"'),
+        (True, _policy("0", "0", "17Gi", "1Mi"), 'validRange.max: Invalid value: "17Gi": max is larger than'),
+        (True, {"validRange": {"min": "0"}}, "requestPolicy.default: Required value: required when validRange"),
+        (
+            True,
+            {"default": "2", "validValues": ["1", "4"]},
+            "default value is not valid according to the requestPolicy",
+        ),
+    ],
+)
+async def test_capacity_request_policies(
+    server: FakeApiServer, client: AsyncClient, multiple: bool, policy: dict[str, Any], message: str | None
+) -> None:
+    """kubernetes pkg/apis/resource/validation/validation.go (v1.36) validateRequestPolicy: consumable capacity."""
+    body = slice_dict(name="a", devices=1)
+    device = body["spec"]["devices"][0]
+    device["capacity"] = {"memory": {"value": "16Gi", "requestPolicy": policy}}
+    device["allowMultipleAllocations"] = multiple
+    if message is None:
+        await client.create(load(ResourceSlice, body))
+        assert server.rejections == []
+        return
+    with pytest.raises(ApiError) as err:
+        await client.create(load(ResourceSlice, body))
+    assert message in (err.value.status.message or "")
+
+
 async def test_schema_violations_from_kubernetes_validate(server: FakeApiServer) -> None:
     body = slice_dict(name="a")
     body["spec"]["unknownField"] = 1

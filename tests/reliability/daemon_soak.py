@@ -89,7 +89,9 @@ PLUGIN_ACTIONS = ("idle", "after-allocate", "mid-allocate")
 
 DRA_NODE = "soak-node"
 DRIVER = "gpu.nvidia.com"
-DRA_GPUS = 8
+DRA_GPUS = 10
+"""Enough for every claim the soak holds at once (six kept, one cut off, two new) to get a GPU of its own: the
+driver refuses a GPU another prepared claim holds, as NVIDIA's does, and the scheduler never hands one out twice."""
 DRA_ACTIONS = ("idle", "after-prepare", "mid-prepare-rpc", "after-prepare-started", "after-cdi-written")
 
 
@@ -508,6 +510,8 @@ class DraSoak:
         self.prepared_log: Counter[str] = Counter()
         """'prepared claim' log lines per claim UID, over every run."""
         self.claims = 0
+        self.device_of: dict[str, str] = {}
+        """The GPU each claim was allocated, as the scheduler chose it: one no unprepared claim holds."""
         self.registrations = 0
         self.watcher = PluginWatcher(
             self.paths.plugins_registry,
@@ -589,8 +593,15 @@ class DraSoak:
     def new_claim(self) -> Claim:
         self.claims += 1
         name = f"claim-{self.claims}"
-        obj = self.apiserver.create_direct(allocated_claim(name, DRA_NODE, [f"gpu-{self.claims % DRA_GPUS}"]))
-        return ("default", name, str(obj["metadata"]["uid"]))
+        held = {device for uid, device in self.device_of.items() if uid not in self.unprepared}
+        ring = [f"gpu-{(self.claims + k) % DRA_GPUS}" for k in range(DRA_GPUS)]
+        device = next((d for d in ring if d not in held), "")
+        if not device:
+            raise AssertionError(f"all {DRA_GPUS} GPUs are held by claims not unprepared: the soak keeps too many")
+        obj = self.apiserver.create_direct(allocated_claim(name, DRA_NODE, [device]))
+        uid = str(obj["metadata"]["uid"])
+        self.device_of[uid] = device
+        return ("default", name, uid)
 
     async def prepare_new(self) -> None:
         claims = [self.new_claim() for _ in range(self.rng.randint(1, 2))]

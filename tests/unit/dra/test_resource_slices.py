@@ -17,7 +17,6 @@ import yaml
 
 from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.dra.health_taints import device_taints
-from fakegpu.dra.quantities import parse_quantity
 from fakegpu.dra.resource_slices import (
     SliceOptions,
     build_slice_specs,
@@ -34,6 +33,7 @@ from fakegpu.sharing.health import HealthEvent, XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_node
 from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements
 from fakegpu.sharing.node import Node
+from fakegpu.sharing.quantities import parse_quantity
 
 HEALTH_CHECK = parse_feature_gates("NVMLDeviceHealthCheck=true")
 """NVIDIA's health gate: the slices carry the devices' health taints."""

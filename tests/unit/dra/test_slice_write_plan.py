@@ -154,9 +154,9 @@ SENT = {
     "devices": [{"name": "gpu-0", "taints": [{"key": "k", "effect": "NoSchedule"}]}],
 }
 WARNING = (
-    "the API server dropped fields of the ResourceSlices (partitionable devices or device taints need the "
-    "DRAPartitionableDevices / DRADeviceTaints feature gates before Kubernetes 1.36); the scheduler will not see "
-    "MIG counters or taints"
+    "the API server dropped fields of the ResourceSlices (partitionable devices, device taints or consumable "
+    "capacity need the DRAPartitionableDevices / DRADeviceTaints / DRAConsumableCapacity feature gates before "
+    "Kubernetes 1.36); the scheduler will not see MIG counters, taints or shared devices"
 )
 
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from fakegpu.dra.quantities import (
+from fakegpu.sharing.quantities import (
     binary_quantity,
     count_or_quantity,
     decimal_quantity,

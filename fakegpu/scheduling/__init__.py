@@ -1,0 +1,1 @@
+"""The scheduler's part of DRA: structured-parameters allocation of ResourceClaims on one node."""
