@@ -240,6 +240,30 @@ def test_the_commands_table_has_a_row_per_command():
     assert sorted(rows) == sorted([*COMMANDS, "--version"])
 
 
+FLAGS_THE_TABLE_SHOWS = {
+    "plugin": ("--label-node", "--use-node-feature-api", "--sleep-interval", "--config-dir"),
+    "dra": ("--feature-gates", "--boot-id-file", "--additional-xids-to-ignore", "--compute-domains"),
+    "virtual-nodes": ("--feature-gates", "--watch", "--delete"),
+    "labels": ("--use-node-feature-api", "--namespace", "--timestamp"),
+    "slices": ("--feature-gates", "--server-version"),
+}
+"""Flags a user looks for in the Commands table (the rest are in each command's --help)."""
+
+
+def test_the_commands_table_names_real_flags_and_the_ones_users_look_for():
+    rows = dict(re.findall(r"^\| `fakegpu ([a-z-]+)([^|]*(?:\\\|[^|]*)*)` \|", section("Commands"), flags=re.M))
+    parser = full_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for command, usage in rows.items():
+        if command not in sub.choices:
+            continue
+        known = {o for a in sub.choices[command]._actions for o in a.option_strings}
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", usage))
+        assert named <= known, f"fakegpu {command}'s row names flags it does not have: {sorted(named - known)}"
+    missing = {c: [f for f in flags if f not in rows.get(c, "")] for c, flags in FLAGS_THE_TABLE_SHOWS.items()}
+    assert {c: m for c, m in missing.items() if m} == {}, "README's Commands table lacks these flags"
+
+
 def test_the_gpu_mode_table_has_a_row_per_mode():
     rows = re.findall(r"^\| `([a-z-]+)`( \(default\))? \|", section("Virtual nodes (KWOK)"), flags=re.M)
     assert [mode for mode, _ in rows if mode != "--gpu-mode"] == list(GPU_MODES)

@@ -20,6 +20,7 @@ from fakegpu.cli.node_options import node_settings
 from fakegpu.cli.nvidia_smi_command import apply_inject_flags
 from fakegpu.cli.slice_commands import check_api_version_served, dra_feature_gates
 from fakegpu.dra.compute_domain.fabric_clique import FabricError
+from fakegpu.dra.compute_domain.host_imex import validate_imex_config
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
@@ -73,6 +74,8 @@ def run_dra(args: argparse.Namespace) -> int:
     shares = consumable_shares(args, os.environ, gates)
     if args.server_version is not None and args.resource_api_version is not None:
         check_api_version_served(args.resource_api_version, args.server_version, given=True)
+    if args.compute_domains:  # NVIDIA's compute-domain plugin checks these first thing; before any client here too
+        validate_imex_config(args.imex_mode, args.imex_isolation, gates.enabled("HostManagedIMEXDaemon"))
     settings = DraSettings(
         driver=args.driver_name,
         mig_mode=mig_mode,

@@ -69,7 +69,14 @@ def add_devices(devices: argparse.ArgumentParser) -> None:
 
 def add_labels(labels: argparse.ArgumentParser) -> None:
     add_inventory_options(labels)
-    add_output_option(labels, LABEL_FORMATS, "table")
+    labels.add_argument(
+        "-o",
+        "--output",
+        choices=LABEL_FORMATS,
+        default=None,
+        help=f"{', '.join(LABEL_FORMATS)} (default table; with --use-node-feature-api the NodeFeature: yaml or json, "
+        "default yaml)",
+    )
     labels.add_argument(
         "--timestamp", type=int, default=None, help="add nvidia.com/gfd.timestamp with this value (omitted by default)"
     )

@@ -19,15 +19,16 @@ from fakegpu.cli.slice_commands import (
     given_feature_gates,
     render_device_classes,
     render_slices,
+    slice_gate_lines,
     slice_options,
 )
 from fakegpu.cli.yaml_output import dump_yaml
-from fakegpu.dra.feature_gates import gate_lines
+from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.expansion import build_inventory
 from fakegpu.sharing.health import XidPolicy
-from fakegpu.sharing.inputs import load_config, load_node
+from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
 from fakegpu.sharing.labels import gfd_labels
-from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE, node_feature
+from fakegpu.sharing.node_feature import DEFAULT_NAMESPACE, check_node_feature, node_feature
 
 
 def _warn(warnings: Sequence[str]) -> None:
@@ -48,7 +49,7 @@ def run_slices(args: argparse.Namespace) -> int:
     options = replace(
         slice_options(args, args.server_version, gates), shares=consumable_shares(args, os.environ, gates)
     )
-    for line in gate_lines(given_feature_gates(args, os.environ)):
+    for line in slice_gate_lines(given_feature_gates(args, os.environ), options):
         print(f"{node.name}: {line}", file=sys.stderr)
     policy = XidPolicy.for_dra_driver(os.environ)
     sys.stdout.write(render_slices(node, options, args.node_uid, args.output, policy))
@@ -75,12 +76,25 @@ def run_labels(args: argparse.Namespace) -> int:
     labels = gfd_labels(node, config, args.timestamp)
     if config.use_node_feature_api:
         # As GFD with useNodeFeatureAPI: the labels inside the node's NodeFeature (no pod here: no owners).
-        namespace = args.namespace or inputs.env.get("NAMESPACE") or DEFAULT_NAMESPACE
-        obj = node_feature(node.name, namespace, labels)
+        obj = _node_feature(args, inputs, node.name, labels)
         sys.stdout.write(json.dumps(obj, indent=2) + "\n" if args.output == "json" else dump_yaml(obj, sort_keys=False))
         return 0
-    sys.stdout.write(render_labels(labels, args.output))
+    sys.stdout.write(render_labels(labels, args.output or "table"))
     return 0
+
+
+def _node_feature(
+    args: argparse.Namespace, inputs: InventoryInputs, node_name: str, labels: dict[str, str]
+) -> dict[str, object]:
+    """The NodeFeature ``labels`` prints, refused in one line where the API server would refuse it."""
+    if args.output not in (None, "yaml", "json"):
+        raise SpecError(f"-o {args.output}", "a NodeFeature (--use-node-feature-api) prints as yaml or json")
+    namespace = args.namespace or inputs.env.get("NAMESPACE") or DEFAULT_NAMESPACE
+    named = "NODE_NAME" if inputs.env.get("NODE_NAME") else "host name"
+    node_from = "--node-name" if args.node_name is not None else named
+    namespace_from = "--namespace" if args.namespace else "NAMESPACE"
+    check_node_feature(node_name, namespace, node_from=node_from, namespace_from=namespace_from)
+    return node_feature(node_name, namespace, labels)
 
 
 def run_devices(args: argparse.Namespace) -> int:

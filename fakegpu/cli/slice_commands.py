@@ -18,11 +18,18 @@ from fakegpu.dra.feature_gates import (
     DYNAMIC_MIG,
     NVML_DEVICE_HEALTH_CHECK,
     FeatureGates,
+    gate_lines,
     parse_feature_gates,
     validate_feature_gates,
 )
 from fakegpu.dra.health_taints import node_spec_taints
-from fakegpu.dra.resource_slices import MigMode, SliceOptions, build_slice_specs, slice_objects
+from fakegpu.dra.resource_slices import (
+    FIRST_MINOR_WITH_TAINTS,
+    MigMode,
+    SliceOptions,
+    build_slice_specs,
+    slice_objects,
+)
 from fakegpu.kube.discovery import (
     API_PREFERENCE,
     NEWEST_LAYOUT,
@@ -101,10 +108,10 @@ def given_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> Fea
         raise ValueError(f"{source}: {exc}") from None
 
 
-def virtual_node_gates(args: argparse.Namespace) -> FeatureGates:
-    """``virtual-nodes --feature-gates``: parsed and validated as ``fakegpu dra`` does (the MIG mode is the
-    pools' own)."""
-    gates = given_feature_gates(args, {})
+def virtual_node_gates(args: argparse.Namespace, env: Mapping[str, str]) -> FeatureGates:
+    """``virtual-nodes --feature-gates`` (else ``$FEATURE_GATES``, as ``slices`` and ``dra`` read them): parsed
+    and validated as ``fakegpu dra`` does (the MIG mode is the pools' own)."""
+    gates = given_feature_gates(args, env)
     validate_feature_gates(gates)
     return gates
 
@@ -127,7 +134,8 @@ def dra_feature_gates(args: argparse.Namespace, env: Mapping[str, str]) -> tuple
 
 
 def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGates | None = None) -> SliceOptions:
-    """How ``slices`` publishes: the flags, and what the gates change (NVMLDeviceHealthCheck: health taints)."""
+    """How ``slices`` publishes: the flags, and what the gates change (NVMLDeviceHealthCheck: health taints;
+    DRAListTypeAttributes and FabricManagerPartitioning: attributes), as ``fakegpu dra`` with the same gates."""
     api_version = args.resource_api_version or "resource.k8s.io/v1"
     check_api_version_served(api_version, server_minor, given=args.resource_api_version is not None)
     return SliceOptions(
@@ -135,8 +143,24 @@ def slice_options(args: argparse.Namespace, server_minor: int, gates: FeatureGat
         mig_mode=args.mig_mode,
         server_minor=server_minor,
         api_version=api_version,
-        health_taints=gates is not None and gates.enabled(NVML_DEVICE_HEALTH_CHECK),
+        feature_gates=gates if gates is not None else FeatureGates(),
     )
+
+
+def slice_gate_lines(given: FeatureGates, options: SliceOptions) -> list[str]:
+    """What each gate given changes (``gate_lines``), saying where the slices' server takes none of it: device
+    taints are published from Kubernetes 1.36 (``SliceOptions.taints_supported``), so not to an older one."""
+    lines = gate_lines(given)
+    if options.health_taints and not options.taints_supported:
+        prefix = f"{NVML_DEVICE_HEALTH_CHECK}="
+        lines = [
+            f"{line}; on Kubernetes 1.{options.server_minor} these slices carry no taints (before "
+            f"1.{FIRST_MINOR_WITH_TAINTS} DRADeviceTaints is off by default and the API server drops them)"
+            if line.startswith(prefix)
+            else line
+            for line in lines
+        ]
+    return lines
 
 
 def check_api_version_served(api_version: str, minor: int, *, given: bool) -> None:

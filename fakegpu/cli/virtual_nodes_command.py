@@ -28,7 +28,6 @@ from lightkube.core.exceptions import ConfigError
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.progress import progress
 from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served, virtual_node_gates
-from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, client_target
 from fakegpu.kube.discovery import DiscoveryError
@@ -165,8 +164,9 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--feature-gates",
         default=None,
         metavar="NAME=BOOL,...",
-        help="NVIDIA's DRA driver feature gates, checked as `fakegpu dra` checks them; on virtual nodes only "
-        "NVMLDeviceHealthCheck changes the slices (node-spec XIDs become device taints)",
+        help="NVIDIA's DRA driver feature gates (env FEATURE_GATES), checked as `fakegpu dra` checks them; the "
+        "slices are the driver's with these gates (NVMLDeviceHealthCheck: node-spec XIDs become device taints; "
+        "DRAListTypeAttributes, FabricManagerPartitioning: attributes)",
     )
     group = parser.add_argument_group("virtual nodes")
     group.add_argument("--count", type=int, default=None, metavar="N", help="how many nodes (default 1)")
@@ -281,7 +281,8 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    """The run's settings from the flags (and ``$FEATURE_GATES`` from ``env``, the process's by default)."""
     if args.concurrency < 1:
         raise SpecError("--concurrency", f"must be at least 1, found {args.concurrency}")
     if args.resync_interval is not None:
@@ -327,7 +328,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         concurrency=args.concurrency,
         name_prefix=args.name_prefix,
         refresh_timestamp=args.watch,
-        health_taints=virtual_node_gates(args).enabled(NVML_DEVICE_HEALTH_CHECK),
+        feature_gates=virtual_node_gates(args, os.environ if env is None else env),
     )
 
 
@@ -464,7 +465,7 @@ def _plan_and_cost(nodes: list[VirtualNode], settings: Settings, limit: int, say
     so a fleet too big for the control plane is never half written."""
     options = replace(
         estimate_options(settings.driver, settings.mig_mode, settings.server_minor, settings.api_version),
-        health_taints=settings.health_taints,
+        feature_gates=settings.feature_gates,
     )
     cost = fleet_cost(nodes, settings.shape, options)
     for line in (*plan_lines(nodes), *cost.lines(limit)):

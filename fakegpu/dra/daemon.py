@@ -193,7 +193,6 @@ class DraDriver:
             api_version=settings.api_version or "resource.k8s.io/v1",
             shares=settings.consumable_shares,
             feature_gates=settings.feature_gates,
-            health_taints=self.watches_health,
         )
         self.publisher = SlicePublisher(
             self.client,

@@ -200,9 +200,9 @@ class GpuClaimPreparer:
                 self._remove_spec(ref.uid, self.driver, ())
             else:
                 self._remove_spec(ref.uid, stored.driver, stored.devices)
-                if stored.completed:
-                    others = held_by_others(self.checkpoint.claims(), stored) if self.shares.enabled else ()
-                    reset_unprepared(self.live.gpu_policies, stored.devices, others)
+                # A started claim too: its prepare set the GPU before failing (NVIDIA's unprepare leaves it).
+                others = held_by_others(self.checkpoint.claims(), stored) if self.shares.enabled else ()
+                reset_unprepared(self.live.gpu_policies, stored.devices, others)
             self.checkpoint.remove(ref.uid)
             self.unprepares += 1
             still_shared = _still_shared(self.checkpoint.claims(), stored)

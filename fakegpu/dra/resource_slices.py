@@ -22,7 +22,7 @@ from fakegpu.dra.device_attributes import (
     fabric_manager_attributes,
     numa_node_attribute,
 )
-from fakegpu.dra.feature_gates import FeatureGates
+from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.health_taints import DeviceTaints
 from fakegpu.kube.discovery import SUPPORTED_API_VERSIONS
 from fakegpu.sharing.catalog import GpuModel, MigProfile
@@ -87,9 +87,8 @@ class SliceOptions:
     allocations, with request policies on its capacity, from Kubernetes 1.34."""
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     """NVIDIA's driver gates: ``DRAListTypeAttributes`` and ``FabricManagerPartitioning`` change attributes
-    (``fakegpu.dra.device_attributes``); DynamicMIG is ``mig_mode``."""
-    health_taints: bool = False
-    """NVIDIA's ``NVMLDeviceHealthCheck`` gate: publish the devices' health taints (off: none, as NVIDIA)."""
+    (``fakegpu.dra.device_attributes``), ``NVMLDeviceHealthCheck`` publishes health taints; DynamicMIG is
+    ``mig_mode``."""
 
     def __post_init__(self) -> None:
         check_driver_name(self.driver)
@@ -103,6 +102,11 @@ class SliceOptions:
         first, last = served
         if not first <= self.server_minor <= last:
             raise ValueError(f"{self.api_version} is not served by Kubernetes 1.{self.server_minor}")
+
+    @property
+    def health_taints(self) -> bool:
+        """NVIDIA's ``NVMLDeviceHealthCheck`` gate: publish the devices' health taints (off: none, as NVIDIA)."""
+        return self.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK)
 
     @property
     def taints_supported(self) -> bool:

@@ -158,25 +158,26 @@ class LiveInventory:
         unhealthy, the DRA driver taints every device ``gpu-lost``. Returns the advertised IDs."""
         devices = [d for r in self._base.resources for d in r.devices]
         physical = [u for g in self._base.node.gpus for u in g.uuids]
+        return self._lose_watch(devices, physical, HealthEvent("gpu-lost"))
+
+    def unmonitored(self, gpu_uuid: str) -> list[str]:
+        """The GPU's events could not be registered (no handle, no supported events): the device plugin marks
+        its devices unhealthy, the DRA driver taints them ``unmonitored`` (effect None) and reports their
+        health as unknown. The GPU counts as unhealthy here (``unhealthy()``) as the device plugin has it, so
+        DCGM, ``fakegpu ctl health`` and the IMEX readiness see what its pods would. Returns the advertised
+        IDs the device plugin marked."""
+        devices, physical = self._targets(gpu_uuid)
+        return self._lose_watch(devices, physical, HealthEvent("unmonitored"))
+
+    def _lose_watch(self, devices: list[Device], physical: list[str], event: HealthEvent) -> list[str]:
+        """Health events that mark devices unhealthy whatever the XID policy, keeping an XID already known."""
         unhealthy = self.unhealthy()
         for uuid in physical:
-            self._events.setdefault(uuid, []).append(HealthEvent("gpu-lost"))
+            self._events.setdefault(uuid, []).append(event)
         for d in devices:
             self._overrides[d.id] = UNHEALTHY
         for uuid in physical:
             self._uuid_health[uuid] = (False, unhealthy.get(uuid))
-        self._changed()
-        return [d.id for d in devices]
-
-    def unmonitored(self, gpu_uuid: str) -> list[str]:
-        """The GPU's events could not be registered (no handle, no supported events, too old): the device
-        plugin marks its devices unhealthy, the DRA driver taints them ``unmonitored`` (effect None) and
-        reports their health as unknown. Returns the advertised IDs the device plugin marked."""
-        devices, physical = self._targets(gpu_uuid)
-        for uuid in physical:
-            self._events.setdefault(uuid, []).append(HealthEvent("unmonitored"))
-        for d in devices:
-            self._overrides[d.id] = UNHEALTHY
         self._changed()
         return [d.id for d in devices]
 
@@ -185,8 +186,9 @@ class LiveInventory:
         return {uuid: tuple(events) for uuid, events in sorted(self._events.items())}
 
     def unhealthy(self) -> dict[str, int | None]:
-        """GPU and MIG UUIDs that are unhealthy now, with the XID that made them so when known; what the
-        DRA face turns into device taints."""
+        """GPU and MIG UUIDs that are unhealthy now (as the device plugin sees them), with the XID that made
+        them so when known: what DCGM, ``fakegpu ctl`` and the compute-domain readiness read. The DRA face's
+        taints and health stream come from ``health_events()`` instead."""
         out: dict[str, int | None] = {}
         for gpu in self._base.node.gpus:
             if gpu.health == UNHEALTHY:

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.label_syntax import DNS1123_LABEL, MAX_NAME, is_dns1123_subdomain, value_problem
+
 GROUP: Final = "nfd.k8s-sigs.io"
 VERSION: Final = "v1alpha1"
 KIND: Final = "NodeFeature"
@@ -33,6 +36,27 @@ DEFAULT_NAMESPACE: Final = "default"
 
 def node_feature_name(node_name: str) -> str:
     return f"{NAME_PREFIX}-{node_name}"
+
+
+def check_node_feature(node_name: str, namespace: str, *, node_from: str, namespace_from: str) -> None:
+    """SpecError (naming ``node_from`` or ``namespace_from``) when the API server would refuse the node's
+    NodeFeature: a namespace that is no DNS-1123 label, a node name that is no label value (the node-name
+    label holds it: at most 63 characters) or that makes the object's name no DNS-1123 subdomain."""
+    if len(namespace) > MAX_NAME or not DNS1123_LABEL.fullmatch(namespace):
+        raise SpecError(
+            namespace_from,
+            f"namespace {namespace!r} is not a DNS-1123 label (at most {MAX_NAME} lower-case alphanumerics or "
+            "'-', starting and ending alphanumeric): the API server refuses the NodeFeature",
+        )
+    problems = []
+    label_problem = value_problem(node_name)
+    if label_problem is not None:
+        problems.append(f"its {NODE_NAME_LABEL} label value {label_problem}")
+    name = node_feature_name(node_name)
+    if not is_dns1123_subdomain(name):
+        problems.append(f"its name {name!r} is not a DNS-1123 subdomain of at most 253 characters")
+    if problems:
+        raise SpecError(node_from, f"node {node_name!r} gets no valid NodeFeature: {'; '.join(problems)}")
 
 
 def empty_features() -> dict[str, dict[str, Any]]:

@@ -32,6 +32,9 @@ _NANOSECONDS: Final = {
     "h": 3_600_000_000_000,
 }
 _TERM = re.compile(r"([0-9]*(?:\.[0-9]*)?)([^0-9.]*)")
+_MAX_NANOSECONDS: Final = 1 << 63
+"""Go accumulates a duration in a uint64 and refuses more than 2^63 ns on the way (``-2^63`` is the least
+``time.Duration``), then more than ``2^63 - 1`` for a positive one: ``time: invalid duration``."""
 
 
 def go_duration_seconds(text: str) -> float:
@@ -57,8 +60,15 @@ def go_duration_seconds(text: str) -> float:
             raise ValueError(f'time: missing unit in duration "{text}"')
         if unit not in _NANOSECONDS:
             raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
-        total += Decimal(number) * _NANOSECONDS[unit]
+        whole, _, fraction = number.partition(".")
+        if int(whole or "0") > _MAX_NANOSECONDS // _NANOSECONDS[unit]:  # before Decimal's 28 digits round it
+            raise ValueError(f'time: invalid duration "{text}"')
+        total += (int(whole or "0") + Decimal(f"0.{fraction or 0}")) * _NANOSECONDS[unit]
+        if total > _MAX_NANOSECONDS:
+            raise ValueError(f'time: invalid duration "{text}"')
         position = match.end()
+    if sign > 0 and total > _MAX_NANOSECONDS - 1:
+        raise ValueError(f'time: invalid duration "{text}"')
     return sign * float(total / 1_000_000_000)
 
 

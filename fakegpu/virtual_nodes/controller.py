@@ -34,6 +34,7 @@ from typing import Any
 from lightkube.operators import in_
 
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
+from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
 from fakegpu.dra.slice_digest import SliceKey
 from fakegpu.dra.slice_write_plan import PoolWish, SliceWritePlan, dropped_fields_warning, plan_slice_writes, take_over
@@ -94,8 +95,10 @@ class Settings:
     name_prefix: str = DEFAULT_PREFIX
     refresh_timestamp: bool = False
     """``--watch``: the nodes carry this run's ``nvidia.com/gfd.timestamp``; else a stored one is kept."""
-    health_taints: bool = False
-    """``--feature-gates NVMLDeviceHealthCheck=true``: GPUs a node spec starts unhealthy carry NVIDIA's taints."""
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    """``--feature-gates``: the slices are what NVIDIA's driver publishes with these gates (NVMLDeviceHealthCheck:
+    GPUs a node spec starts unhealthy carry NVIDIA's taints; DRAListTypeAttributes, FabricManagerPartitioning:
+    attributes)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class VirtualNodeController:
             mig_mode=self.settings.mig_mode,
             server_minor=layout,
             api_version=api_version,
-            health_taints=self.settings.health_taints,
+            feature_gates=self.settings.feature_gates,
         )
         self.say(f"Kubernetes 1.{minor}: ResourceSlices as {api_version} with the 1.{layout} layout")
 

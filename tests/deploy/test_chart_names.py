@@ -12,8 +12,9 @@ from tests.deploy.manifests import one, only_container, render
 
 def test_nvidias_kubelet_plugin_log_selector_finds_the_dra_pods() -> None:
     """kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu/templates/kubeletplugin.yaml
-    at main (selectorLabels with componentName kubelet-plugin; the GPU plugin's container `gpus`) and
-    site/content/docs/guides/gpu-allocation/fabric-manager-partitioning.md at main, whose troubleshooting reads
+    and _helpers.tpl at commit 14046d0 (selectorLabels with componentName kubelet-plugin gives
+    `dra-driver-nvidia-gpu-component: kubelet-plugin`; the GPU plugin's container is `gpus`), as the driver's
+    troubleshooting guides (site/content/docs/guides/kubevirt-vfio-gpu-passthrough.md at commit 20c35fe) read
     `kubectl logs -n dra-driver-nvidia-gpu -l dra-driver-nvidia-gpu-component=kubelet-plugin -c gpus`."""
     ds = one(render("dra"), "DaemonSet", "fakegpu-dra")
     labels = ds["spec"]["template"]["metadata"]["labels"]

@@ -29,8 +29,8 @@ def test_compute_domain_classes_come_only_when_asked(capsys: pytest.CaptureFixtu
 
 
 def test_gpu_classes_are_the_charts_three(capsys: pytest.CaptureFixture[str]) -> None:
-    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at main (v0.5.0 docs):
-    `resources.gpus.enabled` registers the `gpu.nvidia.com`, `mig.nvidia.com` and `vfio.gpu.nvidia.com`
+    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at commit 20c35fe (main,
+    v0.5.0 docs): `resources.gpus.enabled` registers the `gpu.nvidia.com`, `mig.nvidia.com` and `vfio.gpu.nvidia.com`
     DeviceClasses, each selecting the driver's devices of one `type` (resourceslice-attributes.md: gpu, mig,
     vfio); only the whole-GPU class maps `nvidia.com/gpu` (deviceclass-gpu.yaml since v25.12.0)."""
     classes = {c["metadata"]["name"]: c["spec"] for c in cli_device_classes(capsys)}

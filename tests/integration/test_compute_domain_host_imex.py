@@ -89,8 +89,9 @@ def node_labels(apiserver: FakeApiServer) -> dict[str, str]:
 
 
 async def test_a_channel_claim_is_prepared_at_once_when_the_host_daemon_is_ready(root, apiserver, make_driver):
-    """No daemon device is published, no node label set, no clique written: the channel claim is prepared on the
-    first call (the host daemon answers READY) with channel 0 alone, and unprepared without touching the node."""
+    """No daemon device is published, no node label set, no driver-managed daemon emulated (so no clique is ever
+    written): the channel claim is prepared on the first call (the host daemon answers READY) with channel 0
+    alone, and unprepared without touching the node."""
     driver = await make_driver()
     (published,) = [s for s in apiserver.objects("resourceslices") if s["spec"]["driver"] == COMPUTE_DOMAIN_DRIVER]
     assert [d["name"] for d in published["spec"]["devices"]] == ["channel-0"]
@@ -100,7 +101,8 @@ async def test_a_channel_claim_is_prepared_at_once_when_the_host_daemon_is_ready
     (device,) = answer.devices
     assert resolve(root / "cdi", list(device.cdi_device_ids)).node_paths == ["/dev/nvidia-caps-imex-channels/channel0"]
     assert "resource.nvidia.com/computeDomain" not in node_labels(apiserver)
-    assert apiserver.objects("computedomaincliques") == []
+    assert driver.compute_domains is not None
+    assert not driver.compute_domains.daemon.running, "host-managed: the host's daemon, none of the driver's"
     assert (await unprepare(socket_of(driver), [claim])).claims[claim[2]].error == ""
 
 

@@ -145,6 +145,7 @@ async def test_publishes_one_schema_valid_slice_and_registers_its_own_socket(api
 
 async def test_channel_claim_waits_for_the_node_daemon_then_gets_channel0(apiserver, make_driver, root):
     driver = await make_driver()
+    assert driver.compute_domains is not None and driver.compute_domains.daemon.running  # driver-managed
     domain = create_domain(apiserver)
     claim = create_claim(apiserver, channel_claim("wl", NODE, domain))
     first = await prepared(socket_of(driver), claim)
@@ -368,3 +369,24 @@ def test_dra_refuses_a_bad_imex_daemon_start_delay(capsys):
         main(["dra", "--compute-domains", "--imex-daemon-start-delay", "soon"])
     assert exited.value.code == 2
     assert "--imex-daemon-start-delay: expected seconds between 0 and 3600, found 'soon'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--imex-mode", "bogus"], 'unknown imex.mode "bogus"'),
+        (["--imex-isolation", "channel"], 'imex.isolation="channel" is not supported yet'),
+        (["--imex-mode", "hostManaged"], 'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate'),
+    ],
+)
+def test_dra_refuses_a_bad_imex_config_before_reading_the_kubeconfig(tmp_path, capsys, monkeypatch, flags, problem):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/compute-domain-kubelet-plugin/main.go at 89aa5bb and
+    pkg/imex/imex.go (Validate) at commit 0807eed: the IMEX flags are validated before the plugin builds its
+    clients, so a bad value is one line and exit 2 (as every bad flag of fakegpu) even with an unreadable
+    kubeconfig."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    argv = ["dra", "--node-name", NODE, "--compute-domains", "--kubelet-dir", str(tmp_path / "kubelet")]
+    assert main([*argv, "--kubeconfig", str(tmp_path / "missing"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fakegpu: error: imex configuration validation failed: {problem}"), err
+    assert err.count("\n") == 1 and "kubeconfig" not in err

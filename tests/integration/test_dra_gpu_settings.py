@@ -227,6 +227,39 @@ async def test_mps_compute_mode_is_exclusive_while_prepared_and_default_after(ap
     assert drv.live.gpu_policies.compute_mode(gpu1) == "Default", "a reboot resets the GPU"
 
 
+async def test_a_prepare_that_failed_after_setting_the_gpu_is_undone_by_unprepare(apiserver, driver, root):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_state.go at 094807e (main): prepare
+    records ``PrepareStarted``, applies the configs (the MPS daemon puts the GPU in ``EXCLUSIVE_PROCESS``, a
+    time slice is set), then writes the claim's CDI spec; when that write fails the claim stays started. NVIDIA's
+    unprepare of a started claim is a no-op outside DynamicMIG, leaving the GPU as prepare set it; fakegpu
+    resets it (a README "Differences from NVIDIA" row), so a failed pod does not leave its GPU in
+    Exclusive_Process or on a Long time slice."""
+    drv = await driver()
+    gpu0, gpu1 = (g.uuid for g in drv.live.inventory.node.gpus)
+    long = gpu_config({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})
+    cdi = root / "cdi"
+    if cdi.exists():
+        cdi.rmdir()
+    cdi.write_text("not a directory: the spec write fails\n")
+    uids = {}
+    for name, device, config in (("mps", "gpu-0", MPS), ("long", "gpu-1", long)):
+        uids[name] = apiserver.create_direct(allocated_claim(name, NODE, [device], config=[opaque_config(config)]))[
+            "metadata"
+        ]["uid"]
+        response = await prepare(drv.plugin.dra_socket, [("default", name, uids[name])])
+        assert response.claims[uids[name]].error != ""
+    assert [c.state for c in checkpoint(root).load().values()] == ["PrepareStarted", "PrepareStarted"]
+    assert drv.live.gpu_policies.compute_mode(gpu0) == "Exclusive_Process", "set before the spec write failed"
+    assert drv.live.gpu_policies.time_slice(gpu1) == "Long", "set before the spec write failed"
+
+    cdi.unlink()
+    for name, uid in uids.items():
+        assert (await unprepare(drv.plugin.dra_socket, [("default", name, uid)])).claims[uid].error == ""
+    assert checkpoint(root).load() == {}
+    assert drv.live.gpu_policies.compute_mode(gpu0) == "Default"
+    assert drv.live.gpu_policies.time_slice(gpu1) == "Default"
+
+
 # --- item 3: no implicit time slicing; a time slice set is reset -----------------------------------------------
 
 

@@ -16,6 +16,7 @@ import pytest
 from lightkube import AsyncClient
 
 from fakegpu.dra import slice_publisher
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.dra.health_taints import published_taints
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION
@@ -27,6 +28,9 @@ from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import FakeApiServer, serving
 from tests.eventually import eventually
+
+HEALTH_CHECK = parse_feature_gates("NVMLDeviceHealthCheck=true")
+"""NVIDIA's health gate: the slices carry the devices' health taints."""
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -50,7 +54,7 @@ async def client(apiserver: FakeApiServer) -> AsyncIterator[AsyncClient]:
 
 async def started(client: AsyncClient, gpus: str = "8xh100-80gb") -> SlicePublisher:
     live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=(gpus,))))
-    options = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    options = SliceOptions(mig_mode="dynamic", server_minor=36, feature_gates=HEALTH_CHECK)
     publisher = SlicePublisher(
         client, live, options, auto_api_version=False, auto_server_version=False, health=lambda: published_taints(live)
     )

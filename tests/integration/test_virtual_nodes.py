@@ -113,6 +113,25 @@ async def test_dra_nodes_get_owned_slices_and_no_gpu_capacity(server, run):
     assert len(uuids) == 20
 
 
+async def test_dra_nodes_publish_what_the_driver_would_with_the_same_gates(server, run, monkeypatch):
+    """The virtual nodes' slices are the driver's with the gates given (`--feature-gates`, else `$FEATURE_GATES`):
+    with FabricManagerPartitioning an HGX node's full GPUs carry `gpuModuleID` and `partition1/2/4/8`
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go, addFabricManagerAttributes, at
+    main after PR #1273); without a gate none of it."""
+    monkeypatch.setenv("FEATURE_GATES", "FabricManagerPartitioning=true")
+    result = await run("--gpu-mode", "dra", "--count", "2", "--gpus", "8xh100-80gb")
+    assert result.code == 0, result.err
+    for node in ("fakegpu-virtual-0000", "fakegpu-virtual-0001"):
+        devices = {d["name"]: d["attributes"] for s in slices_of(server, node) for d in s["spec"]["devices"]}
+        assert devices["gpu-7"]["gpuModuleID"] == {"int": 8} and devices["gpu-7"]["partition8"] == {"int": 1}
+    monkeypatch.delenv("FEATURE_GATES")
+    result = await run("--gpu-mode", "dra", "--count", "2", "--gpus", "8xh100-80gb")
+    assert result.code == 0, result.err
+    assert not any(
+        "gpuModuleID" in d["attributes"] for s in server.objects("resourceslices") for d in s["spec"]["devices"]
+    )
+
+
 async def test_switching_a_pool_between_modes_converges_in_place(server, run):
     """device-plugin -> dra -> device-plugin: the GPUs move between capacity and slices; never both."""
     assert (await run("--count", "2", "--gpus", "2xh100-80gb")).code == 0

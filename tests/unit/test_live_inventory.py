@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fakegpu.control.health_ops import gpu_status
 from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
 from tests.inventory_builders import inventory, time_slicing
 
@@ -55,18 +56,32 @@ def test_initial_xid_from_node_spec(tmp_path):
 
 
 def test_gpu_lost_and_unmonitored_as_the_device_plugin_sees_them(tmp_path):
-    """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` (v0.18 and later): ``ERROR_GPU_IS_LOST``
-    marks every device unhealthy; a GPU whose events cannot be registered is marked unhealthy."""
+    """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` (v0.18 and later; v0.20.0 at commit a9e8baf):
+    ``ERROR_GPU_IS_LOST`` marks every device unhealthy; a GPU whose events cannot be registered (no handle,
+    no supported events) is marked unhealthy, and everything that reads the GPUs' health sees it so."""
     live = LiveInventory(inventory(tmp_path, "2xa100-40gb", config=time_slicing(2)))
     gpu1 = live.inventory.node.gpus[1].uuid
     assert len(live.unmonitored(gpu1)) == 2
     assert live.inventory.resources[0].healthy == 2
-    assert live.unhealthy() == {}  # not known to be failed, only not watched
+    assert live.unhealthy() == {gpu1: None}
     assert len(live.gpu_lost()) == 4
     assert live.inventory.resources[0].healthy == 0
     assert set(live.unhealthy()) == {g.uuid for g in live.inventory.node.gpus}
     kinds = {uuid: [e.kind for e in events] for uuid, events in live.health_events().items()}
     assert kinds == {live.inventory.node.gpus[0].uuid: ["gpu-lost"], gpu1: ["unmonitored", "gpu-lost"]}
+
+
+def test_an_unmonitored_gpu_keeps_its_xid_and_is_unhealthy_to_every_reader(tmp_path):
+    """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` at commit a9e8baf (v0.20.0): a device whose events
+    cannot be registered goes on the unhealthy channel. ``fakegpu ctl health``'s listing (and the DCGM exporter,
+    the compute-domain daemon's readiness, host IMEX) read ``unhealthy()``: the GPU is not healthy there."""
+    live = LiveInventory(inventory(tmp_path, "2xa100-40gb"))
+    gpu0, gpu1 = (g.uuid for g in live.inventory.node.gpus)
+    live.inject_xid(gpu0, 79)
+    live.unmonitored(gpu0)
+    live.unmonitored(gpu1)
+    assert live.unhealthy() == {gpu0: 79, gpu1: None}
+    assert [(g["healthy"], g["xid"]) for g in gpu_status(live)] == [(False, 79), (False, None)]
 
 
 def test_every_xid_is_recorded_for_the_dra_driver_even_an_ignored_one(tmp_path):

@@ -119,3 +119,49 @@ def test_owner_references_are_the_pods_daemonset_and_the_pod():
     ]
     assert owner_references("standalone", "pod-uid", [{"kind": "ReplicaSet", "name": "x", "uid": "u"}]) == []
     assert owner_references("standalone", "pod-uid", []) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        (
+            ("--node-name", "n1", "--namespace", "Bad_NS"),
+            {},
+            "fakegpu: error: --namespace: namespace 'Bad_NS' is not a DNS-1123 label",
+        ),
+        (("--node-name", "n1"), {"NAMESPACE": "x" * 64}, "fakegpu: error: NAMESPACE: namespace 'xxxx"),
+        (
+            ("--node-name", "n" * 64),
+            {},
+            f"fakegpu: error: --node-name: node '{'n' * 64}' gets no valid NodeFeature: its {NODE_NAME_LABEL} label "
+            "value",
+        ),
+        (
+            (),
+            {"NODE_NAME": "a." + "b" * 240},
+            "fakegpu: error: NODE_NAME: node 'a.bbb",
+        ),
+        (("--node-name", "n1", "-o", "table"), {}, "fakegpu: error: -o table: a NodeFeature (--use-node-feature-api)"),
+        (("--node-name", "n1", "-o", "text"), {}, "fakegpu: error: -o text: a NodeFeature (--use-node-feature-api)"),
+    ],
+)
+def test_a_node_feature_the_api_server_would_refuse_is_one_line(capsys, monkeypatch, argv, env, line):
+    """The object must pass the API server: ``metadata.namespace`` a DNS-1123 label, ``metadata.name``
+    (``nvidia-features-for-<node>``, internal/lm/output.go @ v0.20.0) a DNS-1123 subdomain, and the
+    ``nfd.node.kubernetes.io/node-name`` label value at most 63 characters (kubernetes/kubernetes
+    staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go at commit 03014f4, IsValidLabelValue); GFD would
+    fail at its create. A table or text output cannot hold the object: refused, not YAML in its place."""
+    for name in ("NAMESPACE", "NODE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["labels", "--gpus", "1xh100-80gb", "--use-node-feature-api", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_a_long_node_name_still_prints_its_plain_labels(capsys, monkeypatch):
+    """Without the NodeFeature nothing holds the node name in a label value: the plain labels print."""
+    monkeypatch.delenv("NAMESPACE", raising=False)
+    assert "nvidia.com/gpu.count" in run(capsys, "labels", "--gpus", "1xh100-80gb", "--node-name", "n" * 64)

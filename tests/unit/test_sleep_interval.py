@@ -29,6 +29,10 @@ from fakegpu.sharing.sleep_interval import go_duration_seconds, sleep_interval_s
         ("-2s", -2.0),
         ("100us", 1e-4),
         ("7µs", 7e-6),
+        ("9223372036854775807ns", 9223372036.854775807),
+        ("2562047h47m16.854775807s", 9223372036.854775807),
+        ("-9223372036854775808ns", -9223372036.854775808),
+        ("0." + "0" * 400 + "1s", 0.0),
     ],
 )
 def test_go_durations(text, seconds):
@@ -43,9 +47,16 @@ def test_go_durations(text, seconds):
         ("", 'time: invalid duration ""'),
         ("s", 'time: invalid duration "s"'),
         ("forever", 'time: invalid duration "forever"'),
+        ("99999999999h", 'time: invalid duration "99999999999h"'),
+        ("9223372036854775808ns", 'time: invalid duration "9223372036854775808ns"'),
+        ("2562047h47m16.854775808s", 'time: invalid duration "2562047h47m16.854775808s"'),
+        ("9" * 400 + "s", f'time: invalid duration "{"9" * 400}s"'),
+        ("1" + "0" * 399 + "ns", f'time: invalid duration "1{"0" * 399}ns"'),
     ],
 )
 def test_go_duration_errors_say_what_go_says(text, message):
+    """Go's ``time.ParseDuration`` (golang/go src/time/format.go @ go1.24): overflow past the largest ``time.Duration``
+    (2^63 - 1 ns) is ``invalid duration`` too, however many digits."""
     with pytest.raises(ValueError) as error:
         go_duration_seconds(text)
     assert str(error.value) == message

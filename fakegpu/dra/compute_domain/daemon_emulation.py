@@ -175,6 +175,12 @@ class ImexDaemonEmulation:
     def node(self) -> str:
         return self.live.inventory.node.name
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped: it follows the node's label (never in host-managed mode, whose daemon is the
+        admin's)."""
+        return bool(self._tasks)
+
     def wake(self) -> None:
         """Reconcile soon (the label, health or something else changed)."""
         self._wake.set()

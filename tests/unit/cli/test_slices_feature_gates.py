@@ -43,6 +43,26 @@ def test_the_health_gate_taints_a_node_specs_xids_and_says_so(tmp_path, capsys, 
     }
 
 
+def test_the_health_gate_line_says_when_the_server_version_takes_no_taints(tmp_path, capsys, monkeypatch):
+    """Device taints are published from Kubernetes 1.36 (DRADeviceTaints alpha from 1.33, beta and on by default
+    from 1.36: kubernetes/kubernetes pkg/features/kube_features.go @ v1.36.0): for 1.35 the gate's line says the
+    slices carry none, and they carry none; for 1.36 the line is the gate's alone."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    spec = tmp_path / "node.yaml"
+    spec.write_text(SPEC)
+    base = ("--node-spec", str(spec), "--node-name", "n1", "--feature-gates", "NVMLDeviceHealthCheck=true")
+    code, out, err = run(capsys, *base, "--server-version", "1.35")
+    assert code == 0
+    assert err.splitlines() == [
+        f"n1: NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}; on Kubernetes 1.35 these slices "
+        "carry no taints (before 1.36 DRADeviceTaints is off by default and the API server drops them)"
+    ]
+    assert set(taints(out).values()) == {None}
+    code, out, err = run(capsys, *base, "--server-version", "1.36")
+    assert code == 0
+    assert err.splitlines() == [f"n1: NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}"]
+
+
 def test_dynamic_mig_gate_is_the_mig_mode_and_the_checks_are_the_drivers(capsys, monkeypatch):
     monkeypatch.delenv("FEATURE_GATES", raising=False)
     code, out, err = run(capsys, "--gpus", "1xh100-80gb", "--feature-gates", "DynamicMIG=true,ConsumableShares=true")
@@ -52,3 +72,46 @@ def test_dynamic_mig_gate_is_the_mig_mode_and_the_checks_are_the_drivers(capsys,
     code, _out, err = run(capsys, "--gpus", "1xh100-80gb", "--feature-gates", "DynamicMIG=true,MPSSupport=true")
     assert code == 2
     assert "feature gate DynamicMIG is currently mutually exclusive with MPSSupport" in err
+
+
+def attributes(out: str) -> dict[str, dict[str, object]]:
+    return {d["name"]: d["attributes"] for s in yaml.safe_load_all(out) for d in s["spec"].get("devices", [])}
+
+
+def test_the_list_attributes_gate_publishes_numa_node_as_a_list(tmp_path, capsys, monkeypatch):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go (configuredNUMAAttributeForm) at main
+    after v0.4.1 (PR #1261): with DRAListTypeAttributes the driver publishes `resource.kubernetes.io/numaNode` as
+    `ints`; `fakegpu slices` given that gate prints the slices the driver would publish with it."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    spec = tmp_path / "node.yaml"
+    spec.write_text("numaNodes: 2\ngpus:\n- {model: h100-80gb, count: 2, numa: [0, 1]}\n")
+    code, out, _err = run(capsys, "--node-spec", str(spec), "--node-name", "n1")
+    assert code == 0
+    assert attributes(out)["gpu-1"]["resource.kubernetes.io/numaNode"] == {"int": 1}
+    code, out, _err = run(
+        capsys, "--node-spec", str(spec), "--node-name", "n1", "--feature-gates", "DRAListTypeAttributes=true"
+    )
+    assert code == 0
+    assert attributes(out)["gpu-1"]["resource.kubernetes.io/numaNode"] == {"ints": [1]}
+
+
+def test_the_fabric_manager_gate_publishes_partition_attributes(capsys, monkeypatch):
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go (addFabricManagerAttributes) at
+    main after PR #1273: with FabricManagerPartitioning every full GPU of an HGX baseboard carries `gpuModuleID` and
+    `partition1/2/4/8`; `fakegpu slices` with the gate (here through `$FEATURE_GATES`, as NVIDIA's chart sets it)
+    prints them, without it none."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    code, out, _err = run(capsys, "--gpus", "8xh100-80gb", "--node-name", "n1")
+    assert code == 0
+    assert "gpuModuleID" not in attributes(out)["gpu-0"]
+    monkeypatch.setenv("FEATURE_GATES", "FabricManagerPartitioning=true")
+    code, out, _err = run(capsys, "--gpus", "8xh100-80gb", "--node-name", "n1")
+    assert code == 0
+    gpu7 = attributes(out)["gpu-7"]
+    assert {k: gpu7[k] for k in ("gpuModuleID", "partition1", "partition2", "partition4", "partition8")} == {
+        "gpuModuleID": {"int": 8},
+        "partition1": {"int": 15},
+        "partition2": {"int": 7},
+        "partition4": {"int": 3},
+        "partition8": {"int": 1},
+    }

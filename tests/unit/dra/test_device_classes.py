@@ -80,9 +80,10 @@ def test_bad_inputs_are_refused():
 
 
 def test_vfio_class_follows_the_driver_name_and_selects_only_vfio_devices():
-    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at main: the chart
-    installs `vfio.gpu.nvidia.com` with the GPU and MIG classes; its selector picks devices of `type` vfio
-    (resourceslice-attributes.md), which fakegpu never publishes, and it maps no extended resource."""
+    """kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/reference/helm-values.md at commit 20c35fe (main,
+    v0.5.0 docs): the chart installs `vfio.gpu.nvidia.com` with the GPU and MIG classes; its selector picks
+    devices of `type` vfio (resourceslice-attributes.md), which fakegpu never publishes, and it maps no extended
+    resource."""
     nvidia = vfio_device_class()
     assert nvidia["metadata"]["name"] == "vfio.gpu.nvidia.com"
     assert nvidia["spec"] == {

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.dra.health_taints import device_health, device_taints, folded_taints, published_taints
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs
 from fakegpu.sharing.health import HealthEvent, XidPolicy
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
+
+HEALTH_CHECK = parse_feature_gates("NVMLDeviceHealthCheck=true")
+"""NVIDIA's health gate: the slices carry the devices' health taints."""
 
 XID = "gpu.nvidia.com/xid"
 POLICY = XidPolicy()
@@ -82,7 +86,7 @@ def live(gpus: str, layout: str | None = None) -> LiveInventory:
 def test_gpu_lost_taints_every_device_of_the_node_and_unmonitored_one_gpu():
     state = live("2xh100-80gb")
     state.unmonitored(state.inventory.node.gpus[1].uuid)
-    opts = SliceOptions(health_taints=True)
+    opts = SliceOptions(feature_gates=HEALTH_CHECK)
     assert devices(build_slice_specs(state.inventory.node, opts, published_taints(state))) == {
         "gpu-0": None,
         "gpu-1": [{"key": "gpu.nvidia.com/unmonitored", "effect": "None"}],
@@ -106,7 +110,7 @@ def test_a_non_fatal_xid_is_recorded_and_tainted_though_the_device_stays_healthy
     state = live("1xh100-80gb", "all-3g.40gb")
     assert state.inject_xid("0", 43) == []
     assert state.unhealthy() == {}
-    specs = build_slice_specs(state.inventory.node, SliceOptions(health_taints=True), published_taints(state))
+    specs = build_slice_specs(state.inventory.node, SliceOptions(feature_gates=HEALTH_CHECK), published_taints(state))
     assert set(map(str, devices(specs).values())) == {str([{"key": XID, "value": "43", "effect": "None"}])}
 
 

@@ -15,6 +15,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.dra.health_taints import device_taints
 from fakegpu.dra.resource_slices import (
     SliceOptions,
@@ -33,6 +34,9 @@ from fakegpu.sharing.inputs import InventoryInputs, load_node
 from fakegpu.sharing.mig_geometry import MigLayoutError, check_placements
 from fakegpu.sharing.node import Node
 from fakegpu.sharing.quantities import parse_quantity
+
+HEALTH_CHECK = parse_feature_gates("NVMLDeviceHealthCheck=true")
+"""NVIDIA's health gate: the slices carry the devices' health taints."""
 
 V1 = "resource.k8s.io/v1"
 V1BETA2 = "resource.k8s.io/v1beta2"
@@ -59,7 +63,7 @@ def publish(
 ) -> tuple[SliceOptions, list[dict[str, Any]]]:
     """Build (health taints on), validate every object against the schema of its server version, check
     every limit."""
-    opts = SliceOptions(mig_mode=mig_mode, server_minor=minor, api_version=api, health_taints=True)  # type: ignore[arg-type]
+    opts = SliceOptions(mig_mode=mig_mode, server_minor=minor, api_version=api, feature_gates=HEALTH_CHECK)  # type: ignore[arg-type]
     specs = build_slice_specs(node, opts, fatal(unhealthy or {}))
     for obj in slice_objects(node, opts, specs, node_uid="8d1f0c4e-0000-4000-8000-000000000001"):
         kubernetes_validate.validate(obj, f"1.{minor}.0", strict=True)
@@ -490,7 +494,7 @@ def test_beta_shapes_validate(api, minor, mig_mode):
     else:
         assert all("basic" not in d for d in raw)
     v1 = build_slice_specs(
-        node, SliceOptions(mig_mode=mig_mode, server_minor=minor, health_taints=True), fatal(unhealthy)
+        node, SliceOptions(mig_mode=mig_mode, server_minor=minor, feature_gates=HEALTH_CHECK), fatal(unhealthy)
     )
     assert all_devices(specs) == all_devices(v1)
     assert any("taints" in d for d in all_devices(specs)) == (minor >= 36)
@@ -623,7 +627,7 @@ def test_versions_are_normalised_to_semver():
 
 def test_same_inputs_give_identical_output():
     node = make_node("8xh100-80gb")
-    opts = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    opts = SliceOptions(mig_mode="dynamic", server_minor=36, feature_gates=HEALTH_CHECK)
     a = fatal({node.gpus[1].uuid: 79, node.gpus[4].uuid: None})
     b = dict(reversed(list(a.items())))
     first = slice_objects(node, opts, build_slice_specs(node, opts, a), node_uid="u")
@@ -644,7 +648,7 @@ def test_output_is_not_shared_between_calls():
 
 def test_output_has_no_shared_objects_so_yaml_needs_no_anchors():
     node = make_node("2xh100-80gb")
-    opts = SliceOptions(mig_mode="dynamic", server_minor=36, health_taints=True)
+    opts = SliceOptions(mig_mode="dynamic", server_minor=36, feature_gates=HEALTH_CHECK)
     objs = slice_objects(node, opts, build_slice_specs(node, opts, fatal({node.gpus[0].uuid: 79})), node_uid="u")
     text = yaml.safe_dump_all(objs)
     assert "&id" not in text and "*id" not in text

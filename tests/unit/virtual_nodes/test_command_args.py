@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes, settings_from_args
+from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.expansion import build_inventory
@@ -119,13 +120,14 @@ def test_the_help_says_what_each_gpu_mode_does(parse, capsys):
     assert "FILE=COUNT[:MODE]" in text
 
 
-def test_feature_gates_are_checked_and_the_health_gate_taints_node_spec_xids(parse, tmp_path):
+def test_feature_gates_are_checked_and_the_health_gate_taints_node_spec_xids(parse, tmp_path, monkeypatch):
     """``virtual-nodes --feature-gates``: checked as NVIDIA's driver checks them (kubernetes-sigs/
     dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at commit 0807eed); with NVMLDeviceHealthCheck a
     node spec's XID taints its device as the driver would (cmd/gpu-kubelet-plugin/device_health.go, bc3c4d8)."""
-    assert settings_from_args(parse()).health_taints is False
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    assert settings_from_args(parse()).feature_gates == FeatureGates()
     settings = settings_from_args(parse("--feature-gates", "NVMLDeviceHealthCheck=true"))
-    assert settings.health_taints is True
+    assert settings.feature_gates.enabled("NVMLDeviceHealthCheck")
     with pytest.raises(
         ValueError, match="PassthroughSupport is currently mutually exclusive with NVMLDeviceHealthCheck"
     ):
@@ -136,6 +138,18 @@ def test_feature_gates_are_checked_and_the_health_gate_taints_node_spec_xids(par
     node, config = load_node(inputs), load_config(inputs)
     virtual = VirtualNode("vn-0000", "p", build_inventory(node, config), gfd_labels(node, config), mode="dra")
     for gate, want in ((False, None), (True, [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}])):
-        specs = direct_specs(virtual, SliceOptions(health_taints=gate))
+        gates = parse_feature_gates(f"NVMLDeviceHealthCheck={str(gate).lower()}")
+        specs = direct_specs(virtual, SliceOptions(feature_gates=gates))
         devices = {d["name"]: d.get("taints") for s in specs for d in s.get("devices", [])}
         assert devices == {"gpu-0": None, "gpu-1": want}
+
+
+def test_feature_gates_come_from_the_environment_when_no_flag_says(parse, monkeypatch):
+    """As ``fakegpu dra`` and ``fakegpu slices`` (and NVIDIA's chart, which sets ``FEATURE_GATES``;
+    kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/main.go at commit 0807eed): the flag wins."""
+    monkeypatch.setenv("FEATURE_GATES", "FabricManagerPartitioning=true")
+    assert settings_from_args(parse()).feature_gates.enabled("FabricManagerPartitioning")
+    assert not settings_from_args(parse("--feature-gates", "")).feature_gates.enabled("FabricManagerPartitioning")
+    monkeypatch.setenv("FEATURE_GATES", "NoSuchGate=true")
+    with pytest.raises(ValueError, match="FEATURE_GATES: unrecognized feature gate: NoSuchGate"):
+        settings_from_args(parse())
