@@ -281,6 +281,7 @@ def test_dra_compute_domain_flags_reach_the_plugin_settings(monkeypatch, root):
     monkeypatch.setattr(daemon_runs, "run_bounded", lambda _coroutine: 0)
     argv = ["dra", "--node-name", NODE, "--compute-domains", "--gpu-clique-label-enabled", "--imex-mode"]
     argv += ["hostManaged", "--imex-host-socket-path", str(root / "imex.sock"), "--no-host-imex-daemon"]
+    argv += ["--feature-gates", "HostManagedIMEXDaemon=true"]
     assert main(argv) == 0
     (settings,) = [s.compute_domains for s in seen]
     assert settings is not None
