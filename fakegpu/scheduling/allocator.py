@@ -159,7 +159,7 @@ class Allocator:
         if not wanted or device.id in self.state.counted or any(p.device.id == device.id for p in picks):
             return True
         used: dict[CounterKey, Fraction] = dict(self.state.counters)
-        for p in {p.device.id: p for p in picks}.values():
+        for p in {p.device.id: p for p in picks if p.device.id not in self.state.counted}.values():
             for key, amount in device_counters(p.device).items():
                 used[key] = used.get(key, Fraction(0)) + amount
         for key, amount in wanted.items():

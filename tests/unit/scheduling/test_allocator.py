@@ -322,3 +322,45 @@ def test_a_shared_device_consumes_its_counters_once_for_all_its_shares():
     alloc = Allocator(NODE, [obj], device_classes())
     ids = {share_results(alloc, f"s{i}", exactly("gpu"))[0]["shareID"] for i in range(3)}
     assert len(ids) == 3
+
+
+def counted_slice(*devices: Mapping[str, Any]) -> dict[str, Any]:
+    """One pool with a counter set ``set`` of 8 ``mem``; each device consumes the ``mem`` given."""
+    return {
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": GPU,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "set", "counters": {"mem": {"value": "8"}}}],
+            "devices": list(devices),
+        },
+    }
+
+
+def counted_device(name: str, mem: str, *, shared: bool = False) -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "name": name,
+        "attributes": {"type": {"string": "gpu"}, "id": {"string": name}},
+        "consumesCounters": [{"counterSet": "set", "counters": {"mem": {"value": mem}}}],
+    }
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return device
+
+
+def named(request: str, device: str, **fields: Any) -> dict[str, Any]:
+    return exactly(request, GPU, f'device.attributes["{GPU}"].id == "{device}"', **fields)
+
+
+def test_another_share_of_a_counted_device_does_not_count_its_counters_again():
+    """A shared device already holding a share has its counters counted: a claim taking another share of it
+    plus a second device needs only the second device's counters (kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/allocator_incubating.go
+    @ v1.36.0: counters are consumed once per allocated device)."""
+    alloc = Allocator(
+        NODE, [counted_slice(counted_device("a", "4", shared=True), counted_device("b", "4"))], device_classes()
+    )
+    alloc.allocate([claim("one", named("a", "a"))])
+    got = alloc.allocate([claim("two", named("a", "a"), named("b", "b"))])[0]
+    assert devices_of(got) == ["a", "b"]
