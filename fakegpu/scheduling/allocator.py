@@ -175,6 +175,9 @@ class Allocator:
             return None
         if want.admin_access:
             return {}
+        # Admin access does not allocate the device (it neither takes it nor its counters), as in the
+        # scheduler: only picks without it count against a later request.
+        picks = [p for p in picks if not p.want.admin_access]
         taken_whole = any(p.device.id == device.id and not p.device.allow_multiple for p in picks)
         if device.id in self.state.exclusive or taken_whole:
             return None

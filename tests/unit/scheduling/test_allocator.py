@@ -364,3 +364,13 @@ def test_another_share_of_a_counted_device_does_not_count_its_counters_again():
     alloc.allocate([claim("one", named("a", "a"))])
     got = alloc.allocate([claim("two", named("a", "a"), named("b", "b"))])[0]
     assert devices_of(got) == ["a", "b"]
+
+
+def test_an_admin_access_request_does_not_take_the_device_from_a_request_beside_it():
+    """adminAccess devices are not allocated: a normal request of the same claim still gets the GPU (kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0:
+    allocateDevice skips the allocated check and bookkeeping for admin access)."""
+    alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
+    got = alloc.allocate([claim("c", exactly("admin", adminAccess=True), exactly("gpu"))])[0]
+    assert devices_of(got) == ["gpu-0", "gpu-0"]
+    assert got["devices"]["results"][0]["adminAccess"] is True
