@@ -374,3 +374,12 @@ def test_an_admin_access_request_does_not_take_the_device_from_a_request_beside_
     got = alloc.allocate([claim("c", exactly("admin", adminAccess=True), exactly("gpu"))])[0]
     assert devices_of(got) == ["gpu-0", "gpu-0"]
     assert got["devices"]["results"][0]["adminAccess"] is True
+
+
+@pytest.mark.parametrize("count", [0, -1, "two", 1.5, True])
+def test_a_count_that_is_not_a_positive_integer_is_named(count: Any):
+    """``count`` is a positive int64 in resource.k8s.io/v1 (kubernetes pkg/apis/resource/validation/
+    validation.go @ v1.36.0 rejects 0 and below)."""
+    alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
+    with pytest.raises(AllocationError, match=r"request gpu: count must be a positive integer, found "):
+        alloc.allocate([claim("c", exactly("gpu", count=count))])
