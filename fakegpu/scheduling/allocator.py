@@ -300,9 +300,7 @@ class Allocator:
         for i in range(start, len(devices)):
             search.steps += 1
             if search.steps > MAX_STEPS:
-                raise AllocationError(
-                    f"{claim_ref(claims[slots[at][0]])}: gave up after trying {MAX_STEPS} devices on node {self.node}"
-                )
+                raise AllocationError(self._gave_up(claims[slots[at][0]], want))
             taken = self.fit(want, devices[i], search.picks)
             if taken is None:
                 continue
@@ -313,6 +311,20 @@ class Allocator:
                 return True
             search.picks.pop()
         return False
+
+    def _gave_up(self, claim: Mapping[str, Any], want: Want) -> str:
+        """Why the search stopped: the request it was filling and the constraints that kept it backtracking."""
+        constraints = [
+            f"matchAttribute {c['matchAttribute']}"
+            + (f" of requests {', '.join(c['requests'])}" if c.get("requests") else "")
+            for c in ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []
+            if c.get("matchAttribute")
+        ]
+        why = "; ".join(constraints) if constraints else "no constraints"
+        return (
+            f"{claim_ref(claim)}: request {want.name}: gave up after trying {MAX_STEPS} devices on node {self.node} "
+            f"while searching for devices that satisfy {why}"
+        )
 
     # -- the allocation ------------------------------------------------------------------------
     def allocate(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -383,3 +383,15 @@ def test_a_count_that_is_not_a_positive_integer_is_named(count: Any):
     alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
     with pytest.raises(AllocationError, match=r"request gpu: count must be a positive integer, found "):
         alloc.allocate([claim("c", exactly("gpu", count=count))])
+
+
+def test_a_search_that_gives_up_names_the_request_and_the_constraint(monkeypatch: pytest.MonkeyPatch):
+    """Two GPUs sharing a UUID cannot be found; the search's cap (fakegpu's own: the scheduler has a time
+    limit instead) names what it was looking for."""
+    monkeypatch.setattr("fakegpu.scheduling.allocator.MAX_STEPS", 5)
+    alloc = Allocator(NODE, slices("8xh100-80gb"), device_classes())
+    same = [{"requests": ["gpus"], "matchAttribute": f"{GPU}/uuid"}]
+    with pytest.raises(
+        AllocationError, match=rf"request gpus: gave up .* satisfy matchAttribute {GPU}/uuid of requests gpus"
+    ):
+        alloc.allocate([claim("c", exactly("gpus", count=2), constraints=same)])
