@@ -26,7 +26,13 @@ from fractions import Fraction
 from typing import Any
 
 from fakegpu.scheduling.allocation_state import AllocatedState, CounterKey, allocated_state, device_counters
-from fakegpu.scheduling.cel_environment import CelError, device_variable, selector_matches
+from fakegpu.scheduling.cel_environment import (
+    CelCompileError,
+    CelError,
+    compile_selector,
+    device_variable,
+    selector_matches,
+)
 from fakegpu.scheduling.claim_requests import Request, Want, claim_requests
 from fakegpu.scheduling.consumable_capacity import consumed_capacity, offers_at_least
 from fakegpu.scheduling.device_pools import Device, DeviceId, NodeDevices, gather
@@ -132,8 +138,21 @@ class Allocator:
                 for s in (device_class.get("spec") or {}).get("selectors") or []
                 if s.get("cel")
             ]
+            self._compile(claim, want, class_selectors)
             self._matches[key] = [d for d in self.devices.devices if self._selected(claim, want, d, class_selectors)]
         return self._matches[key]
+
+    @staticmethod
+    def _compile(claim: Mapping[str, Any], want: Want, class_selectors: list[str]) -> None:
+        """Every selector compiles, else AllocationError naming it: a syntax error is not a device's."""
+        for where, selectors in ((f"DeviceClass {want.device_class}", class_selectors), ("request", want.selectors)):
+            for i, expression in enumerate(selectors):
+                try:
+                    compile_selector(expression)
+                except CelCompileError as exc:
+                    raise AllocationError(
+                        f"{claim_ref(claim)}: request {want.name}: {where} selector #{i}: CEL compile error: {exc}"
+                    ) from None
 
     def _selected(self, claim: Mapping[str, Any], want: Want, device: Device, class_selectors: list[str]) -> bool:
         variable = self._variables.get(device.id)

@@ -124,7 +124,7 @@ def test_cel_library_quantities_semver_and_strings():
         ("device.allowMultipleAllocations", False),
     ):
         assert selector_matches(expression, variable) is expected, expression
-    with pytest.raises(CelError, match="compilation failed"):
+    with pytest.raises(CelError, match="syntax error at column 15"):
         selector_matches("device.driver ==", variable)
     with pytest.raises(CelError, match="must evaluate to bool"):
         selector_matches("device.driver", variable)
@@ -395,3 +395,17 @@ def test_a_search_that_gives_up_names_the_request_and_the_constraint(monkeypatch
         AllocationError, match=rf"request gpus: gave up .* satisfy matchAttribute {GPU}/uuid of requests gpus"
     ):
         alloc.allocate([claim("c", exactly("gpus", count=2), constraints=same)])
+
+
+def test_a_selector_that_does_not_parse_is_a_compile_error_with_the_expression_and_column():
+    """A syntax error is reported as a compile error (kubernetes staging/src/k8s.io/dynamic-resource-allocation/
+    cel/compile.go @ v1.36.0: "compilation failed: ERROR: <input>:1:27: Syntax error"), not as a runtime error
+    on some device."""
+    alloc = Allocator(NODE, slices("1xa100-40gb"), device_classes())
+    expression = 'device.attributes["gpu.nvidia.com"].index =='
+    with pytest.raises(AllocationError) as refused:
+        alloc.allocate([claim("a", exactly("gpu", GPU, expression))])
+    assert str(refused.value) == (
+        "ResourceClaim default/a: request gpu: request selector #0: CEL compile error: syntax error at column 43 of "
+        f"{expression!r}"
+    )
