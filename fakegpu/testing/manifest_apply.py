@@ -28,6 +28,7 @@ from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources import core_v1, resource_v1
 from lightkube.types import PatchType
 
+from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.kubelet.pod_spec import ContainerSpec
@@ -202,6 +203,7 @@ class ManifestApplier:
             namespace=namespace,
             init_containers=_init_containers(created["spec"].get("initContainers") or [], self.kubelet.allocatable()),
             claims=[PodClaim(namespace, c, "") for c in dict.fromkeys(claims.values())],
+            container_claims=_container_claims(created["spec"], claims, status.get("extendedResourceClaimStatus")),
         )
         return AppliedPod(namespace, name, uid, result, claims)
 
@@ -261,3 +263,22 @@ def _init_containers(specs: Sequence[Mapping[str, Any]], allocatable: Mapping[st
         )
         for c in specs
     ]
+
+
+def _container_claims(
+    spec: Mapping[str, Any], claims: Mapping[str, str], extended: Mapping[str, Any] | None
+) -> dict[str, list[ContainerClaim]]:
+    """Per container (init containers too), the ResourceClaims and requests it uses: its ``resources.claims``
+    entries (pod claim name -> ResourceClaim), and for the extended-resource claim the requests
+    ``requestMappings`` gives it (kubernetes pkg/kubelet/cm/dra/manager.go ``GetResources``, v1.36)."""
+    out: dict[str, list[ContainerClaim]] = {}
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        refs = out.setdefault(str(container["name"]), [])
+        for entry in (container.get("resources") or {}).get("claims") or []:
+            if entry.get("name") in claims:
+                refs.append(ContainerClaim(claims[entry["name"]], str(entry.get("request") or "")))
+    extended = extended or {}
+    for mapping in extended.get("requestMappings") or []:
+        ref = ContainerClaim(str(extended["resourceClaimName"]), str(mapping["requestName"]))
+        out.setdefault(str(mapping.get("containerName")), []).append(ref)
+    return out
