@@ -297,3 +297,22 @@ async def test_mig_and_mps_sharing_demo_four_pods_share_each_claim(apiserver, ro
         visible = {tuple(node.visible(p)) for p in pods}
         assert len(visible) == 1, "every pod sees the same four devices"
         assert node.container_env(pods[0])["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+
+
+async def test_a_missing_claim_template_is_named_before_the_pod_is_created(apiserver, root):
+    """The resourceclaim controller cannot make a claim from a template that does not exist (kubernetes
+    pkg/controller/resourceclaim/controller.go @ v1.36.0 reports it for the pod); the applier says so before it
+    creates the pod, leaving no pod behind."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "lonely", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "ctr", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "nope"}],
+        },
+    }
+    async with demo_node(apiserver, root, "1xa100-40gb") as node:
+        with pytest.raises(ValueError, match=r"Pod default/lonely: resourceClaims entry gpu: ResourceClaimTemplate "):
+            await node.applier.apply([pod])
+        assert not node.server.objects("pods")
