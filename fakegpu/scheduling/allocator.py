@@ -36,6 +36,7 @@ from fakegpu.scheduling.cel_environment import (
 from fakegpu.scheduling.claim_requests import Request, Want, claim_requests
 from fakegpu.scheduling.consumable_capacity import consumed_capacity, offers_at_least
 from fakegpu.scheduling.device_pools import Device, DeviceId, NodeDevices, gather
+from fakegpu.scheduling.lazy_matches import LazyMatches
 from fakegpu.sharing.quantities import binary_quantity, decimal_quantity
 
 MAX_STEPS = 100_000
@@ -115,7 +116,7 @@ class Allocator:
         self.devices: NodeDevices = gather(slices, node, node_labels)
         self.classes = {str(c["metadata"]["name"]): c for c in classes}
         self.state: AllocatedState = allocated_state(allocated, self.devices.devices)
-        self._matches: dict[tuple[str, tuple[str, ...]], list[Device]] = {}
+        self._matches: dict[tuple[str, tuple[str, ...]], LazyMatches] = {}
         self._variables: dict[DeviceId, Any] = {}
         """Each device's CEL ``device`` variable, built once."""
 
@@ -128,8 +129,9 @@ class Allocator:
             )
         return found
 
-    def candidates(self, claim: Mapping[str, Any], want: Want) -> list[Device]:
-        """The node's devices matching the request's class and selectors, in first-fit order."""
+    def candidates(self, claim: Mapping[str, Any], want: Want) -> LazyMatches:
+        """The node's devices matching the request's class and selectors, in first-fit order, tested as the
+        search reaches them."""
         key = (want.device_class, want.selectors)
         if key not in self._matches:
             device_class = self._class(claim, want)
@@ -139,7 +141,9 @@ class Allocator:
                 if s.get("cel")
             ]
             self._compile(claim, want, class_selectors)
-            self._matches[key] = [d for d in self.devices.devices if self._selected(claim, want, d, class_selectors)]
+            self._matches[key] = LazyMatches(
+                self.devices.devices, lambda d: self._selected(claim, want, d, class_selectors)
+            )
         return self._matches[key]
 
     @staticmethod
@@ -264,7 +268,7 @@ class Allocator:
             devices = self.candidates(claims[index], want)
             if want.all_devices:
                 self._check_pools_complete(claims[index], want)
-                if self._take_all(claims, slots, at, search, want, devices):
+                if self._take_all(claims, slots, at, search, want, devices.all()):
                     return True
             elif self._choose(claims, slots, at, search, want, devices, want.count, 0):
                 return True
@@ -310,20 +314,21 @@ class Allocator:
         at: int,
         search: _Search,
         want: Want,
-        devices: list[Device],
+        devices: LazyMatches,
         need: int,
         start: int,
     ) -> bool:
         if need == 0:
             return self._solve(claims, slots, at + 1, search)
-        for i in range(start, len(devices)):
+        i = start - 1
+        while (device := devices.at(i := i + 1)) is not None:
             search.steps += 1
             if search.steps > MAX_STEPS:
                 raise AllocationError(self._gave_up(claims[slots[at][0]], want))
-            taken = self.fit(want, devices[i], search.picks)
+            taken = self.fit(want, device, search.picks)
             if taken is None:
                 continue
-            search.picks.append(_Pick(slots[at][0], want, devices[i], taken))
+            search.picks.append(_Pick(slots[at][0], want, device, taken))
             if self._constraints_hold(claims, search.picks) and self._choose(
                 claims, slots, at, search, want, devices, need - 1, i + 1
             ):
@@ -438,7 +443,7 @@ class Allocator:
 
     def _why(self, claim: Mapping[str, Any], want: Want) -> str | None:
         """None if ``want`` could be met alone; else why not."""
-        devices = self.candidates(claim, want)
+        devices = self.candidates(claim, want).all()
         counts = {"tainted": 0, "in use": 0, "capacity left too small": 0}
         free = 0
         for d in devices:

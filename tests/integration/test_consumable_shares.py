@@ -297,7 +297,7 @@ async def test_a_shared_gpus_time_slice_goes_back_to_default_with_its_last_share
 
 async def test_an_mps_claim_on_a_device_another_claim_holds_gets_the_overlap_error_first(apiserver, start):
     """NVIDIA checks overlapping prepared devices before it applies the sharing config
-    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_state.go @ v0.4.1: Prepare runs
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_state.go @ 094807e437e1 (main): Prepare runs
     validateNoOverlappingPreparedDevices, then prepareDevices -> applySharingConfig refuses MPS)."""
     driver = await start(apiserver, "unlimited")
     held = shared_claim(apiserver, "held", SHARE_A)

@@ -409,3 +409,14 @@ def test_a_selector_that_does_not_parse_is_a_compile_error_with_the_expression_a
         "ResourceClaim default/a: request gpu: request selector #0: CEL compile error: syntax error at column 43 of "
         f"{expression!r}"
     )
+
+
+def test_selectors_are_evaluated_only_until_the_request_is_met():
+    """The scheduler tests devices one by one while it fills a request (kubernetes staging/src/k8s.io/
+    dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0, allocateOne): a
+    selector that fails on a later device does not abort a request the first device met."""
+    alloc = Allocator(NODE, [counted_slice(counted_device("a", "1"), counted_device("b", "1"))], device_classes())
+    lazy = f'device.attributes["{GPU}"].id == "a" || device.attributes["{GPU}"].nosuch == 1'
+    assert devices_of(alloc.allocate([claim("one", exactly("gpu", GPU, lazy))])[0]) == ["a"]
+    with pytest.raises(AllocationError, match=r"request gpu: request selector #0: CEL runtime error on device .*/b"):
+        alloc.allocate([claim("two", exactly("gpu", GPU, lazy))])
