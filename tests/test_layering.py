@@ -9,6 +9,7 @@ fails here with the file that made it.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,7 +42,6 @@ ALLOWED: dict[str, set[str]] = {
         "dra",
         "kubelet",
         "virtual_nodes",
-        "scheduling",
         "testing",
     },
 }
@@ -112,3 +112,21 @@ def test_only_fakegpu_is_installed():
         if p.is_dir() and (p / "__init__.py").exists() and p.name not in {"fakegpu", "tests"}
     )
     assert stray == [], f"top-level Python packages outside fakegpu/: {stray}"
+
+
+def test_only_scheduling_imports_celpy():
+    """cel-python is the allocator's alone (and a test-only dependency): no other room may import it."""
+    users = {room: sorted(imports_of(room)["celpy"]) for room in ALLOWED if "celpy" in imports_of(room)}
+    assert set(users) <= {"scheduling"}, f"only fakegpu.scheduling may import celpy: {users}"
+
+
+def test_the_daemons_and_the_cli_load_neither_celpy_nor_the_allocator():
+    """Importing the command line, the DRA daemon or the pytest plugin leaves cel-python and
+    ``fakegpu.scheduling`` unloaded: they come only with the manifest applier, which the tests import."""
+    probe = (
+        "import sys\n"
+        "import fakegpu.cli.main, fakegpu.dra.daemon, fakegpu.testing.pytest_plugin\n"
+        "print(sorted(m for m in sys.modules if m == 'celpy' or m.startswith(('celpy.', 'fakegpu.scheduling'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout

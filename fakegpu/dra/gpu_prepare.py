@@ -23,7 +23,7 @@ from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.metrics import DraMetrics
 from fakegpu.dra.mps_control_files import MPS_DIR, create_dirs, remove_dirs
-from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, prepare_plan
+from fakegpu.dra.prepare_plan import PreparedResult, PreparePlan, SharingRefused, prepare_plan
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, ClaimRef, PreparedClaim, PreparedClaims
 from fakegpu.dra.shared_devices import check_no_overlap, held_by_others, other_holders
 from fakegpu.dra.sharing_settings import apply_prepared, reset_unprepared
@@ -138,20 +138,22 @@ class GpuClaimPreparer:
                 return stored.devices
         claim = await read_claim(self.reader, ref)
         devices = published_devices(self.live.inventory.node, self.mig_mode)
-        prep = prepare_plan(
-            claim,
-            self.driver,
-            self.pool,
-            devices,
-            self.gates,
-            node=self.live.inventory.node,
-            shares=self.shares.enabled,
-        )
+        node, shares = self.live.inventory.node, self.shares.enabled
+        refused: SharingRefused | None = None
+        try:
+            prep = prepare_plan(claim, self.driver, self.pool, devices, self.gates, node=node, shares=shares)
+        except SharingRefused as exc:  # NVIDIA refuses it in applySharingConfig, after the overlap check
+            refused = exc
+            prep = prepare_plan(
+                claim, self.driver, self.pool, devices, self.gates, node=node, shares=shares, refuse_mps=False
+            )
         async with self._lock:
             stored = self.checkpoint.get(ref.uid)
             if stored is not None and stored.completed:
                 return stored.devices
-            check_no_overlap(prep, self.checkpoint.claims(), shares=self.shares.enabled)
+            check_no_overlap(prep, self.checkpoint.claims(), shares=shares)
+            if refused is not None:
+                raise refused
             self.checkpoint.start(ref, prep)
             apply_prepared(self.live.gpu_policies, prep.results)
             if self.phase_pause:

@@ -231,7 +231,14 @@ def _mps_env(config: SharingConfig, siblings: Sequence[_Result], limits: Mapping
 _GATE_OF_STRATEGY: Final = {TIME_SLICING: TIME_SLICING_SETTINGS, MPS: MPS_SUPPORT}
 
 
-def check_sharing_gates(config: SharingConfig, gates: FeatureGates, *, shares: bool = False) -> None:
+class SharingRefused(ClaimError):
+    """A sharing strategy refused when NVIDIA applies the config (``applySharingConfig``): after the overlap
+    check, which the caller runs first (see :func:`prepare_plan`'s ``refuse_mps``)."""
+
+
+def check_sharing_gates(
+    config: SharingConfig, gates: FeatureGates, *, shares: bool = False, refuse_mps: bool = True
+) -> None:
     """NVIDIA's ``validateSharingStrategy`` and ``applySharingConfig`` (``sharing.go``, ``device_state.go``):
     a config that states a sharing strategy needs that strategy's feature gate, and MPS is refused with
     consumable shares (``shares``) and with DynamicMIG. Only configs applied to a device are checked, and only
@@ -244,12 +251,14 @@ def check_sharing_gates(config: SharingConfig, gates: FeatureGates, *, shares: b
             f'{config.where}: error validating GPU config: "{config.strategy}" is selected as the GPU sharing '
             f'strategy, but the "{gate}" feature gate is not enabled'
         )
+    if not refuse_mps:
+        return
     if config.strategy == MPS and shares:
-        raise ClaimError(
+        raise SharingRefused(
             f"{config.where}: error applying config: MPS sharing is not supported when consumable shares is enabled"
         )
     if config.strategy == MPS and gates.enabled(DYNAMIC_MIG):
-        raise ClaimError(
+        raise SharingRefused(
             f"{config.where}: error applying config: MPS is not yet supported when using featureGates.DynamicMIG=true"
         )
 
@@ -275,6 +284,7 @@ def prepare_plan(
     node: Node | None = None,
     *,
     shares: bool = False,
+    refuse_mps: bool = True,
 ) -> PreparePlan:
     """Work out this driver's devices, CDI names and environment for an allocated claim.
 
@@ -284,6 +294,8 @@ def prepare_plan(
     ``gates`` are the driver's feature gates (NVIDIA's defaults when None): a config's sharing strategy
     must be enabled by its gate (``check_sharing_gates``). ``node`` (the inventory's) gives the GPUs' compute
     capabilities, which multi-user MPS checks. ``shares``: the driver runs with consumable shares.
+    ``refuse_mps=False`` builds the plan of an MPS config that :class:`SharingRefused` would refuse, so the
+    caller can check overlaps first as NVIDIA's ``Prepare`` does (``device_state.go``).
     """
     gates = gates or FeatureGates()
     namespace, name, uid = _claim_identity(claim)
@@ -306,7 +318,7 @@ def prepare_plan(
     groups: dict[int, list[_Result]] = {}
     for result in results:
         config = pick_config(configs, result.request, result.device, result.published.kind)
-        check_sharing_gates(config, gates, shares=shares)
+        check_sharing_gates(config, gates, shares=shares, refuse_mps=refuse_mps)
         chosen.append(config)
         groups.setdefault(id(config), []).append(result)
     limits: dict[int, dict[str, int]] = {}

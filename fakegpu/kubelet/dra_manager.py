@@ -23,6 +23,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources import resource_v1
 
+from fakegpu.kubelet.container_claims import ContainerClaim, cdi_ids
 from fakegpu.kubelet.dra_plugins import Claim, DraPlugin, DraPluginRegistry, RpcFailed
 from fakegpu.kubelet.dra_state import ClaimInfo, read_state, write_state
 from fakegpu.kubelet.pod_claims import PodClaim
@@ -96,6 +97,17 @@ class DraManager:
             info = self.claims.get(claim.key)
             if info is not None and info.prepared:
                 out[info.uid] = info.cdi_device_ids()
+        return out
+
+    def container_cdi_devices(self, namespace: str, refs: Sequence[ContainerClaim]) -> list[str]:
+        """The CDI device IDs one container gets: of each claim it names, the devices of the request it names
+        (all when it names none), for the claims that are prepared."""
+        out: list[str] = []
+        for ref in refs:
+            info = self.claims.get((namespace, ref.claim))
+            if info is not None and info.prepared:
+                devices = [dev for d in info.drivers for dev in info.devices.get(d, [])]
+                out.extend(i for i in cdi_ids(devices, ref.request) if i not in out)
         return out
 
     # -- prepare -------------------------------------------------------------------------------

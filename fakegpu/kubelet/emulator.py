@@ -38,6 +38,7 @@ from lightkube import AsyncClient
 
 from fakegpu.kubelet.checkpoint import CHECKPOINT_NAME, CheckpointData, read
 from fakegpu.kubelet.clock import EmulatorClock
+from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, AdmissionError, DeviceManager
 from fakegpu.kubelet.dra_manager import Backoff, DraManager, PrepareFailed, UnprepareFailed
 from fakegpu.kubelet.dra_plugins import PLUGIN_TYPE as DRA_PLUGIN_TYPE
@@ -96,6 +97,9 @@ class PodResult:
     """The pod's ResourceClaims."""
     cdi_devices: dict[str, list[str]] = field(default_factory=dict)
     """CDI device IDs per claim UID, once its drivers prepared it."""
+    container_claims: dict[str, tuple[ContainerClaim, ...]] | None = None
+    """Per container, the claims (and requests) its ``resources.claims`` names; None when the caller gave
+    none, and then every container gets every claim."""
     prepare_error: str = ""
     """The last FailedPrepareDynamicResources event's message ("" once the claims are prepared)."""
     prepare_attempts: int = 0
@@ -296,6 +300,14 @@ class KubeletEmulator:
         return time.monotonic() - start
 
     # -- pods --------------------------------------------------------------------------------
+    def container_cdi_devices(self, uid: str, container: str) -> list[str]:
+        """The CDI device IDs the runtime gets for one container of a pod: those of the claims and requests
+        it names, or of every prepared claim when the pod was run without ``container_claims``."""
+        pod = self.pods[uid]
+        if pod.container_claims is None:
+            return [i for ids in pod.cdi_devices.values() for i in ids]
+        return self.dra.container_cdi_devices(pod.namespace, pod.container_claims.get(container, ()))
+
     async def run_pod(
         self,
         uid: str,
@@ -306,6 +318,7 @@ class KubeletEmulator:
         annotations: Mapping[str, str] | None = None,
         init_containers: Sequence[ContainerSpec] = (),
         claims: Sequence[PodClaim | tuple[str, ...]] = (),
+        container_claims: Mapping[str, Sequence[ContainerClaim]] | None = None,
     ) -> PodResult:
         """Admit a pod: the node's allocatable check, then per container and resource the device
         manager's allocation, then PreStartContainer as each container starts. ``containers`` are the
@@ -317,7 +330,9 @@ class KubeletEmulator:
         ``claims``: the pod's ResourceClaims, each a :class:`PodClaim` or ``(namespace, name, uid,
         *drivers)``; without drivers the emulator reads the claim from its API client. They are prepared
         after admission, before the containers start: while that fails the pod is returned (and stays)
-        ``Pending`` in ``ContainerCreating`` with ``prepare_error``, and is tried again in the background."""
+        ``Pending`` in ``ContainerCreating`` with ``prepare_error``, and is tried again in the background.
+        ``container_claims``: per container, the claims of ``claims`` (by name) and requests it uses, as its
+        ``resources.claims`` names them (see :meth:`container_cdi_devices`)."""
         check_uid(uid)
         pod_claims = tuple(pod_claim(c) for c in claims)
         if len({c.key for c in pod_claims}) != len(pod_claims):
@@ -344,6 +359,7 @@ class KubeletEmulator:
             containers=tuple(c.name for c in specs),
             specs=specs,
             claims=pod_claims,
+            container_claims=None if container_claims is None else _container_claims(uid, container_claims, pod_claims),
         )
         allocatable = self.allocatable()
         for resource, count in effective_requests(specs).items():
@@ -526,3 +542,17 @@ class KubeletEmulator:
             if (pod.namespace, pod.name) == (namespace, name) and pod.phase != "Failed":
                 return dict(pod.annotations)
         return {}
+
+
+def _container_claims(
+    uid: str, given: Mapping[str, Sequence[ContainerClaim]], claims: Sequence[PodClaim]
+) -> dict[str, tuple[ContainerClaim, ...]]:
+    """``given`` checked: every claim a container names is one of the pod's."""
+    names = {c.name for c in claims}
+    for container, refs in given.items():
+        for ref in refs:
+            if ref.claim not in names:
+                raise ValueError(
+                    f"pod {uid}: container {container} names ResourceClaim {ref.claim}, not one of the pod's"
+                )
+    return {container: tuple(refs) for container, refs in given.items()}

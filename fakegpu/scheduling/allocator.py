@@ -26,10 +26,17 @@ from fractions import Fraction
 from typing import Any
 
 from fakegpu.scheduling.allocation_state import AllocatedState, CounterKey, allocated_state, device_counters
-from fakegpu.scheduling.cel_environment import CelError, device_variable, selector_matches
+from fakegpu.scheduling.cel_environment import (
+    CelCompileError,
+    CelError,
+    compile_selector,
+    device_variable,
+    selector_matches,
+)
 from fakegpu.scheduling.claim_requests import Request, Want, claim_requests
 from fakegpu.scheduling.consumable_capacity import consumed_capacity, offers_at_least
 from fakegpu.scheduling.device_pools import Device, DeviceId, NodeDevices, gather
+from fakegpu.scheduling.lazy_matches import LazyMatches
 from fakegpu.sharing.quantities import binary_quantity, decimal_quantity
 
 MAX_STEPS = 100_000
@@ -109,7 +116,7 @@ class Allocator:
         self.devices: NodeDevices = gather(slices, node, node_labels)
         self.classes = {str(c["metadata"]["name"]): c for c in classes}
         self.state: AllocatedState = allocated_state(allocated, self.devices.devices)
-        self._matches: dict[tuple[str, tuple[str, ...]], list[Device]] = {}
+        self._matches: dict[tuple[str, tuple[str, ...]], LazyMatches] = {}
         self._variables: dict[DeviceId, Any] = {}
         """Each device's CEL ``device`` variable, built once."""
 
@@ -122,8 +129,9 @@ class Allocator:
             )
         return found
 
-    def candidates(self, claim: Mapping[str, Any], want: Want) -> list[Device]:
-        """The node's devices matching the request's class and selectors, in first-fit order."""
+    def candidates(self, claim: Mapping[str, Any], want: Want) -> LazyMatches:
+        """The node's devices matching the request's class and selectors, in first-fit order, tested as the
+        search reaches them."""
         key = (want.device_class, want.selectors)
         if key not in self._matches:
             device_class = self._class(claim, want)
@@ -132,8 +140,23 @@ class Allocator:
                 for s in (device_class.get("spec") or {}).get("selectors") or []
                 if s.get("cel")
             ]
-            self._matches[key] = [d for d in self.devices.devices if self._selected(claim, want, d, class_selectors)]
+            self._compile(claim, want, class_selectors)
+            self._matches[key] = LazyMatches(
+                self.devices.devices, lambda d: self._selected(claim, want, d, class_selectors)
+            )
         return self._matches[key]
+
+    @staticmethod
+    def _compile(claim: Mapping[str, Any], want: Want, class_selectors: list[str]) -> None:
+        """Every selector compiles, else AllocationError naming it: a syntax error is not a device's."""
+        for where, selectors in ((f"DeviceClass {want.device_class}", class_selectors), ("request", want.selectors)):
+            for i, expression in enumerate(selectors):
+                try:
+                    compile_selector(expression)
+                except CelCompileError as exc:
+                    raise AllocationError(
+                        f"{claim_ref(claim)}: request {want.name}: {where} selector #{i}: CEL compile error: {exc}"
+                    ) from None
 
     def _selected(self, claim: Mapping[str, Any], want: Want, device: Device, class_selectors: list[str]) -> bool:
         variable = self._variables.get(device.id)
@@ -159,7 +182,7 @@ class Allocator:
         if not wanted or device.id in self.state.counted or any(p.device.id == device.id for p in picks):
             return True
         used: dict[CounterKey, Fraction] = dict(self.state.counters)
-        for p in {p.device.id: p for p in picks}.values():
+        for p in {p.device.id: p for p in picks if p.device.id not in self.state.counted}.values():
             for key, amount in device_counters(p.device).items():
                 used[key] = used.get(key, Fraction(0)) + amount
         for key, amount in wanted.items():
@@ -175,6 +198,9 @@ class Allocator:
             return None
         if want.admin_access:
             return {}
+        # Admin access does not allocate the device (it neither takes it nor its counters), as in the
+        # scheduler: only picks without it count against a later request.
+        picks = [p for p in picks if not p.want.admin_access]
         taken_whole = any(p.device.id == device.id and not p.device.allow_multiple for p in picks)
         if device.id in self.state.exclusive or taken_whole:
             return None
@@ -242,7 +268,7 @@ class Allocator:
             devices = self.candidates(claims[index], want)
             if want.all_devices:
                 self._check_pools_complete(claims[index], want)
-                if self._take_all(claims, slots, at, search, want, devices):
+                if self._take_all(claims, slots, at, search, want, devices.all()):
                     return True
             elif self._choose(claims, slots, at, search, want, devices, want.count, 0):
                 return True
@@ -288,28 +314,41 @@ class Allocator:
         at: int,
         search: _Search,
         want: Want,
-        devices: list[Device],
+        devices: LazyMatches,
         need: int,
         start: int,
     ) -> bool:
         if need == 0:
             return self._solve(claims, slots, at + 1, search)
-        for i in range(start, len(devices)):
+        i = start - 1
+        while (device := devices.at(i := i + 1)) is not None:
             search.steps += 1
             if search.steps > MAX_STEPS:
-                raise AllocationError(
-                    f"{claim_ref(claims[slots[at][0]])}: gave up after trying {MAX_STEPS} devices on node {self.node}"
-                )
-            taken = self.fit(want, devices[i], search.picks)
+                raise AllocationError(self._gave_up(claims[slots[at][0]], want))
+            taken = self.fit(want, device, search.picks)
             if taken is None:
                 continue
-            search.picks.append(_Pick(slots[at][0], want, devices[i], taken))
+            search.picks.append(_Pick(slots[at][0], want, device, taken))
             if self._constraints_hold(claims, search.picks) and self._choose(
                 claims, slots, at, search, want, devices, need - 1, i + 1
             ):
                 return True
             search.picks.pop()
         return False
+
+    def _gave_up(self, claim: Mapping[str, Any], want: Want) -> str:
+        """Why the search stopped: the request it was filling and the constraints that kept it backtracking."""
+        constraints = [
+            f"matchAttribute {c['matchAttribute']}"
+            + (f" of requests {', '.join(c['requests'])}" if c.get("requests") else "")
+            for c in ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []
+            if c.get("matchAttribute")
+        ]
+        why = "; ".join(constraints) if constraints else "no constraints"
+        return (
+            f"{claim_ref(claim)}: request {want.name}: gave up after trying {MAX_STEPS} devices on node {self.node} "
+            f"while searching for devices that satisfy {why}"
+        )
 
     # -- the allocation ------------------------------------------------------------------------
     def allocate(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -404,7 +443,7 @@ class Allocator:
 
     def _why(self, claim: Mapping[str, Any], want: Want) -> str | None:
         """None if ``want`` could be met alone; else why not."""
-        devices = self.candidates(claim, want)
+        devices = self.candidates(claim, want).all()
         counts = {"tainted": 0, "in use": 0, "capacity left too small": 0}
         free = 0
         for d in devices:

@@ -43,6 +43,10 @@ class CelError(ValueError):
     """An expression that does not compile, or failed while evaluating for one device."""
 
 
+class CelCompileError(CelError):
+    """An expression that does not compile: the same for every device, so reported without one."""
+
+
 @functools.total_ordering
 @dataclass(frozen=True)
 class Quantity:
@@ -164,8 +168,9 @@ def compile_selector(expression: str) -> Any:
     try:
         return _ENV.program(_ENV.compile(expression), functions=FUNCTIONS)
     except CELParseError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise CelError(f"compilation failed: {first}") from None
+        column = getattr(exc, "column", None)
+        where = f" at column {column}" if column else ""
+        raise CelCompileError(f"syntax error{where} of {expression!r}") from None
 
 
 def _attribute_value(value: Mapping[str, Any]) -> Any:

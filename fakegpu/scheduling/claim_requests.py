@@ -39,7 +39,9 @@ def _want(name: str, spec: Mapping[str, Any]) -> Want:
     mode = spec.get("allocationMode") or "ExactCount"
     if mode not in ("ExactCount", "All"):
         raise ValueError(f"request {name}: allocationMode must be ExactCount or All, found {mode!r}")
-    count = int(spec.get("count") or 1)
+    count = spec.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"request {name}: count must be a positive integer, found {count!r}")
     selectors = tuple(
         str((s.get("cel") or {}).get("expression", "")) for s in spec.get("selectors") or [] if s.get("cel")
     )

@@ -28,11 +28,13 @@ from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources import core_v1, resource_v1
 from lightkube.types import PatchType
 
+from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.kubelet.pod_spec import ContainerSpec
 from fakegpu.scheduling.allocator import AllocationError, Allocator
 from fakegpu.scheduling.extended_resources import extended_resource_claim
+from fakegpu.testing.manifest_checks import check_document
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 """The resourceclaim controller's annotation on a claim made from a template: the pod's claim entry."""
@@ -55,13 +57,20 @@ class AppliedPod:
 
 def load_documents(text: str, source: str = "manifest") -> list[dict[str, Any]]:
     """The objects of a multi-document YAML; ValueError naming the document for a kind that cannot be applied."""
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{source}: not valid YAML{where}: {problem}") from None
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
             kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
             raise ValueError(
                 f"{source}: document {i + 1}: kind {kind!r} cannot be applied; expected one of {', '.join(KINDS)}"
             )
+        check_document(doc, i + 1, source)
     return docs
 
 
@@ -153,21 +162,43 @@ class ManifestApplier:
         listed: Any = self.client.list(kind, **where)
         return [_dict(obj) async for obj in listed]
 
-    async def _template_claims(self, pod: Mapping[str, Any]) -> tuple[dict[str, str], list[dict[str, str]]]:
-        """The pod's claim entries -> ResourceClaim names, creating those from templates as the resourceclaim
-        controller does; and the pod's ``status.resourceClaimStatuses``."""
-        namespace = pod["metadata"].get("namespace", "default")
+    async def _templates(self, pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The ResourceClaimTemplate of each of the pod's claim entries that names one, read before the pod
+        is created: ValueError naming the pod, the entry and the template when one does not exist."""
+        meta = pod["metadata"]
+        namespace = meta.get("namespace", "default")
+        out: dict[str, dict[str, Any]] = {}
+        for entry in pod["spec"].get("resourceClaims") or []:
+            name = entry.get("resourceClaimTemplateName")
+            if not name:
+                continue
+            try:
+                out[entry["name"]] = _dict(
+                    await self.client.get(resource_v1.ResourceClaimTemplate, name, namespace=namespace)
+                )
+            except ApiError as exc:
+                if exc.status.code != HTTPStatus.NOT_FOUND:
+                    raise
+                pod_name = meta.get("name") or meta.get("generateName")
+                raise ValueError(
+                    f"Pod {namespace}/{pod_name}: resourceClaims entry {entry['name']}: ResourceClaimTemplate "
+                    f"{namespace}/{name} does not exist"
+                ) from None
+        return out
+
+    async def _template_claims(
+        self, pod: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[dict[str, str], list[dict[str, str]]]:
+        """The pod's claim entries -> ResourceClaim names, creating those from ``templates`` as the
+        resourceclaim controller does; and the pod's ``status.resourceClaimStatuses``."""
         claims: dict[str, str] = {}
         statuses = []
         for entry in pod["spec"].get("resourceClaims") or []:
             if entry.get("resourceClaimName"):
                 claims[entry["name"]] = entry["resourceClaimName"]
                 continue
-            template = await self.client.get(
-                resource_v1.ResourceClaimTemplate, entry["resourceClaimTemplateName"], namespace=namespace
-            )
             made = _dict(
-                await self.client.create(codecs.from_dict(template_claim(pod, entry["name"], _dict(template))))
+                await self.client.create(codecs.from_dict(template_claim(pod, entry["name"], templates[entry["name"]])))
             )
             claims[entry["name"]] = made["metadata"]["name"]
             statuses.append({"name": entry["name"], "resourceClaimName": made["metadata"]["name"]})
@@ -175,11 +206,12 @@ class ManifestApplier:
 
     async def run(self, pod: Mapping[str, Any]) -> AppliedPod:
         """Create one pod bound to the node, make and allocate its claims, run it on the kubelet."""
+        templates = await self._templates(pod)
         body = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
         created = _dict(await self.client.create(codecs.from_dict(body)))
         meta = created["metadata"]
         namespace, name, uid = meta.get("namespace", "default"), meta["name"], meta["uid"]
-        claims, statuses = await self._template_claims(created)
+        claims, statuses = await self._template_claims(created, templates)
         status: dict[str, Any] = {"resourceClaimStatuses": statuses} if statuses else {}
         classes = await self._list(resource_v1.DeviceClass)
         special = extended_resource_claim(created, classes, self.kubelet.allocatable())
@@ -202,6 +234,7 @@ class ManifestApplier:
             namespace=namespace,
             init_containers=_init_containers(created["spec"].get("initContainers") or [], self.kubelet.allocatable()),
             claims=[PodClaim(namespace, c, "") for c in dict.fromkeys(claims.values())],
+            container_claims=_container_claims(created["spec"], claims, status.get("extendedResourceClaimStatus")),
         )
         return AppliedPod(namespace, name, uid, result, claims)
 
@@ -261,3 +294,22 @@ def _init_containers(specs: Sequence[Mapping[str, Any]], allocatable: Mapping[st
         )
         for c in specs
     ]
+
+
+def _container_claims(
+    spec: Mapping[str, Any], claims: Mapping[str, str], extended: Mapping[str, Any] | None
+) -> dict[str, list[ContainerClaim]]:
+    """Per container (init containers too), the ResourceClaims and requests it uses: its ``resources.claims``
+    entries (pod claim name -> ResourceClaim), and for the extended-resource claim the requests
+    ``requestMappings`` gives it (kubernetes pkg/kubelet/cm/dra/manager.go ``GetResources``, v1.36)."""
+    out: dict[str, list[ContainerClaim]] = {}
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        refs = out.setdefault(str(container["name"]), [])
+        for entry in (container.get("resources") or {}).get("claims") or []:
+            if entry.get("name") in claims:
+                refs.append(ContainerClaim(claims[entry["name"]], str(entry.get("request") or "")))
+    extended = extended or {}
+    for mapping in extended.get("requestMappings") or []:
+        ref = ContainerClaim(str(extended["resourceClaimName"]), str(mapping["requestName"]))
+        out.setdefault(str(mapping.get("containerName")), []).append(ref)
+    return out

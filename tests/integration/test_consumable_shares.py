@@ -293,3 +293,16 @@ async def test_a_shared_gpus_time_slice_goes_back_to_default_with_its_last_share
     assert driver.live.gpu_policies.time_slice(gpu0) == "Long"
     assert (await unprepare(driver.plugin.dra_socket, [b])).claims[b[2]].error == ""
     assert driver.live.gpu_policies.time_slice(gpu0) == "Default"
+
+
+async def test_an_mps_claim_on_a_device_another_claim_holds_gets_the_overlap_error_first(apiserver, start):
+    """NVIDIA checks overlapping prepared devices before it applies the sharing config
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_state.go @ 094807e437e1 (main): Prepare runs
+    validateNoOverlappingPreparedDevices, then prepareDevices -> applySharingConfig refuses MPS)."""
+    driver = await start(apiserver, "unlimited")
+    held = shared_claim(apiserver, "held", SHARE_A)
+    mps = shared_claim(apiserver, "mps", SHARE_B, config=[opaque_config(gpu_config({"strategy": "MPS"}))])
+    assert (await prepare(driver.plugin.dra_socket, [held])).claims[held[2]].error == ""
+    error = (await prepare(driver.plugin.dra_socket, [mps])).claims[mps[2]].error
+    conflict = f"requested device gpu-0 has conflicting configuration with already prepared claim {held[2]}"
+    assert error == f"unable to prepare claim {mps[2]}: {conflict}"

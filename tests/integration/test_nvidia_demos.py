@@ -74,6 +74,19 @@ class DemoNode:
         names = [n for ids in pod.result.cdi_devices.values() for n in ids]
         return resolve(self.cdi_root, names).env
 
+    def env_of(self, pod: AppliedPod, container: str) -> dict[str, str]:
+        """What a CDI runtime puts into one container: the CDI devices of the claims and requests it names."""
+        assert pod.result is not None
+        return resolve(self.cdi_root, self.kubelet.container_cdi_devices(pod.uid, container)).env
+
+    def uuid_of(self, device: str) -> str:
+        """A device's ``uuid`` attribute in the node's ResourceSlices."""
+        for obj in self.server.objects("resourceslices"):
+            for d in obj["spec"].get("devices") or []:
+                if d["name"] == device:
+                    return str(d["attributes"]["uuid"]["string"])
+        raise AssertionError(f"no device {device}")
+
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
@@ -187,6 +200,16 @@ async def test_gpu_test5_time_slicing_and_mps_configs_reach_their_gpus(apiserver
             ("FromClaim", ["mps-gpu"], "MPS"),
         ]
         assert node.container_env(pod)["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+        # Each container gets only the request it names (kubernetes pkg/kubelet/cm/dra/manager.go
+        # GetResources @ v1.36.0): the time-slicing containers see gpu-0 without MPS, the MPS ones gpu-1.
+        for container in ("ts-ctr0", "ts-ctr1"):
+            env = node.env_of(pod, container)
+            assert env["FAKEGPU_VISIBLE_DEVICES"] == node.uuid_of("gpu-0"), container
+            assert not [k for k in env if k.startswith("CUDA_MPS_")], container
+        for container in ("mps-ctr0", "mps-ctr1"):
+            env = node.env_of(pod, container)
+            assert env["FAKEGPU_VISIBLE_DEVICES"] == node.uuid_of("gpu-1"), container
+            assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps", container
 
 
 async def test_gpu_test_mps_two_containers_share_one_gpu_through_mps(apiserver, root):
@@ -274,3 +297,22 @@ async def test_mig_and_mps_sharing_demo_four_pods_share_each_claim(apiserver, ro
         visible = {tuple(node.visible(p)) for p in pods}
         assert len(visible) == 1, "every pod sees the same four devices"
         assert node.container_env(pods[0])["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+
+
+async def test_a_missing_claim_template_is_named_before_the_pod_is_created(apiserver, root):
+    """The resourceclaim controller cannot make a claim from a template that does not exist (kubernetes
+    pkg/controller/resourceclaim/controller.go @ v1.36.0 reports it for the pod); the applier says so before it
+    creates the pod, leaving no pod behind."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "lonely", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "ctr", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "nope"}],
+        },
+    }
+    async with demo_node(apiserver, root, "1xa100-40gb") as node:
+        with pytest.raises(ValueError, match=r"Pod default/lonely: resourceClaims entry gpu: ResourceClaimTemplate "):
+            await node.applier.apply([pod])
+        assert not node.server.objects("pods")

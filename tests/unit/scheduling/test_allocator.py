@@ -124,7 +124,7 @@ def test_cel_library_quantities_semver_and_strings():
         ("device.allowMultipleAllocations", False),
     ):
         assert selector_matches(expression, variable) is expected, expression
-    with pytest.raises(CelError, match="compilation failed"):
+    with pytest.raises(CelError, match="syntax error at column 15"):
         selector_matches("device.driver ==", variable)
     with pytest.raises(CelError, match="must evaluate to bool"):
         selector_matches("device.driver", variable)
@@ -322,3 +322,101 @@ def test_a_shared_device_consumes_its_counters_once_for_all_its_shares():
     alloc = Allocator(NODE, [obj], device_classes())
     ids = {share_results(alloc, f"s{i}", exactly("gpu"))[0]["shareID"] for i in range(3)}
     assert len(ids) == 3
+
+
+def counted_slice(*devices: Mapping[str, Any]) -> dict[str, Any]:
+    """One pool with a counter set ``set`` of 8 ``mem``; each device consumes the ``mem`` given."""
+    return {
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": GPU,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "set", "counters": {"mem": {"value": "8"}}}],
+            "devices": list(devices),
+        },
+    }
+
+
+def counted_device(name: str, mem: str, *, shared: bool = False) -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "name": name,
+        "attributes": {"type": {"string": "gpu"}, "id": {"string": name}},
+        "consumesCounters": [{"counterSet": "set", "counters": {"mem": {"value": mem}}}],
+    }
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return device
+
+
+def named(request: str, device: str, **fields: Any) -> dict[str, Any]:
+    return exactly(request, GPU, f'device.attributes["{GPU}"].id == "{device}"', **fields)
+
+
+def test_another_share_of_a_counted_device_does_not_count_its_counters_again():
+    """A shared device already holding a share has its counters counted: a claim taking another share of it
+    plus a second device needs only the second device's counters (kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/allocator_incubating.go
+    @ v1.36.0: counters are consumed once per allocated device)."""
+    alloc = Allocator(
+        NODE, [counted_slice(counted_device("a", "4", shared=True), counted_device("b", "4"))], device_classes()
+    )
+    alloc.allocate([claim("one", named("a", "a"))])
+    got = alloc.allocate([claim("two", named("a", "a"), named("b", "b"))])[0]
+    assert devices_of(got) == ["a", "b"]
+
+
+def test_an_admin_access_request_does_not_take_the_device_from_a_request_beside_it():
+    """adminAccess devices are not allocated: a normal request of the same claim still gets the GPU (kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0:
+    allocateDevice skips the allocated check and bookkeeping for admin access)."""
+    alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
+    got = alloc.allocate([claim("c", exactly("admin", adminAccess=True), exactly("gpu"))])[0]
+    assert devices_of(got) == ["gpu-0", "gpu-0"]
+    assert got["devices"]["results"][0]["adminAccess"] is True
+
+
+@pytest.mark.parametrize("count", [0, -1, "two", 1.5, True])
+def test_a_count_that_is_not_a_positive_integer_is_named(count: Any):
+    """``count`` is a positive int64 in resource.k8s.io/v1 (kubernetes pkg/apis/resource/validation/
+    validation.go @ v1.36.0 rejects 0 and below)."""
+    alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
+    with pytest.raises(AllocationError, match=r"request gpu: count must be a positive integer, found "):
+        alloc.allocate([claim("c", exactly("gpu", count=count))])
+
+
+def test_a_search_that_gives_up_names_the_request_and_the_constraint(monkeypatch: pytest.MonkeyPatch):
+    """Two GPUs sharing a UUID cannot be found; the search's cap (fakegpu's own: the scheduler has a time
+    limit instead) names what it was looking for."""
+    monkeypatch.setattr("fakegpu.scheduling.allocator.MAX_STEPS", 5)
+    alloc = Allocator(NODE, slices("8xh100-80gb"), device_classes())
+    same = [{"requests": ["gpus"], "matchAttribute": f"{GPU}/uuid"}]
+    with pytest.raises(
+        AllocationError, match=rf"request gpus: gave up .* satisfy matchAttribute {GPU}/uuid of requests gpus"
+    ):
+        alloc.allocate([claim("c", exactly("gpus", count=2), constraints=same)])
+
+
+def test_a_selector_that_does_not_parse_is_a_compile_error_with_the_expression_and_column():
+    """A syntax error is reported as a compile error (kubernetes staging/src/k8s.io/dynamic-resource-allocation/
+    cel/compile.go @ v1.36.0: "compilation failed: ERROR: <input>:1:27: Syntax error"), not as a runtime error
+    on some device."""
+    alloc = Allocator(NODE, slices("1xa100-40gb"), device_classes())
+    expression = 'device.attributes["gpu.nvidia.com"].index =='
+    with pytest.raises(AllocationError) as refused:
+        alloc.allocate([claim("a", exactly("gpu", GPU, expression))])
+    assert str(refused.value) == (
+        "ResourceClaim default/a: request gpu: request selector #0: CEL compile error: syntax error at column 43 of "
+        f"{expression!r}"
+    )
+
+
+def test_selectors_are_evaluated_only_until_the_request_is_met():
+    """The scheduler tests devices one by one while it fills a request (kubernetes staging/src/k8s.io/
+    dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0, allocateOne): a
+    selector that fails on a later device does not abort a request the first device met."""
+    alloc = Allocator(NODE, [counted_slice(counted_device("a", "1"), counted_device("b", "1"))], device_classes())
+    lazy = f'device.attributes["{GPU}"].id == "a" || device.attributes["{GPU}"].nosuch == 1'
+    assert devices_of(alloc.allocate([claim("one", exactly("gpu", GPU, lazy))])[0]) == ["a"]
+    with pytest.raises(AllocationError, match=r"request gpu: request selector #0: CEL runtime error on device .*/b"):
+        alloc.allocate([claim("two", exactly("gpu", GPU, lazy))])
