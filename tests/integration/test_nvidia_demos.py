@@ -201,7 +201,7 @@ async def test_gpu_test5_time_slicing_and_mps_configs_reach_their_gpus(apiserver
         ]
         assert node.container_env(pod)["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
         # Each container gets only the request it names (kubernetes pkg/kubelet/cm/dra/manager.go
-        # GetResources @ v1.36.0): the time-slicing containers see gpu-0 without MPS, the MPS ones gpu-1.
+        # GetResources @ e0a566e7): the time-slicing containers see gpu-0 without MPS, the MPS ones gpu-1.
         for container in ("ts-ctr0", "ts-ctr1"):
             env = node.env_of(pod, container)
             assert env["FAKEGPU_VISIBLE_DEVICES"] == node.uuid_of("gpu-0"), container
@@ -301,7 +301,7 @@ async def test_mig_and_mps_sharing_demo_four_pods_share_each_claim(apiserver, ro
 
 async def test_a_missing_claim_template_is_named_before_the_pod_is_created(apiserver, root):
     """The resourceclaim controller cannot make a claim from a template that does not exist (kubernetes
-    pkg/controller/resourceclaim/controller.go @ v1.36.0 reports it for the pod); the applier says so before it
+    pkg/controller/resourceclaim/controller.go (v1.36) reports it for the pod); the applier says so before it
     creates the pod, leaving no pod behind."""
     pod = {
         "apiVersion": "v1",

@@ -1,6 +1,6 @@
 """Malformed manifests given to the manifest applier fail before anything is created, naming the document,
 the object and the field (kubernetes validates pods, Deployments, Jobs and claim templates by field path:
-pkg/apis/core/validation/validation.go and pkg/apis/apps/validation/validation.go @ v1.36.0)."""
+pkg/apis/core/validation/validation.go and pkg/apis/apps/validation/validation.go (v1.36))."""
 
 from __future__ import annotations
 

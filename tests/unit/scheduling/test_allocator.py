@@ -357,7 +357,7 @@ def test_another_share_of_a_counted_device_does_not_count_its_counters_again():
     """A shared device already holding a share has its counters counted: a claim taking another share of it
     plus a second device needs only the second device's counters (kubernetes
     staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/allocator_incubating.go
-    @ v1.36.0: counters are consumed once per allocated device)."""
+    (v1.36): counters are consumed once per allocated device)."""
     alloc = Allocator(
         NODE, [counted_slice(counted_device("a", "4", shared=True), counted_device("b", "4"))], device_classes()
     )
@@ -368,7 +368,7 @@ def test_another_share_of_a_counted_device_does_not_count_its_counters_again():
 
 def test_an_admin_access_request_does_not_take_the_device_from_a_request_beside_it():
     """adminAccess devices are not allocated: a normal request of the same claim still gets the GPU (kubernetes
-    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0:
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go (v1.36):
     allocateDevice skips the allocated check and bookkeeping for admin access)."""
     alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
     got = alloc.allocate([claim("c", exactly("admin", adminAccess=True), exactly("gpu"))])[0]
@@ -379,7 +379,7 @@ def test_an_admin_access_request_does_not_take_the_device_from_a_request_beside_
 @pytest.mark.parametrize("count", [0, -1, "two", 1.5, True])
 def test_a_count_that_is_not_a_positive_integer_is_named(count: Any):
     """``count`` is a positive int64 in resource.k8s.io/v1 (kubernetes pkg/apis/resource/validation/
-    validation.go @ v1.36.0 rejects 0 and below)."""
+    validation.go (v1.36) rejects 0 and below)."""
     alloc = Allocator(NODE, slices("1xh100-80gb"), device_classes())
     with pytest.raises(AllocationError, match=r"request gpu: count must be a positive integer, found "):
         alloc.allocate([claim("c", exactly("gpu", count=count))])
@@ -399,7 +399,7 @@ def test_a_search_that_gives_up_names_the_request_and_the_constraint(monkeypatch
 
 def test_a_selector_that_does_not_parse_is_a_compile_error_with_the_expression_and_column():
     """A syntax error is reported as a compile error (kubernetes staging/src/k8s.io/dynamic-resource-allocation/
-    cel/compile.go @ v1.36.0: "compilation failed: ERROR: <input>:1:27: Syntax error"), not as a runtime error
+    cel/compile.go (v1.36): "compilation failed: ERROR: <input>:1:27: Syntax error"), not as a runtime error
     on some device."""
     alloc = Allocator(NODE, slices("1xa100-40gb"), device_classes())
     expression = 'device.attributes["gpu.nvidia.com"].index =='
@@ -413,7 +413,7 @@ def test_a_selector_that_does_not_parse_is_a_compile_error_with_the_expression_a
 
 def test_selectors_are_evaluated_only_until_the_request_is_met():
     """The scheduler tests devices one by one while it fills a request (kubernetes staging/src/k8s.io/
-    dynamic-resource-allocation/structured/internal/stable/allocator_stable.go @ v1.36.0, allocateOne): a
+    dynamic-resource-allocation/structured/internal/stable/allocator_stable.go (v1.36), allocateOne): a
     selector that fails on a later device does not abort a request the first device met."""
     alloc = Allocator(NODE, [counted_slice(counted_device("a", "1"), counted_device("b", "1"))], device_classes())
     lazy = f'device.attributes["{GPU}"].id == "a" || device.attributes["{GPU}"].nosuch == 1'
