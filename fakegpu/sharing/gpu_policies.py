@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final, Literal
 
+from fakegpu.sharing.change_listeners import ChangeListeners, Listener
+
 ComputeMode = Literal["Default", "Exclusive_Process", "Prohibited"]
 DEFAULT_MODE: Final = "Default"
 EXCLUSIVE_PROCESS: Final = "Exclusive_Process"
@@ -30,8 +32,6 @@ DEFAULT_TIME_SLICE: Final = "Default"
 TIME_SLICES: Final = ("Default", "Short", "Medium", "Long")
 """NVIDIA's ``TimeSliceInterval`` names (``nvidia-smi compute-policy --set-timeslice`` 0 to 3)."""
 
-Listener = Callable[[], None]
-
 
 class GpuPolicies:
     """Compute mode and time-slice interval per GPU UUID; every change is announced to the listeners."""
@@ -39,7 +39,7 @@ class GpuPolicies:
     def __init__(self) -> None:
         self._modes: dict[str, ComputeMode] = {}
         self._slices: dict[str, str] = {}
-        self._listeners: list[Listener] = []
+        self._listeners = ChangeListeners()
 
     def compute_mode(self, uuid: str) -> ComputeMode:
         return self._modes.get(uuid, DEFAULT_MODE)
@@ -49,13 +49,7 @@ class GpuPolicies:
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` after every change; returns a function that unsubscribes."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.subscribe(listener)
 
     def set_compute_mode(self, uuids: Iterable[str], mode: ComputeMode) -> None:
         """``nvidia-smi -i <uuid> -c <mode>`` for each GPU (NVIDIA's ``setComputeMode``)."""
@@ -92,5 +86,4 @@ class GpuPolicies:
             self._announce()
 
     def _announce(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.announce()

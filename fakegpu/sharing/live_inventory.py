@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Literal
 
 from fakegpu.sharing.bug_modes import BugMode
+from fakegpu.sharing.change_listeners import ChangeListeners, Listener
 from fakegpu.sharing.faults import FaultPlan
 from fakegpu.sharing.gpu_policies import GpuPolicies
 from fakegpu.sharing.health import HEALTHY, UNHEALTHY, HealthEvent, XidPolicy
 from fakegpu.sharing.inventory import Device, Inventory, Resource
 from fakegpu.sharing.node import Node
 
-Listener = Callable[[], None]
 HealthTarget = Literal["device", "gpu"]
 
 
@@ -53,7 +53,7 @@ class LiveInventory:
         self._uuid_health: dict[str, tuple[bool, int | None]] = {}
         self._events: dict[str, list[HealthEvent]] = {}
         self._seed_events(inventory)
-        self._listeners: list[Listener] = []
+        self._listeners = ChangeListeners()
         self._view = inventory
         self.generation = 0
         self.xid_policy = xid_policy or XidPolicy()
@@ -71,13 +71,7 @@ class LiveInventory:
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` after every change; returns a function that unsubscribes."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.subscribe(listener)
 
     def replace(self, inventory: Inventory) -> None:
         """A new inventory (config reload); health changes of devices that still exist are kept."""
@@ -222,5 +216,4 @@ class LiveInventory:
             resources.append(dataclasses.replace(r, devices=devices))
         self._view = dataclasses.replace(self._base, resources=tuple(resources))
         self.generation += 1
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.announce()
