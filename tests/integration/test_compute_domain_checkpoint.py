@@ -19,17 +19,15 @@ from typing import Any
 import pytest
 
 from fakegpu.dra.compute_domain.cdi_edits import VENDOR
-from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
-from fakegpu.dra.daemon import DraDriver, DraSettings
+from fakegpu.dra.daemon import DraDriver
 from fakegpu.dra.prepared_claims import PreparedClaims
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from tests.apiserver import FakeApiServer, serving
+from tests.apiserver import FakeApiServer
 from tests.cdi_runtime import claim_spec_path
 from tests.claim_builders import channel_claim, compute_domain
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.compute_domain_drivers import ComputeDomainDrivers, serve_node, socket_of
+from tests.integration.started_dra_drivers import write_boot_id
 
 NODE = "node-a"
 CLUSTER = "1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10"
@@ -39,42 +37,26 @@ NODE_SPEC = f"version: v1\nfabric: {{clusterUUID: {CLUSTER}, cliqueID: 3}}\ngpus
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    with serving(NODE, nvidia_crds=True) as server:
-        yield server
+    yield from serve_node()
 
 
 @pytest.fixture
 def boot_id(root: Path) -> Path:
     """The fake node's boot ID (``--boot-id-file``); a test reboots the node by rewriting it."""
-    path = root / "boot_id"
-    path.write_text("6f1c2e0a-3b7d-4c55-9e21-000000000001\n")
-    return path
+    return write_boot_id(root, "6f1c2e0a-3b7d-4c55-9e21-000000000001")
 
 
 @pytest.fixture
 async def make_driver(root: Path, apiserver: FakeApiServer, boot_id: Path) -> AsyncIterator[Callable[..., Any]]:
     """Start the DRA driver with its compute-domain plugin; one at a time (a new one restarts the node's)."""
-    drivers: list[DraDriver] = []
+    drivers = ComputeDomainDrivers(root, apiserver, boot_id_file=boot_id)
 
     async def make(start_delay: float = 60.0) -> DraDriver:
-        while drivers:
-            await drivers.pop().stop()
-        spec = root / "node.yaml"
-        spec.write_text(NODE_SPEC)
-        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
-        settings = DraSettings(
-            cdi_root=root / "cdi",
-            compute_domains=ComputeDomainSettings(namespace="fakegpu", start_delay=start_delay),
-            boot_id_file=boot_id,
-        )
-        driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, apiserver.client)
-        drivers.append(driver)
-        await driver.start()
-        return driver
+        await drivers.stop_all()
+        return await drivers.start(NODE_SPEC, namespace="fakegpu", start_delay=start_delay)
 
     yield make
-    while drivers:
-        await drivers.pop().stop()
+    await drivers.stop_all()
 
 
 def checkpoint_file(root: Path) -> Path:
@@ -84,11 +66,6 @@ def checkpoint_file(root: Path) -> Path:
 def entries(root: Path) -> dict[str, dict[str, Any]]:
     data = json.loads(checkpoint_file(root).read_text())["data"]
     return {c["uid"]: c for c in data["preparedClaims"]}
-
-
-def socket_of(driver: DraDriver) -> Path:
-    assert driver.compute_domains is not None
-    return driver.compute_domains.plugin.dra_socket
 
 
 def node_label(apiserver: FakeApiServer) -> str | None:

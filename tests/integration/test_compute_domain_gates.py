@@ -25,13 +25,12 @@ from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates, validate_feature_gates
-from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from tests.apiserver import FakeApiServer, serving
+from tests.apiserver import FakeApiServer
 from tests.claim_builders import channel_claim, compute_domain
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
+from tests.integration.compute_domain_drivers import ComputeDomainDrivers, serve_node, socket_of
 
 NODE = "node-a"
 DRIVER_NS = "nvidia-dra-driver-gpu"
@@ -49,32 +48,18 @@ def fabric_node(clique_id: int = 3) -> str:
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    with serving(NODE, nvidia_crds=True) as server:
-        yield server
+    yield from serve_node()
 
 
 @pytest.fixture
 async def make_driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Callable[..., Any]]:
-    drivers: list[DraDriver] = []
+    drivers = ComputeDomainDrivers(root, apiserver)
 
     async def make(gates: str = "", node_spec: str | None = None, **cd: Any) -> DraDriver:
-        spec = root / f"node-{len(drivers)}.yaml"
-        spec.write_text(node_spec or fabric_node())
-        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
-        settings = DraSettings(
-            cdi_root=root / "cdi",
-            feature_gates=parse_feature_gates(gates),
-            compute_domains=ComputeDomainSettings(namespace=DRIVER_NS, start_delay=0.2, **cd),
-        )
-        driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, apiserver.client)
-        drivers.append(driver)
-        await driver.start()
-        await driver.wait_published()
-        return driver
+        return await drivers.start(node_spec or fabric_node(), gates, start_delay=0.2, **cd)
 
     yield make
-    while drivers:
-        await drivers.pop().stop()
+    await drivers.stop_all()
 
 
 @contextlib.asynccontextmanager
@@ -87,11 +72,6 @@ async def controller(apiserver: FakeApiServer, *, cliques: bool) -> AsyncIterato
     finally:
         await ctl.stop()
         await kube.close()
-
-
-def socket_of(driver: DraDriver) -> Path:
-    assert driver.compute_domains is not None
-    return driver.compute_domains.plugin.dra_socket
 
 
 def written(path: Path) -> str:

@@ -19,17 +19,13 @@ from typing import Any
 import pytest
 
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
-from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
-from fakegpu.dra.daemon import DraDriver, DraSettings
-from fakegpu.dra.feature_gates import parse_feature_gates
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from tests.apiserver import FakeApiServer, serving
+from fakegpu.dra.daemon import DraDriver
+from tests.apiserver import FakeApiServer
 from tests.cdi_runtime import resolve
 from tests.claim_builders import COMPUTE_DOMAIN_DRIVER, channel_claim, compute_domain, daemon_claim
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.compute_domain_drivers import ComputeDomainDrivers, serve_node, socket_of
 
 NODE = "node-a"
 DRIVER_NS = "nvidia-dra-driver-gpu"
@@ -41,40 +37,18 @@ PLAIN_NODE = "version: v1\ngpus: [{model: h100-80gb, count: 2}]\n"
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    with serving(NODE, nvidia_crds=True) as server:
-        yield server
+    yield from serve_node()
 
 
 @pytest.fixture
 async def make_driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Callable[..., Any]]:
-    drivers: list[DraDriver] = []
+    drivers = ComputeDomainDrivers(root, apiserver)
 
     async def make(node_spec: str = FABRIC_NODE, gates: str = GATE, **cd: Any) -> DraDriver:
-        spec = root / "node.yaml"
-        spec.write_text(node_spec)
-        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
-        settings = DraSettings(
-            cdi_root=root / "cdi",
-            feature_gates=parse_feature_gates(gates),
-            compute_domains=ComputeDomainSettings(
-                namespace=DRIVER_NS, imex_mode="hostManaged", imex_host_socket=root / "imex.sock", **cd
-            ),
-        )
-        driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, apiserver.client)
-        drivers.append(driver)
-        await driver.start()
-        assert driver.compute_domains is not None
-        await driver.compute_domains.wait_published()
-        return driver
+        return await drivers.start(node_spec, gates, imex_mode="hostManaged", imex_host_socket=root / "imex.sock", **cd)
 
     yield make
-    while drivers:
-        await drivers.pop().stop()
-
-
-def socket_of(driver: DraDriver) -> Path:
-    assert driver.compute_domains is not None
-    return driver.compute_domains.plugin.dra_socket
+    await drivers.stop_all()
 
 
 def setup_claim(apiserver: FakeApiServer, *, daemon: bool = False) -> Any:

@@ -18,14 +18,12 @@ from fakegpu.cli import daemon_runs
 from fakegpu.cli.main import main
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.daemon import DraDriver, DraSettings
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from tests.apiserver import FakeApiServer, serving
+from tests.apiserver import FakeApiServer
 from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
 from tests.claim_builders import COMPUTE_DOMAIN_DRIVER, channel_claim, compute_domain, daemon_claim
 from tests.dra_kubelet_client import get_info, prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.compute_domain_drivers import ComputeDomainDrivers, serve_node, socket_of
 
 NODE = "node-a"
 DRIVER_NS = "nvidia-dra-driver-gpu"
@@ -45,38 +43,18 @@ PLAIN_NODE = "version: v1\ngpus: [{model: h100-80gb, count: 2}]\n"
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    with serving(NODE, nvidia_crds=True) as server:
-        yield server
+    yield from serve_node()
 
 
 @pytest.fixture
 async def make_driver(root: Path, apiserver: FakeApiServer) -> AsyncIterator[Callable[..., Any]]:
-    drivers: list[DraDriver] = []
+    drivers = ComputeDomainDrivers(root, apiserver)
 
     async def make(node_spec: str = FABRIC_NODE, start_delay: float = 1.0) -> DraDriver:
-        spec = root / f"node-{len(drivers)}.yaml"
-        spec.write_text(node_spec)
-        live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, node_spec=str(spec))))
-        settings = DraSettings(
-            cdi_root=root / "cdi",
-            compute_domains=ComputeDomainSettings(namespace=DRIVER_NS, start_delay=start_delay),
-        )
-        driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, apiserver.client)
-        drivers.append(driver)
-        await driver.start()
-        await driver.wait_published()
-        assert driver.compute_domains is not None
-        await driver.compute_domains.wait_published()
-        return driver
+        return await drivers.start(node_spec, start_delay=start_delay)
 
     yield make
-    while drivers:
-        await drivers.pop().stop()
-
-
-def socket_of(driver: DraDriver) -> Path:
-    assert driver.compute_domains is not None
-    return driver.compute_domains.plugin.dra_socket
+    await drivers.stop_all()
 
 
 def create_domain(apiserver: FakeApiServer, name: str = "cd", namespace: str = "default") -> str:

@@ -25,7 +25,6 @@ from fakegpu.dra.prepared_claims import PreparedClaims
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_claims import PodClaim
-from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from tests.apiserver import serving
@@ -34,6 +33,7 @@ from tests.cdi_runtime import claim_spec_path, resolve
 from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.started_dra_drivers import StartedDrivers
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -51,7 +51,7 @@ def apiserver() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 async def start(root: Path) -> AsyncIterator[Callable[..., Any]]:
-    drivers: list[DraDriver] = []
+    drivers = StartedDrivers(root)
 
     async def make(
         server: FakeApiServer,
@@ -70,19 +70,11 @@ async def start(root: Path) -> AsyncIterator[Callable[..., Any]]:
             server_minor=minor,
             mig_mode=mig_mode,
         )
-        driver = DraDriver(live, KubeletPaths(root / "kubelet"), settings, server.client)
-        drivers.append(driver)
-        await driver.start()
-        await driver.wait_published()
-        return driver
+        return await drivers.start(live, settings, server)
 
-    async def stop_all() -> None:
-        while drivers:
-            await drivers.pop().stop()
-
-    make.stop_all = stop_all  # type: ignore[attr-defined]
+    make.stop_all = drivers.stop_all  # type: ignore[attr-defined]
     yield make
-    await stop_all()
+    await drivers.stop_all()
 
 
 def shared_claim(server: FakeApiServer, name: str, share: str, **kw: Any) -> tuple[str, str, str]:

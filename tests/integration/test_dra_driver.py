@@ -32,6 +32,7 @@ from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
 from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
+from tests.integration.started_dra_drivers import StartedDrivers
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -48,7 +49,7 @@ DriverFactory = Callable[..., Any]
 
 @pytest.fixture
 async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
-    drivers: list[DraDriver] = []
+    drivers = StartedDrivers(root)
 
     async def make(
         server: FakeApiServer,
@@ -69,24 +70,11 @@ async def make_driver(root: Path) -> AsyncIterator[DriverFactory]:
             resync_interval=resync,
             feature_gates=gates or FeatureGates(),
         )
-        driver = DraDriver(
-            live,
-            KubeletPaths(root / "kubelet"),
-            settings,
-            server.client,
-        )
-        drivers.append(driver)
-        await driver.start()
-        await driver.wait_published()
-        return driver
+        return await drivers.start(live, settings, server)
 
-    async def stop_all() -> None:
-        while drivers:
-            await drivers.pop().stop()
-
-    make.stop_all = stop_all  # type: ignore[attr-defined]
+    make.stop_all = drivers.stop_all  # type: ignore[attr-defined]
     yield make
-    await stop_all()
+    await drivers.stop_all()
 
 
 def slices(server: FakeApiServer) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ import pytest
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.feature_gates import FeatureGates, parse_feature_gates
 from fakegpu.dra.prepared_claims import PreparedClaims, checksum
-from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.live_inventory import LiveInventory
@@ -33,6 +32,7 @@ from tests.cdi_runtime import claim_spec_path
 from tests.claim_builders import GPU_CONFIG_API, allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.started_dra_drivers import StartedDrivers, write_boot_id
 
 NODE = "node-a"
 SHARING = parse_feature_gates("TimeSlicingSettings=true,MPSSupport=true")
@@ -48,9 +48,7 @@ def apiserver() -> Iterator[FakeApiServer]:
 @pytest.fixture
 def boot_id(root: Path) -> Path:
     """The fake node's own boot ID (what ``--boot-id-file`` names); a test reboots the node by rewriting it."""
-    path = root / "boot_id"
-    path.write_text("0d6bd0b5-9a41-4a0e-8a5c-000000000001\n")
-    return path
+    return write_boot_id(root, "0d6bd0b5-9a41-4a0e-8a5c-000000000001")
 
 
 Driver = Callable[..., Any]
@@ -59,23 +57,17 @@ Driver = Callable[..., Any]
 @pytest.fixture
 async def driver(root: Path, apiserver: FakeApiServer, boot_id: Path) -> AsyncIterator[Driver]:
     """Start a DRA driver on ``root``'s kubelet directory (one at a time: ``restart`` stops the previous one)."""
-    running: list[DraDriver] = []
+    running = StartedDrivers(root)
 
     async def start(inventory: Inventory | str = "2xh100-80gb", gates: FeatureGates = SHARING) -> DraDriver:
-        while running:
-            await running.pop().stop()
+        await running.stop_all()
         if isinstance(inventory, str):
             inventory = load_inventory(InventoryInputs(node_name=NODE, gpus=(inventory,)))
         settings = DraSettings(cdi_root=root / "cdi", feature_gates=gates, boot_id_file=boot_id)
-        started = DraDriver(LiveInventory(inventory), KubeletPaths(root / "kubelet"), settings, apiserver.client)
-        running.append(started)
-        await started.start()
-        await started.wait_published()
-        return started
+        return await running.start(LiveInventory(inventory), settings, apiserver)
 
     yield start
-    while running:
-        await running.pop().stop()
+    await running.stop_all()
 
 
 def checkpoint(root: Path) -> PreparedClaims:

@@ -10,7 +10,6 @@ write against the CRD's schema (``tests/apiserver/nodefeature_crd.py``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,16 +20,12 @@ import pytest
 from fakegpu.cli.main import full_parser
 from fakegpu.cli.node_options import node_settings
 from fakegpu.fakeplugin.cleanup_policy import CleanupOnExit
-from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.fakeplugin.node_sync import ConfigSelection
-from fakegpu.kubelet.emulator import KubeletEmulator
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.sharing.node_feature import NODE_NAME_LABEL
 from tests.apiserver import FakeApiServer
 from tests.apiserver.serving import serving
-from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
+from tests.integration.plugin_daemon_runs import plugin_daemon_running
 from tests.integration.test_plugin_node_sync import (
     LABEL,
     NODE,
@@ -170,20 +165,9 @@ async def test_infinite_labels_once_and_never_restores(daemon, apiserver, root, 
 async def test_the_exit_policy_decides_whether_the_node_feature_goes(apiserver, root, policy, kept):
     """``--cleanup-on-exit``, as for the Node's labels. (GFD itself leaves the object to the DaemonSet's
     garbage collection: a difference the README lists.)"""
-    kubelet = KubeletEmulator(root / "kubelet")
-    await kubelet.start()
-    stop = asyncio.Event()
     node = gfd_settings(apiserver, root, {"default": NFD}, cleanup_on_exit=CleanupOnExit.parse(policy))
-    inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
-    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
-    try:
-        await eventually(lambda: node_feature(apiserver) is not None or task.done(), "the NodeFeature")
-        assert not task.done(), task
-    finally:
-        try:
-            assert await stop_and_wait(stop, task) == [0]
-        finally:
-            await kubelet.stop()
+    async with plugin_daemon_running(root, NODE, node, lambda: node_feature(apiserver) is not None, "the NodeFeature"):
+        pass
     assert (node_feature(apiserver) is not None) is kept
 
 
@@ -208,17 +192,8 @@ async def test_a_cluster_without_nfd_is_told_so(root, caplog):
     caplog.set_level(logging.WARNING)
     with serving(NODE, nfd_crds=False) as server:
         node = gfd_settings(server, root, {"default": NFD})
-        kubelet = KubeletEmulator(root / "kubelet")
-        await kubelet.start()
-        stop = asyncio.Event()
-        inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
-        task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
-        try:
-            await eventually(lambda: "is Node Feature Discovery installed?" in caplog.text or task.done(), "the error")
-            assert not task.done(), task
-        finally:
-            try:
-                assert await stop_and_wait(stop, task) == [0]
-            finally:
-                await kubelet.stop()
+        async with plugin_daemon_running(
+            root, NODE, node, lambda: "is Node Feature Discovery installed?" in caplog.text, "the error"
+        ):
+            pass
     assert "does not serve nfd.k8s-sigs.io/v1alpha1 nodefeatures" in caplog.text

@@ -36,6 +36,7 @@ from tests.apiserver import FakeApiServer
 from tests.apiserver.serving import serving
 from tests.daemon_tasks import stop_and_wait
 from tests.eventually import eventually
+from tests.integration.plugin_daemon_runs import plugin_daemon_running
 
 NODE = "gpu-node-1"
 GPU = "nvidia.com/gpu"
@@ -137,20 +138,10 @@ async def run_and_stop(
 ) -> None:
     """Start the plugin, wait for its labels, call ``before_stop``, then stop it as SIGTERM does (the
     daemon's stop event)."""
-    kubelet = KubeletEmulator(root / "kubelet")
-    await kubelet.start()
-    stop = asyncio.Event()
-    inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
-    task = asyncio.create_task(run_plugin_daemon(inputs, KubeletPaths(root / "kubelet"), stop=stop, node=node))
-    try:
-        await eventually(lambda: "nvidia.com/gpu.count" in node_labels(apiserver) or task.done(), "GFD labels")
-        assert not task.done(), task
+    async with plugin_daemon_running(
+        root, NODE, node, lambda: "nvidia.com/gpu.count" in node_labels(apiserver), "GFD labels"
+    ):
         before_stop()
-    finally:
-        try:
-            assert await stop_and_wait(stop, task) == [0]
-        finally:
-            await kubelet.stop()
 
 
 def settings(apiserver: FakeApiServer, root: Path, **kw: Any) -> NodeSettings:
