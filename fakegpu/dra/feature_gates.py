@@ -160,7 +160,8 @@ def parse_feature_gates(value: str) -> FeatureGates:
 
 
 def gate_lines(given: FeatureGates) -> list[str]:
-    """``Name=value: what it changes`` for every gate ``given`` sets, in NVIDIA's order of the gate list
+    """``Name=value: what it changes`` (``off (on: ...)`` for a gate set to false) for every gate ``given``
+    sets, in NVIDIA's order of the gate list
     (``AllAlpha`` / ``AllBeta`` stand for each gate of their stage they set)."""
     lines = []
     for gate in KNOWN_GATES:
@@ -172,7 +173,10 @@ def gate_lines(given: FeatureGates) -> list[str]:
             continue
         value = given.enabled(gate)
         note = " (the default)" if value == default else ""
-        lines.append(f"{gate}={str(value).lower()}{note}: {GATE_EFFECTS[gate]}")
+        # GATE_EFFECTS says what a gate does when on; a gate set to false says so first, so the line never
+        # reads as if the behaviour it describes were in effect.
+        effect = GATE_EFFECTS[gate] if value else f"off (on: {GATE_EFFECTS[gate]})"
+        lines.append(f"{gate}={str(value).lower()}{note}: {effect}")
     return lines
 
 

@@ -130,6 +130,9 @@ def test_gate_lines_name_the_gates_given_with_their_value():
         "ComputeDomainCliques=false",
     ]
     assert lines[1] == f"NVMLDeviceHealthCheck=true: {GATE_EFFECTS['NVMLDeviceHealthCheck']}"
+    # A gate set to false says it is off before what it would do: the line never reads as if it were on.
+    assert lines[0] == f"MPSSupport=false (the default): off (on: {GATE_EFFECTS['MPSSupport']})"
+    assert lines[2] == f"ComputeDomainCliques=false: off (on: {GATE_EFFECTS['ComputeDomainCliques']})"
     # AllBeta stands for every beta gate it sets.
     assert [line.split("=", 1)[0] for line in gate_lines(parse_feature_gates("AllBeta=false"))] == [
         g for g, (_, stage) in KNOWN_GATES.items() if stage == "BETA"
