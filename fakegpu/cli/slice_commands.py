@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fakegpu.cli.yaml_output import dump_yaml_documents
+from fakegpu.dra.consumable_shares import FIRST_MINOR_WITH_CONSUMABLE_CAPACITY
 from fakegpu.dra.device_classes import compute_domain_device_classes, device_classes, vfio_device_class
 from fakegpu.dra.feature_gates import (
     DYNAMIC_MIG,
@@ -152,15 +153,25 @@ def slice_gate_lines(given: FeatureGates, options: SliceOptions) -> list[str]:
     taints are published from Kubernetes 1.36 (``SliceOptions.taints_supported``), so not to an older one."""
     lines = gate_lines(given)
     if options.health_taints and not options.taints_supported:
-        prefix = f"{NVML_DEVICE_HEALTH_CHECK}="
-        lines = [
-            f"{line}; on Kubernetes 1.{options.server_minor} these slices carry no taints (before "
-            f"1.{FIRST_MINOR_WITH_TAINTS} DRADeviceTaints is off by default and the API server drops them)"
-            if line.startswith(prefix)
-            else line
-            for line in lines
-        ]
+        lines = _noted(
+            lines,
+            f"{NVML_DEVICE_HEALTH_CHECK}=",
+            f"on Kubernetes 1.{options.server_minor} these slices carry no taints (before "
+            f"1.{FIRST_MINOR_WITH_TAINTS} DRADeviceTaints is off by default and the API server drops them)",
+        )
+    if options.shares.enabled and options.server_minor < FIRST_MINOR_WITH_CONSUMABLE_CAPACITY:
+        lines = _noted(
+            lines,
+            "ConsumableShares=",
+            f"on Kubernetes 1.{options.server_minor} these slices carry no allowMultipleAllocations or request "
+            f"policies (the API has them from 1.{FIRST_MINOR_WITH_CONSUMABLE_CAPACITY}, as NVIDIA publishes them)",
+        )
     return lines
+
+
+def _noted(lines: list[str], prefix: str, note: str) -> list[str]:
+    """``lines`` with ``note`` appended to the gate line starting with ``prefix``."""
+    return [f"{line}; {note}" if line.startswith(prefix) else line for line in lines]
 
 
 def check_api_version_served(api_version: str, minor: int, *, given: bool) -> None:

@@ -115,3 +115,26 @@ def test_the_fabric_manager_gate_publishes_partition_attributes(capsys, monkeypa
         "partition4": {"int": 3},
         "partition8": {"int": 1},
     }
+
+
+def test_the_consumable_shares_line_says_when_the_server_version_takes_no_shares(capsys, monkeypatch):
+    """NVIDIA publishes allowMultipleAllocations and request policies only where the API has them (Kubernetes
+    1.34+, KEP-5075; kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/consumable_shares.go at commit
+    f49e778): for 1.33 the gate's line says the slices carry none, and they carry none."""
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    monkeypatch.delenv("CONSUMABLE_SHARES", raising=False)
+    base = ("--node-name", "n1", "--feature-gates", "ConsumableShares=true", "--consumable-shares", "4")
+    old = ("--server-version", "1.33", "--resource-api-version", "resource.k8s.io/v1beta2")
+    code, out, err = run(capsys, *base, *old)
+    assert code == 0
+    assert err.splitlines() == [
+        f"n1: ConsumableShares=true: {GATE_EFFECTS['ConsumableShares']}; on Kubernetes 1.33 these slices carry no "
+        "allowMultipleAllocations or request policies (the API has them from 1.34, as NVIDIA publishes them)"
+    ]
+    devices = [d for s in yaml.safe_load_all(out) for d in s["spec"].get("devices", [])]
+    assert devices and not any("allowMultipleAllocations" in str(d) for d in devices)
+    code, out, err = run(capsys, *base, "--server-version", "1.34")
+    assert code == 0
+    assert err.splitlines() == [f"n1: ConsumableShares=true: {GATE_EFFECTS['ConsumableShares']}"]
+    devices = [d for s in yaml.safe_load_all(out) for d in s["spec"].get("devices", [])]
+    assert devices and all(d.get("allowMultipleAllocations") for d in devices)
