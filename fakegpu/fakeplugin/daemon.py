@@ -124,6 +124,9 @@ async def run_plugin_daemon(
         stack.write_files()
         daemon.cleanup(stack.close)
         live, manager, current = stack.live, stack.manager, stack.current
+        if live.inventory.config.use_node_feature_api and not node.label_node:
+            # GFD's NodeFeature output is how --label-node publishes; alone it would be silently ignored.
+            log.warning("useNodeFeatureAPI has no effect without --label-node: no NodeFeature is written")
         readiness.follow(manager.not_ready)
         sync: PluginNodeSync | None = None
         if make_client is not None:

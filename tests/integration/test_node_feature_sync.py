@@ -197,3 +197,16 @@ async def test_a_cluster_without_nfd_is_told_so(root, caplog):
         ):
             pass
     assert "does not serve nfd.k8s-sigs.io/v1alpha1 nodefeatures" in caplog.text
+
+
+async def test_without_label_node_the_option_is_named_as_having_no_effect(apiserver, root, caplog):
+    """GFD's output options shape what ``--label-node`` publishes (``cmd/gpu-feature-discovery/main.go`` @
+    v0.20.0 writes the NodeFeature in its labelling loop); without ``--label-node`` fakegpu writes nothing,
+    and says so instead of ignoring the option in silence."""
+    caplog.set_level(logging.WARNING)
+    selection = ConfigSelection(write_configs(root / "configs", {"default": NFD}))
+    node = settings(apiserver, root, label_node=False, selection=selection, namespace=NAMESPACE, pod_name=POD)
+    said = "useNodeFeatureAPI has no effect without --label-node"
+    async with plugin_daemon_running(root, NODE, node, lambda: said in caplog.text, "the warning"):
+        pass
+    assert node_feature(apiserver) is None
