@@ -102,8 +102,8 @@ async def test_publishes_valid_slices_owned_by_the_node(apiserver, make_driver):
 
 async def test_attribute_gates_reach_the_published_slices(apiserver, make_driver):
     """`fakegpu dra --feature-gates` reaches the slices as NVIDIA's gates reach its publisher
-    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go and deviceinfo.go at main after
-    PR #1261 and #1273): the NUMA node as a list, Fabric Manager partitions on full GPUs."""
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go @ 0545e9e, after PR #1261, and
+    deviceinfo.go @ 88b3014, after PR #1273): the NUMA node as a list, Fabric Manager partitions on full GPUs."""
     gates = parse_feature_gates("FabricManagerPartitioning=true,DRAListTypeAttributes=true")
     await make_driver(apiserver, "8xh100-80gb", gates=gates)
     published = [d for s in slices(apiserver) for d in s["spec"]["devices"]]

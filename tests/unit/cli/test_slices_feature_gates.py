@@ -79,9 +79,10 @@ def attributes(out: str) -> dict[str, dict[str, object]]:
 
 
 def test_the_list_attributes_gate_publishes_numa_node_as_a_list(tmp_path, capsys, monkeypatch):
-    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go (configuredNUMAAttributeForm) at main
-    after v0.4.1 (PR #1261): with DRAListTypeAttributes the driver publishes `resource.kubernetes.io/numaNode` as
-    `ints`; `fakegpu slices` given that gate prints the slices the driver would publish with it."""
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go (configuredNUMAAttributeForm), main @
+    0545e9e (after v0.4.1, PR #1261): with DRAListTypeAttributes the driver publishes
+    `resource.kubernetes.io/numaNode` as `ints`; `fakegpu slices` given that gate prints the slices the driver would
+    publish with it."""
     monkeypatch.delenv("FEATURE_GATES", raising=False)
     spec = tmp_path / "node.yaml"
     spec.write_text("numaNodes: 2\ngpus:\n- {model: h100-80gb, count: 2, numa: [0, 1]}\n")
@@ -96,10 +97,10 @@ def test_the_list_attributes_gate_publishes_numa_node_as_a_list(tmp_path, capsys
 
 
 def test_the_fabric_manager_gate_publishes_partition_attributes(capsys, monkeypatch):
-    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go (addFabricManagerAttributes) at
-    main after PR #1273: with FabricManagerPartitioning every full GPU of an HGX baseboard carries `gpuModuleID` and
-    `partition1/2/4/8`; `fakegpu slices` with the gate (here through `$FEATURE_GATES`, as NVIDIA's chart sets it)
-    prints them, without it none."""
+    """kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go (addFabricManagerAttributes),
+    main @ 88b3014 (after PR #1273): with FabricManagerPartitioning every full GPU of an HGX baseboard carries
+    `gpuModuleID` and `partition1/2/4/8`; `fakegpu slices` with the gate (here through `$FEATURE_GATES`, as NVIDIA's
+    chart sets it) prints them, without it none."""
     monkeypatch.delenv("FEATURE_GATES", raising=False)
     code, out, _err = run(capsys, "--gpus", "8xh100-80gb", "--node-name", "n1")
     assert code == 0

@@ -51,8 +51,8 @@ def devices(node: Node, mig_mode: str = "static", gates: FeatureGates | None = N
 @pytest.mark.parametrize("mig_mode", ["static", "dynamic"])
 def test_numa_node_is_an_int_by_default_and_a_one_element_list_with_the_list_gate(tmp_path, mig_mode):
     """Follows kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/numa.go (configuredNUMAAttributeForm)
-    and deviceinfo.go / mig.go at main after v0.4.1 (PR #1165, #1261), with the helper
-    kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/numa_linux.go @ master:
+    and deviceinfo.go / mig.go, main @ 0545e9e (after v0.4.1; PR #1165, #1261), with the helper
+    kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/numa_linux.go @ e467a91:
     full GPUs and MIG devices carry `resource.kubernetes.io/numaNode` as `int` unless the driver's
     DRAListTypeAttributes gate is on, then as `ints` (the physical node first; one element without SLIT data).
     A GPU without NUMA affinity gets neither form."""
@@ -95,7 +95,7 @@ def test_numa_helper_refuses_no_affinity():
 )
 def test_no_device_carries_index_minor_parent_index_or_the_old_numa(mig_mode, gates):
     """Follows kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go and mig.go from v25.8.0
-    through main: `index`, `minor`, `parentIndex` and `pcieBusID` (published by v25.3) are gone, and the
+    through main @ 88b3014: `index`, `minor`, `parentIndex` and `pcieBusID` (published by v25.3) are gone, and the
     driver-domain `numa` int (VFIO devices up to v0.4.1) gave way to `resource.kubernetes.io/numaNode`."""
     node = make_node("8xh100-80gb", layout="all-balanced")
     published = devices(node, mig_mode, gates)
@@ -110,7 +110,7 @@ def test_no_device_carries_index_minor_parent_index_or_the_old_numa(mig_mode, ga
 
 def test_partition_ids_follow_nvidias_documented_module_1():
     """Follows kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/guides/gpu-allocation/
-    fabric-manager-partitioning.md at main (v0.5.0 docs, PR #1281): module 1 shows `partition1: 8`,
+    fabric-manager-partitioning.md, main @ 617fbb4 (v0.5.0 docs, PR #1281): module 1 shows `partition1: 8`,
     `partition2: 4`, `partition4: 2`, `partition8: 1`."""
     assert {size: partition_id(1, size) for size in (1, 2, 4, 8)} == {1: 8, 2: 4, 4: 2, 8: 1}
     assert [partition_id(m, 1) for m in range(1, 9)] == list(range(8, 16))
@@ -123,10 +123,10 @@ def test_partition_ids_follow_nvidias_documented_module_1():
 @pytest.mark.parametrize("mig_mode", ["static", "dynamic"])
 def test_fabric_manager_attributes_on_full_gpus_only_with_the_gate(tmp_path, mig_mode):
     """Follows kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go
-    (GpuInfo.Attributes, addFabricManagerAttributes) at main after PR #1273 (FabricManagerPartitioning extended to
-    full GPUs): with the gate, every full GPU of an NVSwitch baseboard carries `gpuModuleID` (int, the 1-based
-    NVML module ID) and `partition1/2/4/8` (int partition IDs); MIG devices (mig.go CommonAttributesMig) never do,
-    and without the gate nothing changes."""
+    (GpuInfo.Attributes, addFabricManagerAttributes), main @ 88b3014 (after PR #1273: FabricManagerPartitioning
+    extended to full GPUs): with the gate, every full GPU of an NVSwitch baseboard carries `gpuModuleID` (int, the
+    1-based NVML module ID) and `partition1/2/4/8` (int partition IDs); MIG devices (mig.go CommonAttributesMig @
+    88b3014) never do, and without the gate nothing changes."""
     node = node_from_spec(
         tmp_path,
         "gpus:\n"
@@ -156,7 +156,7 @@ def test_fabric_manager_attributes_on_full_gpus_only_with_the_gate(tmp_path, mig
 def test_each_partition_id_names_exactly_one_complete_partition():
     """A claim for N GPUs with `matchAttribute: gpu.nvidia.com/partitionN` gets a whole FM partition only if
     the GPUs sharing a partitionN value are exactly N (kubernetes-sigs/dra-driver-nvidia-gpu
-    fabric-manager-partitioning.md at main: "Combined with count: 2, this selects all GPUs in that reported
+    fabric-manager-partitioning.md @ 617fbb4: "Combined with count: 2, this selects all GPUs in that reported
     two-GPU partition"); partitions of one size are disjoint and nest in the larger ones."""
     node = make_node("8xb200")
     full = devices(node, gates=FM_GATE)
@@ -191,7 +191,7 @@ def test_each_partition_id_names_exactly_one_complete_partition():
     ],
 )
 def test_only_an_nvswitch_baseboard_gets_partitions(gpus, partitioned):
-    """kubernetes-sigs/dra-driver-nvidia-gpu fabric-manager-partitioning.md at main: "On nodes where the driver does
+    """kubernetes-sigs/dra-driver-nvidia-gpu fabric-manager-partitioning.md @ 617fbb4: "On nodes where the driver does
     not detect an NVSwitch or an NVLink 5 switch-managed fabric, it skips Fabric Manager initialization"."""
     node = make_node(*gpus)
     assert has_fabric_manager_partitions(node) is partitioned
@@ -223,8 +223,10 @@ def test_dynamic_mig_whole_gpu_with_partitions_stays_within_the_attribute_limit(
 
 
 def test_fabric_manager_partitioning_needs_no_passthrough_support():
-    """kubernetes-sigs/dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at main: PR #1273 dropped the rule
-    that FabricManagerPartitioning requires PassthroughSupport (full GPUs are partitioned without VFIO), so the
-    gate alone passes NVIDIA's start-up validation and changes the full GPUs' attributes."""
+    """kubernetes-sigs/dra-driver-nvidia-gpu PR #1273 dropped the pkg/featuregates/featuregates.go rule that
+    FabricManagerPartitioning requires PassthroughSupport (full GPUs are partitioned without VFIO), as
+    site/content/docs/guides/gpu-allocation/fabric-manager-partitioning.md @ 617fbb4 states
+    ("`FabricManagerPartitioning` does not require `PassthroughSupport`"), so the gate alone passes NVIDIA's
+    start-up validation and changes the full GPUs' attributes."""
     validate_feature_gates(FM_GATE)
     validate_feature_gates(parse_feature_gates("FabricManagerPartitioning=true,DynamicMIG=true"))
