@@ -16,6 +16,7 @@ from typing import Any, Final
 from fakegpu.dra.claim_error import ClaimError
 from fakegpu.dra.device_map import DeviceKind
 from fakegpu.sharing.errors import shorten
+from fakegpu.sharing.gpu_policies import TIME_SLICES
 from fakegpu.sharing.quantities import quantity_value
 
 CONFIG_API_VERSION: Final = "resource.nvidia.com/v1beta1"
@@ -23,7 +24,6 @@ GPU_CONFIG: Final = "GpuConfig"
 MIG_CONFIG: Final = "MigDeviceConfig"
 TIME_SLICING: Final = "TimeSlicing"
 MPS: Final = "MPS"
-INTERVALS: Final = ("Default", "Short", "Medium", "Long")
 
 _MIB: Final = 1024 * 1024
 
@@ -161,9 +161,9 @@ class _Decoder:
                 return SharingConfig(kind=kind, strategy=strategy, where=self.where)
             ts = self.obj(sharing.get("timeSlicingConfig") or {}, "sharing.timeSlicingConfig", ("interval",))
             interval = ts.get("interval", "Default")
-            if interval not in INTERVALS:
+            if interval not in TIME_SLICES:
                 shown = shorten(repr(interval), 60)
-                raise self.fail(f"sharing.timeSlicingConfig.interval {shown} is not one of {', '.join(INTERVALS)}")
+                raise self.fail(f"sharing.timeSlicingConfig.interval {shown} is not one of {', '.join(TIME_SLICES)}")
             return SharingConfig(kind=kind, strategy=strategy, interval=interval, where=self.where)
         if sharing.get("timeSlicingConfig") is not None:
             raise self.fail(f"sharing.timeSlicingConfig cannot be used with the {MPS} strategy")
