@@ -169,7 +169,7 @@ def add_compute_domain_options(dra: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--gpu-clique-label-enabled",
         action="store_true",
-        default=os.environ.get("GPU_CLIQUE_LABEL_ENABLED", "").lower() in ("1", "t", "true"),
+        default=None,
         help="set the nvidia.com/gpu.clique node label (<cluster UUID>.<clique ID>) as NVIDIA's compute-domain "
         "plugin does with this flag (env GPU_CLIQUE_LABEL_ENABLED), refreshed every 10 minutes and removed on "
         "stop; off by default, where GPU Feature Discovery writes it",

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 
 from fakegpu.cli.consumable_shares_option import consumable_shares
@@ -27,6 +28,7 @@ from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.runtime.bounded_run import run_bounded
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.bug_modes import parse_bug_modes
+from fakegpu.sharing.plugin_config import parse_go_bool
 from fakegpu.telemetry.dcgm.endpoint import dcgm_address
 from fakegpu.telemetry.health_endpoint import health_address
 from fakegpu.telemetry.http_endpoint import metrics_address
@@ -66,6 +68,15 @@ def run_plugin(args: argparse.Namespace) -> int:
     )
 
 
+def gpu_clique_label(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """``--gpu-clique-label-enabled``, else ``GPU_CLIQUE_LABEL_ENABLED`` read as NVIDIA's urfave/cli reads a bool
+    (Go's ``strconv.ParseBool``: a value it does not know is an error, not false)."""
+    if args.gpu_clique_label_enabled is not None:
+        return bool(args.gpu_clique_label_enabled)
+    raw = env.get("GPU_CLIQUE_LABEL_ENABLED")
+    return raw is not None and parse_go_bool(raw, "GPU_CLIQUE_LABEL_ENABLED")
+
+
 def run_dra(args: argparse.Namespace) -> int:
     inputs = apply_inject_flags(args, inventory_inputs(args))
     if args.additional_xids_to_ignore is not None:  # NVIDIA's flag wins over its environment variable
@@ -89,7 +100,7 @@ def run_dra(args: argparse.Namespace) -> int:
         compute_domains=ComputeDomainSettings(
             args.namespace,
             args.imex_daemon_start_delay,
-            gpu_clique_label=args.gpu_clique_label_enabled,
+            gpu_clique_label=gpu_clique_label(args, os.environ),
             imex_mode=args.imex_mode,
             imex_isolation=args.imex_isolation,
             imex_host_socket=args.imex_host_socket_path,
