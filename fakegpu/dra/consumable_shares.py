@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fakegpu.dra.feature_gates import KNOWN_GATES, FeatureGates
+from fakegpu.sharing.go_quote import go_quote
 from fakegpu.sharing.quantities import binary_quantity, decimal_quantity, quantity_value
 
 CONSUMABLE_SHARES_GATE: Final = "ConsumableShares"
@@ -88,16 +89,10 @@ def parse_consumable_shares(value: str, gates: FeatureGates) -> ConsumableShares
     count = _atoi(value)
     if count is None or count <= 0:
         raise ValueError(
-            f"invalid CLI flags: invalid value for {FLAG}: {_go_quote(value)} "
+            f"invalid CLI flags: invalid value for {FLAG}: {go_quote(value)} "
             "(must be 'disabled', 'memory', 'unlimited', or a positive integer)"
         )
     return ConsumableShares("count", count)
-
-
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` for the texts a flag can hold: double quotes, backslash and quote escaped."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in escaped) + '"'
 
 
 def _range_policy(default: str, minimum: str, maximum: str, step: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2 as v1beta1
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
+from fakegpu.sharing.go_quote import go_quote
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ Claim = tuple[str, str, str]
 
 def _go_quoted(values: Sequence[str]) -> str:
     """Go's ``%q`` of a ``[]string``: ``["a" "b"]``."""
-    return "[" + " ".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "]"
+    return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
 def choose_service(supported: Sequence[str]) -> str:
