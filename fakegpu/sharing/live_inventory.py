@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.change_listeners import ChangeListeners, Listener
 from fakegpu.sharing.faults import FaultPlan
+from fakegpu.sharing.gpu_condition import HEALTHY_CONDITION, GpuCondition, recover, strike
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.gpu_policies import GpuPolicies
 from fakegpu.sharing.health import HEALTHY, UNHEALTHY, HealthEvent, XidPolicy
 from fakegpu.sharing.inventory import Device, Inventory, Resource
-from fakegpu.sharing.node import Node
+from fakegpu.sharing.node import Node, PhysicalGpu
 
 HealthTarget = Literal["device", "gpu"]
 
@@ -41,6 +44,15 @@ def node_spec_events(node: Node) -> dict[str, tuple[HealthEvent, ...]]:
     return out
 
 
+@dataclass(frozen=True)
+class ArmedFault:
+    """A fault that strikes after ``calls_left`` more RPC calls."""
+
+    gpu_uuid: str
+    fault: GpuFault
+    calls_left: int
+
+
 class LiveInventory:
     def __init__(
         self,
@@ -61,6 +73,9 @@ class LiveInventory:
         self.gpu_policies = GpuPolicies()
         """Compute mode and time slice per GPU, as the DRA driver's sharing strategies set them."""
         self.bug_modes = bug_modes
+        self._conditions: dict[str, GpuCondition] = {}
+        """Per physical GPU UUID, what its faults left (ECC counters, clocks, fabric...); absent: healthy."""
+        self._armed: list[ArmedFault] = []
 
     @property
     def inventory(self) -> Inventory:
@@ -81,6 +96,8 @@ class LiveInventory:
         uuids = {u for g in inventory.node.gpus for u in g.uuids}
         self._uuid_health = {k: v for k, v in self._uuid_health.items() if k in uuids}
         self._events = {k: v for k, v in self._events.items() if k in uuids}
+        self._conditions = {k: v for k, v in self._conditions.items() if k in uuids}
+        self._armed = [a for a in self._armed if a.gpu_uuid in uuids]
         self._seed_events(inventory)
         self._changed()
 
@@ -205,6 +222,79 @@ class LiveInventory:
             self._changed()
             return []
         return self._mark(devices, physical, False, xid)
+
+    def condition(self, gpu_uuid: str) -> GpuCondition:
+        """What faults left on this physical GPU (``HEALTHY_CONDITION`` when none struck)."""
+        return self._conditions.get(gpu_uuid, HEALTHY_CONDITION)
+
+    def conditions(self) -> dict[str, GpuCondition]:
+        """Every physical GPU a fault struck, by UUID (nvidia-smi, DCGM and status read this)."""
+        return dict(sorted(self._conditions.items()))
+
+    def armed(self) -> list[ArmedFault]:
+        """Faults waiting for RPC calls (``after_calls``), oldest first."""
+        return list(self._armed)
+
+    def strike_gpu(self, gpu_uuid: str, fault: GpuFault) -> list[str]:
+        """``fault`` on the physical GPU ``gpu_uuid``, now, or armed when it waits for ``after_calls`` RPC calls
+        (:meth:`note_call`). Returns the advertised IDs it made unhealthy (none when armed, or for a kind
+        that leaves health alone, or an XID the policy ignores)."""
+        gpu = self._gpu(gpu_uuid)
+        if fault.after_calls:
+            self._armed.append(ArmedFault(gpu.uuid, fault, fault.after_calls))
+            self._changed()
+            return []
+        return self._strike(gpu.uuid, fault)
+
+    def note_call(self) -> list[str]:
+        """One RPC call served (Allocate, NodePrepareResources): armed faults count it down and strike at
+        zero. Returns the advertised IDs made unhealthy by the ones that struck."""
+        if not self._armed:
+            return []
+        changed: list[str] = []
+        waiting: list[ArmedFault] = []
+        due: list[ArmedFault] = []
+        for armed in self._armed:
+            left = armed.calls_left - 1
+            (due if left <= 0 else waiting).append(dataclasses.replace(armed, calls_left=left))
+        self._armed = waiting
+        for armed in due:
+            changed.extend(self._strike(armed.gpu_uuid, armed.fault))
+        if not due:
+            self._changed()
+        return changed
+
+    def _strike(self, gpu_uuid: str, fault: GpuFault) -> list[str]:
+        gpu = self._gpu(gpu_uuid)
+        condition, xids = strike(self.condition(gpu.uuid), fault, gpu.model)
+        self._conditions[gpu.uuid] = condition
+        changed: list[str] = []
+        if fault.kind == "gpu-lost":
+            changed = self.gpu_lost()
+        for xid in xids:
+            changed.extend(i for i in self.inject_xid(gpu.uuid, xid) if i not in changed)
+        if not xids and fault.kind != "gpu-lost":
+            self._changed()
+        return changed
+
+    def recover_gpu(self, gpu_uuid: str, kind: str) -> GpuCondition:
+        """The real device's way back from ``kind`` (or ``reset``: a GPU reset); health is left as NVIDIA's
+        plugins leave it (an XID's unhealthy device stays so). Returns the GPU's condition after it."""
+        gpu = self._gpu(gpu_uuid)
+        condition = recover(self.condition(gpu.uuid), kind)
+        if condition == HEALTHY_CONDITION:
+            self._conditions.pop(gpu.uuid, None)
+        else:
+            self._conditions[gpu.uuid] = condition
+        self._changed()
+        return condition
+
+    def _gpu(self, gpu_uuid: str) -> PhysicalGpu:
+        for gpu in self._base.node.gpus:
+            if gpu_uuid in (gpu.uuid, str(gpu.index)):
+                return gpu
+        have = f"GPUs 0-{len(self._base.node.gpus) - 1}" if self._base.node.gpus else "no GPUs"
+        raise UnknownDeviceError(f"no GPU with index or UUID {gpu_uuid!r}: this node has {have}")
 
     def _changed(self) -> None:
         resources = []
