@@ -216,7 +216,11 @@ class ManifestApplier:
         """Create one pod bound to the node, make and allocate its claims, run it on the kubelet."""
         templates = await self._templates(pod)
         body = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
-        created = _dict(await self.client.create(codecs.from_dict(body)))
+        return await self.run_created(_dict(await self.client.create(codecs.from_dict(body))), templates)
+
+    async def run_created(self, created: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]]) -> AppliedPod:
+        """The rest of ``run`` for a pod that exists in the API server already (bound to the node, or created
+        by someone else, as a scheduler finds it): its claims made and allocated, then run on the kubelet."""
         meta = created["metadata"]
         namespace, name, uid = meta.get("namespace", "default"), meta["name"], meta["uid"]
         claims, statuses = await self._template_claims(created, templates)

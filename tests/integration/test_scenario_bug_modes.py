@@ -11,9 +11,14 @@ import pytest
 
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.testing.scenario import EXIT_FAIL, EXIT_PASS, Scenario, load_scenario, run_scenario
+from fakegpu.testing.scenario.cluster_model import is_cluster_data, read_scenario_data
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = [load_scenario(p) for p in sorted((ROOT / "scenarios").glob("*.yaml"))]
+CATALOG = [
+    load_scenario(p)
+    for p in sorted((ROOT / "scenarios").glob("*.yaml"))
+    if not is_cluster_data(read_scenario_data(p))  # cluster scenarios start no node
+]
 WITH_MODES = [(s, mode) for s in CATALOG for mode in s.node.bugs]
 
 

@@ -13,9 +13,12 @@ import pytest
 
 from fakegpu.cli.main import main
 from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_files
+from fakegpu.testing.scenario.cluster_model import is_cluster_data, read_scenario_data
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = sorted((ROOT / "scenarios").glob("*.yaml"))
+EVERY_FILE = sorted((ROOT / "scenarios").glob("*.yaml"))
+CATALOG = [p for p in EVERY_FILE if not is_cluster_data(read_scenario_data(p))]
+"""The node scenarios; the cluster ones run against an API server (tests/integration/test_cluster_scenarios.py)."""
 
 HEADER = "name: t\nissue: example/repo#1\ndescription: a test scenario\n"
 
@@ -208,7 +211,7 @@ def test_cli_scenario_run_and_list(capsys, tmp_path):
     assert out.splitlines()[-1].startswith("PASS ") and err == ""
     assert main(["scenario", "list", str(ROOT / "scenarios")]) == EXIT_PASS
     out, _ = capsys.readouterr()
-    assert len(out.splitlines()) == len(CATALOG)
+    assert len(out.splitlines()) == len(EVERY_FILE)
     assert "NVIDIA/k8s-device-plugin#210" in out
     bad = write(tmp_path, "steps:\n  - wait: '1'\n")
     assert main(["scenario", "list", str(bad)]) == EXIT_BAD_FILE

@@ -10,6 +10,7 @@ import pytest
 from fakegpu.dra.admin_ops import DRA_FAULTS
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario import load_scenario
+from fakegpu.testing.scenario.cluster_model import is_cluster_data, read_scenario_data
 from fakegpu.testing.scenario.model import (
     STEP_KINDS,
     AllocateStep,
@@ -22,7 +23,9 @@ from fakegpu.testing.scenario.output import describe_step
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
-CATALOG = sorted(SCENARIOS.glob("*.yaml"))
+EVERY_FILE = sorted(SCENARIOS.glob("*.yaml"))
+CATALOG = [p for p in EVERY_FILE if not is_cluster_data(read_scenario_data(p))]
+"""The node scenarios; the cluster ones are checked in tests/unit/test_cluster_scenario_files.py."""
 ISSUE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#\d+$")
 
 

@@ -1,0 +1,143 @@
+"""The cluster scenarios of the catalog, run against the tests' API server with stand-ins for what a real cluster
+has (``tests/integration/cluster_standins.py``): each scenario file runs unchanged, as on a real cluster.
+
+Follows what a real Kubernetes v1.36.2 cluster showed for fakegpu's daemons: ``allocatedResourcesStatus``
+entries ``claim:<name>`` and ``nvidia.com/gpu`` (kubernetes ``pkg/kubelet/cm/dra/manager.go`` and
+``pkg/kubelet/cm/devicemanager/manager.go`` ``UpdateAllocatedResourcesStatus``, v1.36), and NVIDIA's DRA
+driver's health taints (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_health.go``
+@ v0.4.1).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fakegpu.cli.cluster_scenario import ClusterOptions, run_cluster_scenario
+from fakegpu.control.server import AdminServer
+from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.fakeplugin.admin_ops import device_plugin_ops
+from fakegpu.kubelet.dra_manager import Backoff
+from fakegpu.kubelet.emulator import KubeletEmulator
+from fakegpu.kubelet.pod_status import PodStatusWriter
+from fakegpu.sharing.inputs import InventoryInputs
+from fakegpu.testing.fake_node import FakeNode
+from fakegpu.testing.manifest_apply import ManifestApplier
+from fakegpu.testing.scenario.cluster_model import ClusterScenario, load_cluster_scenario
+from fakegpu.testing.scenario.output import EXIT_PASS
+from tests.apiserver import FakeApiServer, serving
+from tests.eventually import eventually
+from tests.integration.cluster_standins import NodeStatusWriter, PodPlacer
+from tests.reliability.raw_calls import start_dra_driver
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+NODE = "gpu-node-1"
+FAST = Backoff(initial=0.05, cap=0.2)
+
+
+@dataclass
+class Ran:
+    status: int
+    out: str
+
+
+async def run(scenario: ClusterScenario, server: FakeApiServer, **options: object) -> Ran:
+    out = io.StringIO()
+    status = await run_cluster_scenario(scenario, server.client, out, ClusterOptions(**options))  # type: ignore[arg-type]
+    return Ran(status, out.getvalue())
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    with serving(NODE, nvidia_crds=True) as server:
+        yield server
+
+
+@dataclass
+class DraNode:
+    """A node running fakegpu's DRA driver (health gate on, admin socket), with the kubelet emulator in front."""
+
+    admin_socket: Path
+    placer: PodPlacer
+
+
+@pytest.fixture
+async def dra_node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraNode]:
+    scenario = load_cluster_scenario(SCENARIOS / "gpu-lost-under-dra-pod.yaml")
+    driver = await start_dra_driver(apiserver, root, node=NODE, gpus="2xh100-80gb")
+    admin = AdminServer(root / "dra.sock", dra_ops(driver))
+    client = apiserver.client()
+    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, api_client=client)
+    writer = PodStatusWriter(client, kubelet)
+    try:
+        await admin.start()
+        await kubelet.start()
+        await writer.start()
+        await eventually(lambda: kubelet.health_streams.reports > 0, "the kubelet to read the driver's health")
+        applier = ManifestApplier(client, kubelet, NODE, writer)
+        async with PodPlacer(applier, scenario.cluster.namespace) as placer:
+            yield DraNode(admin.path, placer)
+    finally:
+        await writer.stop()
+        await kubelet.stop()
+        await admin.stop()
+        await driver.stop()
+        await client.close()
+
+
+async def test_a_gpu_lost_under_a_running_dra_pod(apiserver: FakeApiServer, dra_node: DraNode):
+    """The pod's claim turns Unhealthy in its status and its device is tainted gpu.nvidia.com/gpu-lost
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go @ v0.4.1; KEP-4680 as a
+    real Kubernetes v1.36.2 kubelet writes it)."""
+    scenario = load_cluster_scenario(SCENARIOS / "gpu-lost-under-dra-pod.yaml")
+    ran = await run(scenario, apiserver, admin_socket=str(dra_node.admin_socket))
+    assert ran.status == EXIT_PASS, ran.out
+    assert dra_node.placer.errors == []
+    assert "PASS gpu-lost-under-dra-pod" in ran.out
+
+
+TIME_SLICING_4 = {
+    "version": "v1",
+    "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
+}
+"""The config the scenario's header asks the plugin for (NVIDIA/k8s-device-plugin docs: time-slicing)."""
+
+
+@pytest.fixture
+async def plugin_node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraNode]:
+    scenario = load_cluster_scenario(SCENARIOS / "ecc-on-time-sliced-gpu.yaml")
+    config = root / "time-slicing-4.yaml"
+    config.write_text(yaml.safe_dump(TIME_SLICING_4))
+    client = apiserver.client()
+    inputs = InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",), config_file=str(config))
+    node = FakeNode(root / "node", inputs, api_client=client)
+    admin = AdminServer(root / "plugin.sock", device_plugin_ops(node.live, node.plugins, node.calls))
+    writer = PodStatusWriter(client, node.kubelet)
+    try:
+        await node.start()
+        await admin.start()
+        await writer.start()
+        applier = ManifestApplier(client, node.kubelet, NODE, writer)
+        async with NodeStatusWriter(client, node.kubelet, NODE), PodPlacer(applier, scenario.cluster.namespace) as p:
+            yield DraNode(admin.path, p)
+    finally:
+        await writer.stop()
+        await admin.stop()
+        await node.stop()
+        await client.close()
+
+
+async def test_b_uncorrectable_ecc_on_one_gpu_of_a_time_sliced_node(apiserver: FakeApiServer, plugin_node: DraNode):
+    """The pod's replica turns Unhealthy and allocatable nvidia.com/gpu drops by the GPU's 4 replicas (8 -> 4):
+    NVIDIA/k8s-device-plugin internal/rm/health.go @ v0.20.0 marks every replica of the GPU (the fix of #1929)
+    and XID 94 is not an ignored one."""
+    scenario = load_cluster_scenario(SCENARIOS / "ecc-on-time-sliced-gpu.yaml")
+    ran = await run(scenario, apiserver, admin_socket=str(plugin_node.admin_socket))
+    assert ran.status == EXIT_PASS, ran.out
+    assert plugin_node.placer.errors == []

@@ -1,0 +1,113 @@
+"""The cluster scenario files: the catalog's parse and are documented, a bad file is one line naming the file,
+the step and the field (exit 2) before anything is sent, and ``scenario list``/``run`` tell the two kinds apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fakegpu.cli.cluster_scenario import check_cluster_scenario
+from fakegpu.cli.main import main
+from fakegpu.testing.scenario.cluster_model import (
+    CLUSTER_STEP_KINDS,
+    is_cluster_data,
+    load_cluster_scenario,
+    read_scenario_data,
+)
+from fakegpu.testing.scenario.output import EXIT_BAD_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+CLUSTER_FILES = [p for p in sorted(SCENARIOS.glob("*.yaml")) if is_cluster_data(read_scenario_data(p))]
+ISSUE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#\d+$")
+HEADER = "name: t\nissue: a/b#1\ndescription: d\ncluster: {namespace: t}\n"
+
+
+def test_the_catalog_has_the_four_fault_rehearsals():
+    assert {p.stem for p in CLUSTER_FILES} >= {"gpu-lost-under-dra-pod", "ecc-on-time-sliced-gpu"}
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.stem)
+def test_cluster_file_parses_is_checked_and_documented(path: Path):
+    scenario = load_cluster_scenario(path)
+    check_cluster_scenario(scenario)
+    assert scenario.name == path.stem
+    assert ISSUE.match(scenario.issue)
+    assert len(scenario.description.split()) >= 15
+    assert scenario.cluster.needs, "say what the cluster must run"
+    readme = (SCENARIOS / "README.md").read_text()
+    assert path.name in readme
+
+
+def test_every_cluster_step_kind_is_documented():
+    readme = (SCENARIOS / "README.md").read_text()
+    assert [k for k in CLUSTER_STEP_KINDS if f"`{k}`" not in readme] == []
+
+
+BAD = [
+    ("steps:\n  - allocate: {pod: p}\n", "steps[0]: unknown step kind 'allocate' in a cluster scenario"),
+    ("steps:\n  - node_fault: {gpu: 0, kind: melted}\n", "steps[0].node_fault.kind: Input should be"),
+    ("steps:\n  - node_fault: {gpu: 0, kind: thermal, count: 3}\n", "count does not apply to a thermal fault"),
+    ("steps:\n  - node_fault: {kind: gpu-lost}\n", "steps[0].node_fault: give exactly one of gpu"),
+    ("steps:\n  - expect: {within: 5}\n", "steps[0].expect: give at least one of pod_health"),
+    (
+        "steps:\n  - expect: {pod_health: {pod: p, resource: r, health: Sick}}\n",
+        "steps[0].expect.pod_health.health: Input should be 'Healthy', 'Unhealthy' or 'Unknown'",
+    ),
+    ("steps:\n  - apply: 'kind: Secret'\n", "steps[0].apply: document 1: kind 'Secret' cannot be applied"),
+    ("steps:\n  - virtual_nodes: --count 2 --nope\n", "steps[0].virtual_nodes: unrecognized arguments: --nope"),
+    ("steps:\n  - virtual_nodes: --count 0\n", "steps[0].virtual_nodes: --count: must be from 1 to"),
+    ("steps:\n  - virtual_nodes: --count 2 --delete\n", "steps[0].virtual_nodes: --delete cannot be given"),
+    (
+        "steps:\n  - fleet_fault: {fault: xid xid=79, nodes: [a]}\n",
+        "steps[0].fleet_fault: comes before any virtual_nodes step",
+    ),
+    (
+        "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: xid xid=79, fraction: 1.5}\n",
+        "steps[1].fleet_fault.fraction: Input should be less than or equal to 1",
+    ),
+    (
+        "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: boiling, fraction: 0.5}\n",
+        "steps[1].fleet_fault.fault: fault: unknown fault kind 'boiling'",
+    ),
+    (
+        "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: gpu-lost, nodes: [a], fraction: 0.5}\n",
+        "steps[1].fleet_fault: give exactly one of nodes, racks, cliques, fraction",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD, ids=[m for _, m in BAD])
+def test_a_bad_cluster_file_is_one_line_naming_file_step_and_field(tmp_path, capsys, body, message):
+    """Refused before the kubeconfig is read (this one does not exist): nothing is sent anywhere."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(HEADER + body)
+    assert main(["scenario", "run", "--kubeconfig", str(tmp_path / "none"), str(path)]) == EXIT_BAD_FILE
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"fakegpu: error: {path}: "), line
+    assert message in line, line
+
+
+def test_list_shows_the_cluster_scenarios_with_their_steps(capsys):
+    assert main(["scenario", "list", *map(str, CLUSTER_FILES)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == [str(p) for p in CLUSTER_FILES]
+    for line, path in zip(out, CLUSTER_FILES, strict=True):
+        n = len(load_cluster_scenario(path).steps)
+        assert f" {n} steps " in line
+
+
+def test_a_directory_run_without_kubeconfig_skips_its_cluster_files(tmp_path, capsys):
+    node_steps = "steps:\n  - expect: {capacity: {nvidia.com/gpu: 1}}\n"
+    node_header = "name: a-node\nissue: a/b#1\ndescription: d\nnode: {gpus: 1xl4}\n"
+    (tmp_path / "a-node.yaml").write_text(node_header + node_steps)
+    cluster = tmp_path / "b-cluster.yaml"
+    cluster.write_text(HEADER + "steps:\n  - wait: 0\n")
+    assert main(["scenario", "run", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {cluster}: a cluster scenario" in out
+    assert "PASS a-node" in out
