@@ -25,6 +25,7 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ConfigError
 
+from fakegpu.cli.fleet_fault_options import add_fault_options, check_fault_flags, fault_mode, fault_plan_from_args
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.progress import progress
 from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served, virtual_node_gates
@@ -44,6 +45,7 @@ from fakegpu.virtual_nodes.cost_estimate import (
     fleet_cost,
     parse_limit,
 )
+from fakegpu.virtual_nodes.fleet_faults import FaultReport, FleetFaultPlan, ScaledClock, apply_plan, gate_warning
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, pool_name_from_stem
 from fakegpu.virtual_nodes.node_manifest import NodeShape
 from fakegpu.virtual_nodes.pool_rules import checked_mig_mode, rack_pool
@@ -279,12 +281,14 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="S",
         help=f"with --watch, also re-list everything every S seconds (default {DEFAULT_RESYNC:g})",
     )
+    add_fault_options(parser)
 
 
 def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
     """The run's settings from the flags (and ``$FEATURE_GATES`` from ``env``, the process's by default)."""
     if args.concurrency < 1:
         raise SpecError("--concurrency", f"must be at least 1, found {args.concurrency}")
+    check_fault_flags(args)
     if args.resync_interval is not None:
         if not args.watch:
             raise SpecError("--resync-interval", "only applies with --watch")
@@ -421,6 +425,8 @@ async def run_virtual_nodes(
         print(f"fakegpu: {line}" if stream is err else line, file=stream, flush=True)
 
     settings = settings_from_args(args)
+    if fault_mode(args):
+        return await _run_faults(args, settings, client, stop, say, err, retry_pause, long_call)
     limit = parse_limit(DEFAULT_MAX_SERVER_MEMORY if args.max_server_memory is None else args.max_server_memory)
     nodes: list[VirtualNode] = []
     if not args.delete:
@@ -529,6 +535,62 @@ async def _watch(
     repaired = ", ".join(f"{k} {v}" for k, v in sorted(watcher.stats.items())) or "nothing to repair"
     say(f"watch stopped: {repaired}")
     say(calls_line(controller.api.calls))
+
+
+async def _run_faults(
+    args: argparse.Namespace,
+    settings: Settings,
+    client: AsyncClient | None,
+    stop: asyncio.Event | None,
+    say: Callable[[str], None],
+    err: TextIO,
+    retry_pause: float,
+    long_call: LongCall,
+) -> int:
+    """``--fault`` / ``--recover``: the plan from the pool flags (no server asked), then its hits written on
+    schedule until done or Ctrl-C; only the targeted nodes are read and written."""
+    nodes, _ = build_virtual_nodes(pools_from_args(args), settings.name_prefix, None)
+    plan = fault_plan_from_args(args, nodes)
+    say(plan.describe())
+    warning = gate_warning(plan, nodes, settings.feature_gates)
+    if warning is not None:
+        say(warning)
+    if args.dry_run:
+        for hit in plan.hits:
+            say(f"  at {hit.at:g} s: {hit.node} GPU(s) {','.join(map(str, hit.gpus))}")
+        return 0
+    own_client = client is None
+    client = client or _client(args.kubeconfig)
+    controller = VirtualNodeController(Api(client, backoff=retry_pause, long_call=long_call), nodes, settings, say)
+    try:
+        report = await _apply_on_schedule(controller, plan, args.time_scale or 1.0, stop, err)
+    except (ApiCallError, DiscoveryError) as exc:
+        say(f"error: {api_failure(exc, client_target(client))}")
+        return 1
+    except KubeconfigError as exc:
+        raise SpecError(_kubeconfig_name(args.kubeconfig, client), str(exc)) from None
+    finally:
+        if own_client:
+            await client.close()
+    for line in report.lines(plan):
+        say(line)
+    say(calls_line(controller.api.calls))
+    return 0 if report.ok else 1
+
+
+async def _apply_on_schedule(
+    controller: VirtualNodeController, plan: FleetFaultPlan, scale: float, stop: asyncio.Event | None, err: TextIO
+) -> FaultReport:
+    """Discover the slice layout, then the plan's hits with a progress line; Ctrl-C (or the caller's ``stop``)
+    ends the schedule between two hits."""
+    await controller.discover()
+    report = FaultReport(len(plan.hits))
+    own_stop = stop is None
+    stop = stop or asyncio.Event()
+    with _stop_on_signals(stop) if own_stop else contextlib.nullcontext():
+        async with progress(err, plan.what(), lambda: (report.done, report.total)):
+            await apply_plan(controller, plan, ScaledClock(scale), stop, report)
+    return report
 
 
 def run_virtual_nodes_command(args: argparse.Namespace) -> int:

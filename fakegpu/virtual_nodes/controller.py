@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,10 +42,12 @@ from fakegpu.dra.slice_write_plan import PoolWish, SliceWritePlan, dropped_field
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
 from fakegpu.kube.lean_requests import Stored
+from fakegpu.sharing.fault_record import FAULTS_ANNOTATION, NodeFaults, decode_faults
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.extended_classes import is_ours as is_our_class
 from fakegpu.virtual_nodes.extended_classes import plan_classes, wanted_classes
 from fakegpu.virtual_nodes.names import DEFAULT_PREFIX, prefix_label_values
+from fakegpu.virtual_nodes.node_faults import with_faults
 from fakegpu.virtual_nodes.node_manifest import (
     OWNER_LABEL,
     OWNER_VALUE,
@@ -137,6 +140,8 @@ class VirtualNodeController:
         self.limit = AdaptiveLimit(settings.concurrency)
         api.limit = self.limit
         self.nodes = {v.name: v for v in nodes}
+        self.bases = dict(self.nodes)
+        """The planned nodes without faults: a node's faults are laid on its base (``set_faults``)."""
         self.desired: dict[str, DesiredNode] = {
             v.name: desired_node(v, settings.shape, refresh_timestamp=settings.refresh_timestamp) for v in nodes
         }
@@ -216,6 +221,44 @@ class VirtualNodeController:
             template = self._templates[node.pool] = PoolTemplate(members, self.options)
         return template
 
+    # -- faults ----------------------------------------------------------------------------------------
+    def set_faults(self, name: str, faults: NodeFaults, *, record: str | None = None) -> None:
+        """Plan node ``name`` with ``faults`` on its GPUs (``fakegpu.virtual_nodes.node_faults``): its
+        allocatable, labels, slices and the annotation that records them. ``record`` keeps a stored annotation
+        this run cannot read as it is, rather than overwrite it."""
+        node = with_faults(self.bases[name], faults)
+        self.nodes[name] = node
+        desired = desired_node(node, self.settings.shape, refresh_timestamp=self.settings.refresh_timestamp)
+        if record is not None:
+            desired = dataclasses.replace(desired, faults=record)
+        self.desired[name] = desired
+
+    def adopt_faults(self, obj: Mapping[str, Any]) -> bool:
+        """Take the faults a listed or watched Node records (another run's ``--fault``, a scenario step) into
+        its plan, so no run takes them away; whether the plan changed. An unreadable record is warned about
+        and left alone."""
+        name = _name(obj)
+        if name not in self.bases:
+            return False
+        value = ((obj.get("metadata") or {}).get("annotations") or {}).get(FAULTS_ANNOTATION) or None
+        if value == self.desired[name].faults:
+            return False
+        try:
+            faults = decode_faults(value, f"node {name}")
+        except ValueError as exc:
+            self.say(f"warning: {exc}; its faults are left as they are and not shown")
+            self.set_faults(name, {}, record=value)
+            return True
+        count = len(self.bases[name].inventory.node.gpus)
+        extra = sorted(i for i in faults if i >= count)
+        if extra:
+            self.say(
+                f"warning: node {name}: annotation {FAULTS_ANNOTATION} names GPU(s) {', '.join(map(str, extra))}; "
+                f"the node has {count} GPU(s): those faults are kept but change nothing"
+            )
+        self.set_faults(name, faults)
+        return True
+
     # -- one node --------------------------------------------------------------------------------------
     def existing_of(self, obj: JSON) -> Existing:
         name = _name(obj)
@@ -238,6 +281,7 @@ class VirtualNodeController:
         ``existing`` None means the Node does not exist: it is created when ``may_create``, else it was
         deleted by someone (GONE). A non-KWOK Node of that name is never touched (REFUSED)."""
         name = node.name
+        node = self.nodes[name]  # with the faults its caller adopted
         desired = self.desired[name]
         if isinstance(existing, dict):
             existing = self.existing_of(existing)
@@ -353,7 +397,7 @@ class VirtualNodeController:
         if not node.publishes_slices:
             return plan_slice_writes(PoolWish((), frozenset(), "", uid), current)
         template = self.template(node)
-        wanted = wanted_drivers(node, self.options, template.count)
+        wanted = wanted_drivers(node, self.options, template.count_of(node))
         drivers = slice_drivers(node, self.options)
         return plan_slice_writes(PoolWish(wanted, drivers, template.digest(node), uid, (node.name, node.name)), current)
 
@@ -435,6 +479,7 @@ class VirtualNodeController:
                 listed += 1
                 name = _name(obj)
                 if name in self.nodes:
+                    self.adopt_faults(obj)
                     existing[name] = self.existing_of(obj)
                 elif is_ours(obj) and _labels(obj).get(PREFIX_LABEL) in prefixes:
                     report.leftovers.append(name)

@@ -18,6 +18,9 @@ What the tool owns on a Node, and compares before writing (so a second run write
   only, one entry per device plugin resource (every device / the healthy ones), compared as quantities,
   since the API server rewrites them in canonical form;
 - the KWOK taint and annotation;
+- the annotation ``fakegpu.io/gpu-faults`` (``fakegpu.sharing.fault_record``): the faults its GPUs carry, which
+  ``fakegpu virtual-nodes --fault`` and ``--recover`` change and every run reads back, so a re-run keeps them;
+  capacity stays, allocatable drops by the devices they make unhealthy (``fakegpu.virtual_nodes.node_faults``);
 - the annotation ``fakegpu.io/virtual-node-managed``, listing the label keys and resources it set, so a
   run with other GPUs removes the labels and resources the node no longer has;
 - on an adopted node, the annotation ``fakegpu.io/virtual-node-prior``: the value every label, capacity
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.fault_record import FAULTS_ANNOTATION, encode_faults
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from fakegpu.sharing.quantities import decimal_quantity, parse_quantity, same_quantity
 from fakegpu.virtual_nodes.names import prefix_label_value
@@ -112,6 +116,9 @@ class DesiredNode:
     """GPU resources the node must not advertise, whoever set them (the DRA modes): an adopted node's own
     ``nvidia.com/gpu`` would otherwise be handed out next to the same GPUs' DRA devices. On an adopted
     node the value removed is recorded, and ``--delete`` gives it back."""
+    faults: str | None = None
+    """The ``fakegpu.io/gpu-faults`` annotation value (``fakegpu.sharing.fault_record``); None: no faults, and
+    the annotation is removed."""
     managed: str = field(init=False)
     """The ``fakegpu.io/virtual-node-managed`` annotation value for these labels and resources."""
 
@@ -209,7 +216,7 @@ def desired_node(node: VirtualNode, shape: NodeShape, *, refresh_timestamp: bool
     else:
         absent = frozenset({WHOLE_GPU_RESOURCE, *(r.name for r in node.inventory.resources)})
     kept = frozenset() if refresh_timestamp else frozenset({TIMESTAMP_LABEL})
-    return DesiredNode(node.name, labels, capacity, allocatable, kept, absent)
+    return DesiredNode(node.name, labels, capacity, allocatable, kept, absent, faults=encode_faults(node.faults))
 
 
 def new_node(desired: DesiredNode) -> JSON:
@@ -226,6 +233,7 @@ def new_node(desired: DesiredNode) -> JSON:
                 TTL_ANNOTATION: "0",
                 ORIGIN_ANNOTATION: "created",
                 MANAGED_ANNOTATION: desired.managed,
+                **({FAULTS_ANNOTATION: desired.faults} if desired.faults else {}),
             },
         },
         "spec": {"taints": [dict(KWOK_TAINT)]},
@@ -391,6 +399,8 @@ def _annotation_patch(annotations: Mapping[str, str], desired: DesiredNode, prio
         patch[ORIGIN_ANNOTATION] = "adopted"
     if prior is not None and annotations.get(PRIOR_ANNOTATION) != prior.text():
         patch[PRIOR_ANNOTATION] = prior.text()
+    if annotations.get(FAULTS_ANNOTATION) != desired.faults:
+        patch[FAULTS_ANNOTATION] = desired.faults
     return patch
 
 
@@ -421,7 +431,8 @@ def release_changes(existing: Mapping[str, Any]) -> NodeChanges:
             if restored != taints:
                 patch["spec"] = {"taints": restored}
                 metadata["resourceVersion"] = meta.get("resourceVersion")
-    drop_annotations = {k: None for k in (MANAGED_ANNOTATION, ORIGIN_ANNOTATION, PRIOR_ANNOTATION) if k in annotations}
+    ours = (MANAGED_ANNOTATION, ORIGIN_ANNOTATION, PRIOR_ANNOTATION, FAULTS_ANNOTATION)
+    drop_annotations = {k: None for k in ours if k in annotations}
     if label_patch:
         metadata["labels"] = label_patch
     if drop_annotations:

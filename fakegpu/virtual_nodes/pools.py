@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.expansion import build_inventory
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.inputs import InventoryInputs, load_config, load_node
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.labels import gfd_labels
@@ -63,6 +64,10 @@ class VirtualNode:
     mode: GpuMode = DEFAULT_MODE
     topology_labels: Mapping[str, str] = field(default_factory=dict)
     """The block / rack / host labels of a node in a rack layout (empty otherwise)."""
+    faults: Mapping[int, tuple[GpuFault, ...]] = field(default_factory=dict)
+    """The faults its GPUs carry, by GPU index (the Node's ``fakegpu.io/gpu-faults`` annotation): a node with
+    faults is built by ``fakegpu.virtual_nodes.node_faults.with_faults``, which also makes ``inventory`` and
+    ``gfd_labels`` what the faults leave."""
 
     @property
     def publishes_slices(self) -> bool:

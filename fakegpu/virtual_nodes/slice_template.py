@@ -12,6 +12,9 @@ A node on a multi-node NVLink fabric (a rack layout's) also gets the compute-dom
 its own pool named after the node. Its clique is part of the identity: nodes of one pool sit in different
 racks, and anything of a slice that names the clique must be cut there too.
 
+A node whose faults taint devices (``fakegpu.virtual_nodes.node_faults``) has slices of its own: they are built
+from its inventory, as a pool whose cut does not hold is, and the template is cut from nodes without faults.
+
 The digest a node's slices are stamped with (``fakegpu.dra.slice_digest``) is that of the template and the
 node's identity, so a re-run knows a node's pool is as planned without building anything.
 """
@@ -25,11 +28,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER, compute_domain_slice_spec
-from fakegpu.dra.health_taints import published_taints
 from fakegpu.dra.resource_slices import SliceOptions, build_slice_specs, slice_objects
 from fakegpu.dra.slice_digest import PLAN_ANNOTATION, plan_digest
-from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.virtual_nodes.names import prefix_label_value
+from fakegpu.virtual_nodes.node_faults import fault_taints, taints_changed, without_faults
 from fakegpu.virtual_nodes.node_manifest import OWNER_LABEL, OWNER_VALUE, PREFIX_LABEL
 from fakegpu.virtual_nodes.pools import VirtualNode
 
@@ -68,9 +70,10 @@ def wanted_drivers(node: VirtualNode, options: SliceOptions, count: int) -> tupl
 
 def direct_specs(node: VirtualNode, options: SliceOptions) -> list[JSON]:
     """The node's slice specs built from its inventory (with the generation mark); devices a node spec
-    marks unhealthy or with an XID carry NVIDIA's health taints (with ``options.health_taints``, 1.36+). A
-    fabric node's compute-domain slice comes last."""
-    taints = published_taints(LiveInventory(node.inventory))
+    marks unhealthy or with an XID, or that its faults hit (``fakegpu.virtual_nodes.node_faults``), carry
+    NVIDIA's health taints (with ``options.health_taints``, 1.36+). A fabric node's compute-domain slice comes
+    last."""
+    taints = fault_taints(node)
     specs = build_slice_specs(node.inventory.node, options, taints, generation=GENERATION_MARK)
     if node.inventory.node.fabric is not None:
         specs.append(compute_domain_slice_spec(node.name, options.api_version, generation=GENERATION_MARK))
@@ -117,6 +120,7 @@ class PoolTemplate:
 
     def __init__(self, nodes: Sequence[VirtualNode], options: SliceOptions) -> None:
         self.options = options
+        nodes = [without_faults(n) for n in nodes[:2]]
         first = nodes[0]
         self._ids_len = len(identity(first))
         self._pieces: list[list[Piece]] | None = [_cut(_text(s), identity(first)) for s in direct_specs(first, options)]
@@ -138,15 +142,26 @@ class PoolTemplate:
             return False
         return [_join(p, ids) for p in self._pieces] == [_text(s) for s in direct_specs(node, self.options)]
 
+    def _direct(self, node: VirtualNode) -> bool:
+        """Whether the node's slices are built from its own inventory: a pool whose cut did not hold, or a node
+        whose faults taint devices its pool's do not have."""
+        options = self.options
+        return self._pieces is None or (options.health_taints and options.taints_supported and taints_changed(node))
+
+    def count_of(self, node: VirtualNode) -> int:
+        """How many slices the node has (a node whose devices carry taints may need more: a slice holds fewer
+        devices with taints)."""
+        return len(self.specs(node)) if self._direct(node) else self.count
+
     def digest(self, node: VirtualNode) -> str:
         """The node's wish, without building it: the template's digest and the node's identity and prefix."""
-        if self._pieces is None:
+        if self._direct(node):
             return plan_digest([prefix_label_value(node.prefix), *self.specs(node)])
         return plan_digest([self.key, prefix_label_value(node.prefix), *identity(node)])
 
     def specs(self, node: VirtualNode) -> tuple[str, ...]:
         ids = identity(node)
-        if self._pieces is None or len(ids) != self._ids_len:
+        if self._pieces is None or len(ids) != self._ids_len or self._direct(node):
             return tuple(_text(s) for s in direct_specs(node, self.options))
         return tuple(_join(p, ids) for p in self._pieces)
 

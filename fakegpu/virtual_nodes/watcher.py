@@ -6,6 +6,8 @@ that differs or was deleted, or a node that was deleted, is queued. Workers (``c
 read that one node and its slices and run the controller's per-node step on them:
 
 - a node someone changed is put back (labels, capacity, allocatable, taint);
+- faults recorded on a node (``fakegpu.io/gpu-faults``, by ``--fault`` or a scenario step) become its plan:
+  they are kept, and a slice someone rewrites gets its devices' taints back;
 - a deleted slice of a live node is re-created;
 - a node someone deleted is not re-created (it is logged and forgotten), and its slices are deleted, as a
   real cluster's garbage collector would do eventually; slices of this tool whose node is gone are deleted
@@ -115,8 +117,14 @@ class Watcher:
 
     # -- what to look at -------------------------------------------------------------------------------
     def _node_differs(self, obj: JSON) -> bool:
+        """Whether the node needs a repair. Faults another run recorded on it become its plan first (so the
+        watcher keeps them); a changed record needs a look at the slices too, hence a repair."""
         name = str(obj["metadata"]["name"])
-        return self.controller.managed(name) and not node_changes(obj, self.controller.desired[name]).empty
+        if not self.controller.managed(name):
+            return False
+        if self.controller.adopt_faults(obj):
+            return True
+        return not node_changes(obj, self.controller.desired[name]).empty
 
     def check_nodes(self, nodes: Sequence[JSON]) -> None:
         """Queue every managed node that is missing from a list of ours, or differs from the plan."""
@@ -231,8 +239,10 @@ class Watcher:
         if not controller.managed(name):
             await self._remove_orphans(name)
             return
-        node = controller.nodes[name]
         existing = await self.api.get_node(name)
+        if existing is not None:
+            controller.adopt_faults(existing)
+        node = controller.nodes[name]
         slices: list[SliceKey] = []
         if controller.options is not None:
             slices, _ = await self.api.list_slices(controller.options.api_version, fields=controller.slice_fields(name))

@@ -380,6 +380,17 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _default_taint_times(slice_obj: JSON) -> None:
+    """A device taint written without ``timeAdded`` gets the time of the write, in whole seconds, as the API
+    server defaults it (kubernetes/kubernetes ``pkg/apis/resource/v1/defaults.go`` ``SetDefaults_DeviceTaint``
+    @ v1.36.0); v1beta1 keeps a device's fields under ``basic``."""
+    for device in (slice_obj.get("spec") or {}).get("devices") or []:
+        holder = device.get("basic", device) if isinstance(device, dict) else {}
+        for taint in holder.get("taints") or []:
+            if isinstance(taint, dict):
+                taint.setdefault("timeAdded", _now())
+
+
 def _clone(obj: _T) -> _T:
     """A deep copy of a JSON value, by a JSON round trip (two to three times faster than ``copy.deepcopy``)."""
     return cast(_T, json.loads(json.dumps(obj)))
@@ -1507,6 +1518,7 @@ class FakeApiServer:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(obj, None, _version_of(obj["apiVersion"]), self.feature_gates)
+                _default_taint_times(obj)
             errors = self._validation_errors(rtype, obj)
             if errors:
                 raise self._invalid(rtype, obj, errors)
@@ -1606,6 +1618,7 @@ class FakeApiServer:
                     new.pop("status", None)
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(new, old, _version_of(new["apiVersion"]), self.feature_gates)
+                _default_taint_times(new)
         errors = val.validate_immutable(rtype.plural, new, old)
         if rtype.group in CUSTOM_GROUPS:
             schema = crd_schema.custom_schemas()[rtype.plural]
