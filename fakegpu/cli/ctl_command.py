@@ -33,6 +33,7 @@ from fakegpu.runtime.kubelet_paths import DEFAULT_ROOT
 
 SOCKET_ENV = "FAKEGPU_ADMIN_SOCKET"
 EXIT_REFUSED = 1
+EXIT_USAGE = 2
 
 _EPILOG = f"""examples:
   fakegpu ctl status
@@ -40,7 +41,12 @@ _EPILOG = f"""examples:
   fakegpu ctl health GPU-... --healthy
   fakegpu ctl xid 3 79                          (honours ignored XIDs and DP_* variables)
   fakegpu ctl off-bus 3
+  fakegpu ctl gpu-fault ecc-uncorrectable --gpu 3 --count 2 (XID 94, 63: devices unhealthy, taints)
+  fakegpu ctl gpu-fault xid --gpu 3 --xid 13                  (an application XID: class shown)
+  fakegpu ctl gpu-fault thermal --gpu 0 --temperature 95 --after-calls 2
+  fakegpu ctl recover --gpu 0 thermal                         (thermal, power, fabric or reset)
   fakegpu ctl fault Allocate --times 2 --code INVALID_ARGUMENT --message "..."
+  fakegpu ctl fault NodePrepareResources --after 3 --code UNAVAILABLE
   fakegpu ctl clear-faults
   fakegpu ctl end-streams --resource nvidia.com/gpu
   fakegpu ctl plugins restart
@@ -143,6 +149,12 @@ def _print(operation: Operation, request: dict[str, Any], result: Any, output: s
 def run_ctl(args: argparse.Namespace) -> int:
     operation = BY_NAME[args.op]
     request = operation.request(args)
+    if operation.check is not None:
+        try:
+            operation.check(request)
+        except ValueError as exc:
+            print(f"fakegpu: error: {operation.name}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     path = socket_path(args)
     try:
         result = asyncio.run(admin_request(path, request, timeout=args.timeout))

@@ -11,6 +11,8 @@
 - ``health_ops``: the health, xid, off-bus, gpu-lost and unmonitored ops and the GPUs' health, on the live
   inventory.
 - ``fault_ops``: the fault and clear-faults ops checked against the face's ``FaultableRpcs``, and fault status.
+- ``gpu_fault_ops``: the gpu-fault and recover ops (every GPU fault kind, ``after_calls``), the XID classes and
+  the faulted GPUs for status.
 - ``injected_faults``: a planned fault applied inside a gRPC handler.
 
 Each face (``fakegpu.fakeplugin.admin_ops``, ``fakegpu.dra.admin_ops``) adds its own ops, module-level

@@ -17,12 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from fakegpu.control.gpu_fault_ops import COUNTED_CALLS, KIND_LABELS
 from fakegpu.control.pods_text import render_pod, render_pods
 from fakegpu.control.status_text import render_status
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.errors import error_message
 from fakegpu.sharing.faults import FaultSpec, FromText
+from fakegpu.sharing.gpu_condition import RECOVERIES, recovery_refusal
+from fakegpu.sharing.gpu_faults import KINDS, GpuFault
 
 Request = Mapping[str, Any]
 """An op's fields, without ``op``."""
@@ -49,6 +53,10 @@ class Arg:
     """An option that may be given more than once: the field is the list of its values."""
     metavar: str | None = None
     """How ``--help`` names the value (argparse's upper-cased field name by default)."""
+    required: bool = False
+    """An option that must be given (argparse refuses the command line without it)."""
+    switch_value: Any = True
+    """The field's value when a switch is given (``--uncontained`` sends ``contained: false``)."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -58,9 +66,11 @@ class Arg:
         text = self.help.format_map(help_values) if self.help is not None else None
         if self.switch:
             assert self.flag is not None, self.field
-            parser.add_argument(self.flag, dest=self.field, action="store_true", help=text)
+            parser.add_argument(self.flag, dest=self.field, action="store_const", const=self.switch_value, help=text)
             return
         kwargs: dict[str, Any] = {"default": self.default, "help": text}
+        if self.required:
+            kwargs["required"] = True
         if self.repeat:
             kwargs["action"] = "append"
         if self.metavar is not None:
@@ -76,7 +86,7 @@ class Arg:
 
     def values(self, args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, self.field)
-        return {} if value is None or (self.switch and value is False) else {self.field: value}
+        return {} if value is None else {self.field: value}
 
 
 @dataclass(frozen=True)
@@ -106,13 +116,15 @@ _FROM_TEXT: dict[Any, Callable[[str], Any] | None] = {str: None, int: int, float
 """How an option's text becomes a value of each scalar type (text stays text)."""
 
 
-def options_of(model: type[BaseModel]) -> tuple[Arg, ...]:
+def options_of(model: type[BaseModel], skip: tuple[str, ...] = ()) -> tuple[Arg, ...]:
     """One ``--name`` option per field of ``model``, so a model defines an op's fields once: the field's
     description is the help (its default appended when it says something), its default the option's (a
     required field's option left out is not sent, and the daemon names it), a ``bool`` field a switch, a
     :class:`FromText` in its annotation how the text is read."""
     args = []
     for name, info in model.model_fields.items():
+        if name in skip:
+            continue
         flag = "--" + name.replace("_", "-")
         default = None if info.is_required() else info.get_default()
         help_text = info.description or ""
@@ -142,6 +154,9 @@ class Operation:
     args: tuple[Param, ...] = ()
     kubelet: bool = False
     """Served by the kubelet emulator only (``fakegpu kubelet``), so ``ctl`` asks the kubelet's socket."""
+    check: Callable[[Request], None] | None = None
+    """Checks the request before it is sent (ValueError: bad usage, one line), where the command line's
+    types cannot say it (a field that does not apply to a fault's kind)."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -217,8 +232,57 @@ def _unmonitored(request: Request, result: Any) -> str:
 
 def _fault(_request: Request, result: Any) -> str:
     scope = f" for {result['resource']}" if result["resource"] else ""
-    effect = FaultSpec.shown(result).effect(result["message"])
-    return f"planned: the next {result['times']} {result['method']} call(s){scope} {effect}"
+    spec = FaultSpec.shown(result)
+    which = spec.calls(result["method"], result["times"], result.get("after", 0))
+    return f"planned: {which}{scope} {spec.effect(result['message'])}"
+
+
+def _xids(xids: Sequence[Mapping[str, Any]]) -> str:
+    """`` (XID 94, 63: fatal)``, or each with its class when they differ."""
+    if not xids:
+        return ""
+    classes = {x["class"] for x in xids}
+    if len(classes) == 1:
+        return f" (XID {', '.join(str(x['xid']) for x in xids)}: {classes.pop()})"
+    return " (XID " + ", ".join(f"{x['xid']} {x['class']}" for x in xids) + ")"
+
+
+def _gpu_fault(_request: Request, result: Any) -> str:
+    head = f"GPU {result['gpu']}: {KIND_LABELS[result['kind']]}"
+    if result["armed"]:
+        return (
+            f"{head} armed ({result['fault']}): strikes when {result['calls_left']} more call(s) use the GPU "
+            f"({COUNTED_CALLS})"
+        )
+    changed = result["changed"]
+    effect = f"device(s) {_list(changed)} unhealthy" if changed else "no device changed health"
+    note = f"; {result['note']}" if result["note"] else ""
+    return f"{head}{_xids(result['xids'])}: {effect}{note}"
+
+
+def _recover(_request: Request, result: Any) -> str:
+    line = f"GPU {result['gpu']}: {result['what']} done, ended {', '.join(result['ended']) or 'no fault'}"
+    if result["remaining"]:
+        line += f"; still {', '.join(result['remaining'])}"
+    if not result["healthy"]:
+        line += "; its devices stay unhealthy (NVIDIA's plugins never mark an XID-unhealthy device healthy again)"
+    return line + (f"; {result['note']}" if result["note"] else "")
+
+
+def _check_gpu_fault(request: Request) -> None:
+    """The fault the request describes, checked by the model before it is sent: bad usage, one line."""
+    kind = request.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}; expected one of: {', '.join(KINDS)}")
+    try:
+        GpuFault.model_validate({k: v for k, v in request.items() if k in GpuFault.model_fields})
+    except ValidationError as exc:
+        raise ValueError(error_message(exc.errors(include_url=False)[0])) from None
+
+
+def _check_recover(request: Request) -> None:
+    if request.get("what") not in RECOVERIES:
+        raise ValueError(recovery_refusal(str(request.get("what"))))
 
 
 def _clear_faults(_request: Request, result: Any) -> str:
@@ -333,8 +397,36 @@ DAEMON_OPERATIONS: tuple[Operation, ...] = (  # the device plugin's and the DRA 
         (Arg("gpu", "GPU index or UUID"),),
     ),
     Operation(
+        "gpu-fault",
+        "a GPU fault of any kind, now or after N calls: xid, off-bus, gpu-lost, ECC, thermal, power, NVLink, fabric",
+        _gpu_fault,
+        (
+            Arg("kind", f"one of: {', '.join(KINDS)}"),
+            Arg("gpu", "GPU index or UUID", flag="--gpu", required=True),
+            *options_of(GpuFault, skip=("kind", "contained")),
+            Arg(
+                "contained",
+                "an uncontained uncorrectable ECC error (XID 95; kind ecc-uncorrectable)",
+                flag="--uncontained",
+                switch=True,
+                switch_value=False,
+            ),
+        ),
+        check=_check_gpu_fault,
+    ),
+    Operation(
+        "recover",
+        "a GPU's way back: thermal, power, fabric (the cause cleared) or reset (a GPU reset)",
+        _recover,
+        (
+            Arg("what", f"one of: {', '.join(RECOVERIES)}"),
+            Arg("gpu", "GPU index or UUID", flag="--gpu", required=True),
+        ),
+        check=_check_recover,
+    ),
+    Operation(
         "fault",
-        "make the next calls of an RPC fail with a gRPC status, or take longer",
+        "make calls of an RPC fail with a gRPC status, or take longer (after N calls pass)",
         _fault,
         (
             Arg("method", "{faultable_rpcs}"),

@@ -23,7 +23,9 @@ def _faults(faults: dict[str, Any]) -> list[str]:
         lines.append("Faults planned:")
         for f in pending:
             scope = f" ({f['resource']})" if f["resource"] else ""
-            lines.append(f"  {f['method']}{scope} x{f['remaining']}: {FaultSpec.shown(f).effect(f['message'])}")
+            passing = f" after {f['after']} more call(s)" if f.get("after") else ""
+            effect = FaultSpec.shown(f).effect(f["message"])
+            lines.append(f"  {f['method']}{scope} x{f['remaining']}{passing}: {effect}")
     fired = faults.get("fired", [])
     if fired:
         lines.append(f"Faults fired: {len(fired)}")
@@ -36,6 +38,18 @@ def _gpus(gpus: list[dict[str, Any]]) -> list[str]:
     lines = [f"{'GPU':<4} {'UUID':<42} {'MODEL':<28} HEALTH"]
     for g in gpus:
         lines.append(f"{g['index']:<4} {g['uuid']:<42} {g['model']:<28} {_health(g['healthy'], g['xid'])}")
+    return lines
+
+
+def _gpu_faults(status: dict[str, Any]) -> list[str]:
+    """Each faulted GPU's faults and readings, and the faults still armed (none: no lines)."""
+    faults = status.get("gpu_faults") or {}
+    lines = []
+    for c in faults.get("conditions", ()):
+        kinds = ", ".join(c["kinds"]) or "recovered"
+        lines.append(f"GPU {c['index']} faults: {kinds}: {c['summary']}")
+    for a in faults.get("armed", ()):
+        lines.append(f"GPU {a['index']} armed: {a['fault']}: strikes when {a['calls_left']} more call(s) use it")
     return lines
 
 
@@ -90,6 +104,7 @@ def _render_plugin(status: dict[str, Any]) -> str:
         lines.append(f"{r['name']:<34} {r['capacity']:>8} {r['healthy']:>8}  {registered:<10} {r['streams']:>7}")
     lines.append("")
     lines.extend(_gpus(status["gpus"]))
+    lines.extend(_gpu_faults(status))
     for r in status["resources"]:
         lines.append("")
         lines.append(f"{r['name']}:")
@@ -123,6 +138,7 @@ def _render_dra(status: dict[str, Any]) -> str:
     lines.extend(f"  error: {e}" for e in slices["errors"])
     lines.append("")
     lines.extend(_gpus(status["gpus"]))
+    lines.extend(_gpu_faults(status))
     lines.append("")
     if status.get("health_published") is False:
         lines.append("Device health: NVMLDeviceHealthCheck is off, so no taints and no health stream are published")

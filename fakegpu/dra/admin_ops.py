@@ -11,8 +11,12 @@ Ops and their fields:
   ``off-bus`` (gpu): XID 79 on a GPU; ``gpu-lost``: NVML reports the GPU lost; ``unmonitored`` (gpu).
   The health ops need NVIDIA's ``NVMLDeviceHealthCheck`` gate: without it the event still reaches the fake
   GPU, but the op answers that the gate is off (``HEALTH_GATE_OFF``).
-- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
-  NodePrepareResources / NodeUnprepareResources calls (``resource`` is the driver name);
+- ``gpu-fault`` (gpu and the fields of ``fakegpu.sharing.gpu_faults.GpuFault``): a fault of any kind on a GPU,
+  now or after its ``after_calls`` claims prepared on it; returns its XIDs with their class, the published
+  devices whose streamed health changed and the GPU's taints (never refused for the gate: nvidia-smi and
+  DCGM see it). ``recover`` (gpu, what): thermal, power, fabric or a GPU reset; taints stay.
+- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay
+  NodePrepareResources / NodeUnprepareResources calls, after ``after`` pass (``resource`` is the driver name);
   ``clear-faults`` (method=None).
 """
 
@@ -23,11 +27,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
+from fakegpu.control.gpu_fault_ops import GpuFaultFace, gpu_fault_ops, gpu_fault_status
 from fakegpu.control.health_ops import gpu_status, health_ops
 from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
+from fakegpu.dra.health_taints import published_taints, taint_text
 from fakegpu.dra.prepared_claims import CheckpointCorrupted, PreparedClaim
 from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import MigMode
@@ -130,6 +136,25 @@ def changed_devices(driver: DraAdmin, change: Callable[[], object]) -> list[str]
     return sorted(name for name, state in after.items() if before.get(name) != state)
 
 
+def fault_changed_devices(driver: DraAdmin, change: Callable[[], object]) -> list[str]:
+    """The published devices whose streamed health a GPU fault changed (none with the gate off: nothing is
+    streamed); unlike the health ops a fault is never refused for the gate, it reaches nvidia-smi and DCGM."""
+    before = _health_now(driver)
+    change()
+    if not driver.settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK):
+        return []
+    after = _health_now(driver)
+    return sorted(name for name, state in after.items() if before.get(name) != state)
+
+
+def fault_note(driver: DraAdmin, gpu_uuid: str) -> str:
+    """What the driver publishes for the GPU now: its taints, or why it publishes none."""
+    if not driver.settings.feature_gates.enabled(NVML_DEVICE_HEALTH_CHECK):
+        return f"no taints or health stream: feature gate {NVML_DEVICE_HEALTH_CHECK} is off"
+    taints = published_taints(driver.live).get(gpu_uuid, ())
+    return "taints " + ", ".join(taint_text(t) for t in taints) if taints else "no taints"
+
+
 def resolve_device(driver: DraAdmin, target: str) -> str:
     """A published device name becomes its UUID; anything else is left to the live inventory."""
     device = published_devices(driver.live.inventory.node, driver.settings.mig_mode).get(target)
@@ -186,6 +211,7 @@ async def status(driver: DraAdmin) -> dict[str, Any]:
         "prepares": driver.preparer.prepares,
         "unprepares": driver.preparer.unprepares,
         "faults": fault_status(live.faults),
+        "gpu_faults": gpu_fault_status(live),
     }
 
 
@@ -200,6 +226,10 @@ def dra_ops(driver: DraAdmin) -> dict[str, Op]:
         **bind_ops(driver, DRA_OPS),
         **health_ops(
             driver.live, functools.partial(resolve_device, driver), functools.partial(changed_devices, driver)
+        ),
+        **gpu_fault_ops(
+            driver.live,
+            GpuFaultFace(functools.partial(fault_changed_devices, driver), functools.partial(fault_note, driver)),
         ),
         **fault_ops(driver.live.faults, DRA_FAULTS, lambda: [driver.settings.driver]),
     }

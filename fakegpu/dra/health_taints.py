@@ -51,6 +51,12 @@ def event_taint(event: HealthEvent, policy: XidPolicy) -> Taint:
     return {"key": TAINT_KEY_XID, "value": value, "effect": "NoSchedule" if fatal else "None"}
 
 
+def taint_text(taint: Taint) -> str:
+    """A taint as kubectl writes one: ``gpu.nvidia.com/xid=94:NoSchedule`` (no ``=`` without a value)."""
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint['key']}{value}:{taint['effect']}"
+
+
 def add_or_update(taints: list[Taint], taint: Taint) -> None:
     """NVIDIA's ``AddOrUpdateTaint``: one taint per key; a ``NoSchedule`` one is never replaced."""
     for i, existing in enumerate(taints):

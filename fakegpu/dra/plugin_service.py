@@ -134,6 +134,8 @@ async def prepare_all(preparer: Preparer, claims: Sequence[ClaimRef]) -> dict[st
             async with slots:
                 results = await preparer.prepare(ref)
             preparer.metrics.prepared(ok=True)
+            # One served call for each GPU the claim uses: an armed GPU fault (after_calls) counts it down.
+            preparer.live.note_call({r.uuid for r in results})
             return results, ""
         except (ClaimError, CheckpointCorrupted, ValueError, OSError) as exc:
             message = str(exc)

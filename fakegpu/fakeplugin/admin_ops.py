@@ -11,8 +11,11 @@ Ops and their fields:
 - ``off-bus`` (gpu): XID 79 on a whole GPU (index or UUID): it, its replicas and MIG devices unhealthy.
 - ``gpu-lost``: NVML reports the GPU lost: every device unhealthy (v0.20's ``ERROR_GPU_IS_LOST``);
   ``unmonitored`` (gpu): its events cannot be registered: its devices unhealthy, as v0.20 marks them.
-- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay the next
-  ``times`` calls of a device plugin RPC; ``clear-faults`` (method=None): drop planned faults.
+- ``gpu-fault`` (gpu and the fields of ``fakegpu.sharing.gpu_faults.GpuFault``): a fault of any kind on a GPU,
+  now or after its ``after_calls`` Allocate calls; returns its XIDs with their class and the device IDs made
+  unhealthy. ``recover`` (gpu, what): thermal, power, fabric or a GPU reset (health stays as NVIDIA leaves it).
+- ``fault`` (method and the fields of ``fakegpu.sharing.faults.FaultSpec``): fail or delay ``times`` calls of
+  a device plugin RPC (after ``after`` calls pass); ``clear-faults`` (method=None): drop planned faults.
 - ``end-streams`` (resource=None): end the open ListAndWatch streams; returns how many ended.
 - ``plugins`` (action: stop|start|restart): the plugin servers; ``reload``: rebuild from the files.
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from fakegpu.control.fault_ops import FaultableRpcs, fault_ops, fault_status
+from fakegpu.control.gpu_fault_ops import gpu_fault_ops, gpu_fault_status
 from fakegpu.control.health_ops import gpu_status, health_ops
 from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.protocol import AdminError, Op
@@ -151,6 +155,7 @@ async def status(plugin: PluginAdmin) -> dict[str, Any]:
         "resources": _resources(plugin),
         "gpus": gpu_status(live),
         "faults": fault_status(live.faults),
+        "gpu_faults": gpu_fault_status(live),
         "allocations": allocations[-RECENT_ALLOCATIONS:],
         "stats": _manager_stats(plugin.manager.stats),
         **({"node_object": dataclasses.asdict(node_sync.stats)} if node_sync is not None else {}),
@@ -239,5 +244,6 @@ def device_plugin_ops(
     return {
         **bind_ops(PluginAdmin(live, manager, calls, current, node_sync), DEVICE_PLUGIN_OPS),
         **health_ops(live),
+        **gpu_fault_ops(live),
         **fault_ops(live.faults, DEVICE_PLUGIN_FAULTS, lambda: [r.name for r in live.inventory.resources]),
     }

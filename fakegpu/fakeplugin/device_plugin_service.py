@@ -209,6 +209,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             except AllocationError as exc:
                 # NVIDIA's Allocate returns a plain Go error (internal/plugin/server.go): gRPC sends Unknown.
                 await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
+        # One served call for each GPU it used: a GPU fault armed with after_calls counts it down (and may
+        # strike now; the call itself is answered, as NVIDIA's Allocate never reads device health).
+        asked = {i for req in request.container_requests for i in req.devices_ids}
+        self.live.note_call({d.parent for d in resource.devices if d.id in asked})
         return api_pb2.AllocateResponse(container_responses=responses)
 
     @observed_unary

@@ -42,6 +42,8 @@ STATUS_CODES = (
 
 MAX_DELAY = 3600.0
 """Longest a fault may stall a call, in seconds."""
+MAX_AFTER = 10**6
+"""Most calls a fault may let pass before it hits."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,21 @@ class FaultSpec(BaseModel):
     delay: float = Field(0.0, description="seconds each call takes first")
     resource: str | None = Field(None, description="only calls for this resource (DRA: driver name)")
     """Only calls for this resource (device plugin) or driver (DRA); None for all."""
+    after: int = Field(0, description="let this many calls pass first")
+    """Calls (of this RPC and resource) that pass before the fault hits ``times`` calls: "fail after N calls"."""
 
     @field_validator("times")
     @classmethod
     def _at_least_once(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"times must be at least 1, found {value}")
+        return value
+
+    @field_validator("after")
+    @classmethod
+    def _bounded_after(cls, value: int) -> int:
+        if not 0 <= value <= MAX_AFTER:
+            raise ValueError(f"after must be between 0 and {MAX_AFTER} calls, found {value}")
         return value
 
     @field_validator("code")
@@ -121,6 +132,13 @@ class FaultSpec(BaseModel):
         fail = f"fail with {self.code}" + (f": {message}" if message is not None else "") if self.code else ""
         return " then ".join(p for p in (delay, fail) if p)
 
+    def calls(self, method: str, times: int, after: int, the: str = "the ") -> str:
+        """Which calls it hits: ``the next 2 Allocate call(s)``, or with calls to pass first ``2 Allocate
+        call(s) after the next 3`` (``the`` is the article a text puts before ``next``)."""
+        if not after:
+            return f"{the}next {times} {method} call(s)"
+        return f"{times} {method} call(s) after {the}next {after}"
+
     def fired(self) -> str:
         """What it did to a call, for the plan's record: ``delayed 0.5s then failed with INTERNAL``."""
         delayed = f"delayed {self.delay}s" if self.delay else ""
@@ -130,17 +148,21 @@ class FaultSpec(BaseModel):
 
 @dataclass
 class PlannedFault:
-    """A fault planned for an RPC, and how many more calls it hits."""
+    """A fault planned for an RPC, how many calls it still lets pass, and how many more it hits."""
 
     method: str
     spec: FaultSpec
     remaining: int
+    passing: int = 0
+    """Calls still to pass before it hits (``after``, counted down by every matching call)."""
 
     def described(self, calls: str) -> dict[str, Any]:
         """As the ``fault`` answer and status show it: its fields, the calls it still hits under the key
-        ``calls`` in place of ``times``, its message as the call gets it, and only when it fails."""
+        ``calls`` in place of ``times`` and the calls still to pass as ``after``, its message as the call
+        gets it, and only when it fails."""
         fields = self.spec.fields()
         fields["times"] = self.remaining
+        fields["after"] = self.passing
         fields["message"] = self.spec.status_message(self.method) if self.spec.code else ""
         return {"method": self.method, **{calls if name == "times" else name: v for name, v in fields.items()}}
 
@@ -153,20 +175,30 @@ class FaultPlan:
 
     def inject(self, method: str, spec: FaultSpec) -> PlannedFault:
         """Plan ``spec`` for ``method`` (an RPC the caller knows its face serves)."""
-        fault = PlannedFault(method, spec, spec.times)
+        fault = PlannedFault(method, spec, spec.times, spec.after)
         self.faults.append(fault)
         return fault
 
     def take(self, method: str, resource: str | None = None) -> PlannedFault | None:
-        """The fault for this call, if any (each fault fires ``times`` times, oldest first)."""
-        for fault in self.faults:
-            if fault.method == method and fault.spec.resource in (None, resource):
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    self.faults.remove(fault)
-                self.fired.append((method, fault.spec.fired()))
-                return fault
-        return None
+        """The fault for this call, if any: the oldest one that has let its ``after`` calls pass (each fires
+        ``times`` times). Every call counts for the faults still letting calls pass, the one another fault
+        hits too: it was made."""
+        hit: PlannedFault | None = None
+        for fault in list(self.faults):
+            if fault.method != method or fault.spec.resource not in (None, resource):
+                continue
+            if fault.passing > 0:
+                fault.passing -= 1
+                continue
+            if hit is None:
+                hit = fault
+        if hit is None:
+            return None
+        hit.remaining -= 1
+        if hit.remaining <= 0:
+            self.faults.remove(hit)
+        self.fired.append((method, hit.spec.fired()))
+        return hit
 
     def clear(self, method: str | None = None) -> int:
         before = len(self.faults)

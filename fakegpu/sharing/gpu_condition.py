@@ -205,9 +205,10 @@ def recovery_refusal(kind: str) -> str:
     facts = FAULT_KINDS.get(kind)
     if facts is None:
         return f"unknown recovery {kind!r}; expected one of: {', '.join(RECOVERIES)}"
+    article = "an" if kind[0] in "aeiox" else "a"  # an off-bus, an ecc-..., an xid (said "ex")
     if facts.recovery == "reset":
-        return f"a {kind} fault ends with a GPU reset: recover 'reset' ({facts.recovery_text})"
-    return f"a {kind} fault does not recover: {facts.recovery_text}"
+        return f"{article} {kind} fault ends with a GPU reset: recover 'reset' ({facts.recovery_text})"
+    return f"{article} {kind} fault does not recover: {facts.recovery_text}"
 
 
 def recover(condition: GpuCondition, kind: str) -> GpuCondition:

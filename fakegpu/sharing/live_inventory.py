@@ -8,7 +8,7 @@ servers turn them into pushes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -246,22 +246,27 @@ class LiveInventory:
             return []
         return self._strike(gpu.uuid, fault)
 
-    def note_call(self) -> list[str]:
+    def note_call(self, uuids: Collection[str] | None = None) -> list[str]:
         """One RPC call served (Allocate, NodePrepareResources): armed faults count it down and strike at
-        zero. Returns the advertised IDs made unhealthy by the ones that struck."""
+        zero. With ``uuids`` (the GPU or MIG UUIDs the call used) only the faults armed on those GPUs count
+        it, as NVIDIA's mock NVML counts each device's own calls; None counts it for every armed fault.
+        Returns the advertised IDs made unhealthy by the ones that struck. Counting alone announces nothing:
+        no device, slice or reading changes until a fault strikes."""
         if not self._armed:
             return []
+        used = None if uuids is None else {g.uuid for g in self._base.node.gpus if set(g.uuids) & set(uuids)}
         changed: list[str] = []
         waiting: list[ArmedFault] = []
         due: list[ArmedFault] = []
         for armed in self._armed:
+            if used is not None and armed.gpu_uuid not in used:
+                waiting.append(armed)
+                continue
             left = armed.calls_left - 1
             (due if left <= 0 else waiting).append(dataclasses.replace(armed, calls_left=left))
         self._armed = waiting
         for armed in due:
             changed.extend(self._strike(armed.gpu_uuid, armed.fault))
-        if not due:
-            self._changed()
         return changed
 
     def _strike(self, gpu_uuid: str, fault: GpuFault) -> list[str]:

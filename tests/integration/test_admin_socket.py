@@ -179,6 +179,7 @@ async def test_injected_allocate_faults_give_the_kubelets_admission_error(plugin
         "message": "boom",
         "delay": 0.0,
         "resource": None,
+        "after": 0,
     }
     for uid in ("a", "b"):
         pod = await node.run_pod(uid, {"c": {GPU: 1}})
@@ -359,8 +360,8 @@ async def test_bad_requests_get_clear_answers_and_the_server_survives(plugin_adm
         b"[1, 2]\n": 'request must be a JSON object like {"op": "status"}, found [1, 2]',
         b'{"target": "1"}\n': 'request has no "op" field',
         b'{"op": 7}\n': 'request field "op" must be a string, found 7',
-        b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, gpu-lost, health, "
-        "off-bus, plugins, reconfigure, reload, status, unmonitored, xid",
+        b'{"op": "explode"}\n': "unknown op 'explode'; known ops: clear-faults, end-streams, fault, gpu-fault, "
+        "gpu-lost, health, off-bus, plugins, reconfigure, recover, reload, status, unmonitored, xid",
         b'{"op": "health", "healthy": false}\n': "op 'health': missing field 'target' (a string)",
         b'{"op": "health", "target": "1", "healthy": "no"}\n': "op 'health': field 'healthy' must be true or false, "
         'found "no"',
@@ -579,9 +580,77 @@ async def test_the_ctl_table_has_every_op_of_the_three_daemons_with_their_fields
         ),
         (
             ["fault", "ListAndWatch", "--delay", "0.5", "--code", "internal", "--resource", GPU],
-            {"method": "ListAndWatch", "times": 1, "code": "INTERNAL", "message": "", "delay": 0.5, "resource": GPU},
+            {
+                "method": "ListAndWatch",
+                "times": 1,
+                "code": "INTERNAL",
+                "message": "",
+                "delay": 0.5,
+                "resource": GPU,
+                "after": 0,
+            },
             {"method": "ListAndWatch", "times": 1, "code": "INTERNAL", "message": "m", "delay": 0.5, "resource": GPU},
             f"planned: the next 1 ListAndWatch call(s) for {GPU} take 0.5s then fail with INTERNAL: m",
+        ),
+        (
+            ["fault", "Allocate", "--after", "3", "--code", "unavailable"],
+            {"method": "Allocate", "times": 1, "code": "UNAVAILABLE", "message": "", "delay": 0.0, "after": 3},
+            {
+                "method": "Allocate",
+                "times": 1,
+                "code": "UNAVAILABLE",
+                "message": "m",
+                "delay": 0.0,
+                "resource": None,
+                "after": 3,
+            },
+            "planned: 1 Allocate call(s) after the next 3 fail with UNAVAILABLE: m",
+        ),
+        (
+            ["gpu-fault", "ecc-uncorrectable", "--gpu", "3", "--uncontained"],
+            {"kind": "ecc-uncorrectable", "gpu": "3", "after_calls": 0, "contained": False},
+            {
+                "gpu": 3,
+                "kind": "ecc-uncorrectable",
+                "armed": False,
+                "xids": [{"xid": 95, "class": "fatal"}, {"xid": 63, "class": "fatal"}],
+                "changed": ["GPU-a::0", "GPU-a::1"],
+                "note": "",
+            },
+            "GPU 3: uncorrectable ECC (XID 95, 63: fatal): device(s) GPU-a::0, GPU-a::1 unhealthy",
+        ),
+        (
+            ["gpu-fault", "xid", "--gpu", "0", "--xid", "13"],
+            {"kind": "xid", "gpu": "0", "xid": 13, "after_calls": 0},
+            {
+                "gpu": 0,
+                "kind": "xid",
+                "armed": False,
+                "xids": [{"xid": 13, "class": "application"}],
+                "changed": [],
+                "note": "taints gpu.nvidia.com/xid=13:None",
+            },
+            "GPU 0: XID event (XID 13: application): no device changed health; taints gpu.nvidia.com/xid=13:None",
+        ),
+        (
+            ["gpu-fault", "thermal", "--gpu", "1", "--temperature", "95", "--after-calls", "2"],
+            {"kind": "thermal", "gpu": "1", "temperature": 95, "after_calls": 2},
+            {"gpu": 1, "kind": "thermal", "armed": True, "calls_left": 2, "fault": "thermal temperature=95"},
+            "GPU 1: thermal slowdown armed (thermal temperature=95): strikes when 2 more call(s) use the GPU "
+            "(Allocate, NodePrepareResources)",
+        ),
+        (
+            ["recover", "--gpu", "3", "reset"],
+            {"what": "reset", "gpu": "3"},
+            {"gpu": 3, "what": "reset", "ended": ["ecc-uncorrectable"], "remaining": [], "healthy": False, "note": ""},
+            "GPU 3: reset done, ended ecc-uncorrectable; its devices stay unhealthy (NVIDIA's plugins never mark an "
+            "XID-unhealthy device healthy again)",
+        ),
+        (
+            ["recover", "--gpu", "0", "thermal"],
+            {"what": "thermal", "gpu": "0"},
+            {"gpu": 0, "what": "thermal", "ended": ["thermal"], "remaining": ["power"], "healthy": True, "note": ""},
+            "GPU 0: thermal done, ended thermal; still power",
         ),
         (["clear-faults", "Allocate"], {"method": "Allocate"}, 1, "cleared 1 planned fault(s)"),
         (["end-streams"], {}, 2, "ended 2 ListAndWatch stream(s)"),

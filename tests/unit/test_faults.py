@@ -103,8 +103,9 @@ def test_a_planned_fault_is_described_by_its_fields_and_read_back_for_its_texts(
         "message": "injected fault: Allocate fails with INTERNAL",
         "delay": 0.0,
         "resource": "nvidia.com/gpu",
+        "after": 0,
     }
-    assert list(answer) == ["method", "times", "code", "message", "delay", "resource"]
+    assert list(answer) == ["method", "times", "code", "message", "delay", "resource", "after"]
     assert list(fault.described("remaining"))[1] == "remaining"
     assert FaultSpec.shown(answer).effect(answer["message"]) == (
         "fail with INTERNAL: injected fault: Allocate fails with INTERNAL"
@@ -149,3 +150,42 @@ def test_every_rpc_a_face_serves_can_be_faulted():
     for face in (DEVICE_PLUGIN_FAULTS, DRA_FAULTS):
         for method in face.rpcs:
             face.check(method)
+
+
+def test_a_fault_with_after_lets_that_many_calls_pass_then_hits_times_calls():
+    """ "Fail after N calls" for RPCs, as NVIDIA's mock NVML's ``after_calls`` trigger counts calls before it
+    trips (NVIDIA/k8s-test-infra pkg/gpu/mocknvml/engine/failure_injector.go @ 08a563f): ``after`` calls of
+    the RPC pass untouched, the next ``times`` fail, the ones after pass again."""
+    plan = FaultPlan()
+    plan.inject("Allocate", FaultSpec(after=2, times=2, code="INTERNAL"))
+    hits = [plan.take("Allocate", "nvidia.com/gpu") is not None for _ in range(5)]
+    assert hits == [False, False, True, True, False]
+    assert plan.faults == []
+
+
+def test_calls_of_another_rpc_or_resource_do_not_count_and_a_waiting_fault_counts_calls_others_hit():
+    plan = FaultPlan()
+    waiting = plan.inject("Allocate", FaultSpec(after=1, code="INTERNAL", resource="nvidia.com/gpu"))
+    first = plan.inject("Allocate", FaultSpec(code="UNAVAILABLE"))
+    assert plan.take("ListAndWatch", "nvidia.com/gpu") is None
+    assert plan.take("Allocate", "nvidia.com/mig-1g.10gb") is first, "another resource's call: the open fault"
+    assert waiting.passing == 1
+    assert plan.take("Allocate", "nvidia.com/gpu") is None, "the call that counts passes"
+    assert plan.take("Allocate", "nvidia.com/gpu") is waiting
+    assert plan.fired == [("Allocate", "failed with UNAVAILABLE"), ("Allocate", "failed with INTERNAL")]
+
+
+@pytest.mark.parametrize(
+    ("after", "text"),
+    [(0, "the next 2 Allocate call(s)"), (3, "2 Allocate call(s) after the next 3")],
+)
+def test_which_calls_a_fault_hits_is_said_with_its_after(after: int, text: str):
+    spec = FaultSpec(times=2, after=after, code="INTERNAL")
+    assert spec.calls("Allocate", spec.times, spec.after) == text
+    assert FaultPlan().inject("Allocate", spec).described("remaining")["after"] == after
+
+
+@pytest.mark.parametrize("after", [-1, 10**6 + 1])
+def test_after_out_of_range_is_refused_naming_the_bounds(after: int):
+    with pytest.raises(ValidationError, match="after must be between 0 and 1000000 calls"):
+        FaultSpec(after=after, code="INTERNAL")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fakegpu.control.fault_ops import fault_ops
+from fakegpu.control.gpu_fault_ops import gpu_fault_ops
 from fakegpu.control.health_ops import health_ops
 from fakegpu.control.op_table import TargetOp, bind_ops
 from fakegpu.control.operations import BY_NAME, DAEMON_OPERATIONS, KUBELET_OPERATIONS
@@ -46,7 +47,7 @@ def test_every_op_of_a_face_table_is_a_ctl_op_taking_the_fields_ctl_sends(face: 
 
 def test_the_face_tables_and_the_shared_ops_are_every_ctl_op(tmp_path: Path) -> None:
     live = LiveInventory(inventory(tmp_path, "1xt4"))
-    shared = {*health_ops(live), *fault_ops(live.faults, DRA_FAULTS, list)}
+    shared = {*health_ops(live), *gpu_fault_ops(live), *fault_ops(live.faults, DRA_FAULTS, list)}
     assert set(DEVICE_PLUGIN_OPS) | set(DRA_OPS) | shared == {op.name for op in DAEMON_OPERATIONS}
     assert set(KUBELET_OPS) == {op.name for op in KUBELET_OPERATIONS} | {"status"}
     assert not shared & (set(DEVICE_PLUGIN_OPS) | set(DRA_OPS)), "a face redefines a shared op"
@@ -62,3 +63,12 @@ async def test_a_bound_op_acts_on_its_target_and_takes_only_the_request_fields()
     assert [(f.name, f.required) for f in op_fields("rename", op)] == [("name", True), ("suffix", False)]
     assert await op(name="a", suffix="-1") == ["a-1"]
     assert names == ["a-1"]
+
+
+def test_ctl_sends_the_gpu_fault_ops_exactly_the_fields_they_take(tmp_path: Path) -> None:
+    """``gpu-fault`` takes ``gpu`` and every field of ``GpuFault`` (``takes_model``), ``recover`` gpu and what;
+    ctl has an option or argument for each, so no field is out of reach from the command line."""
+    ops = gpu_fault_ops(LiveInventory(inventory(tmp_path, "1xt4")))
+    for name, op in ops.items():
+        taken = {f.name for f in op_fields(name, op)}
+        assert set(BY_NAME[name].fields) == taken, name

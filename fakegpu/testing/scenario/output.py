@@ -63,7 +63,7 @@ def describe_step(step: Step) -> str:  # noqa: PLR0912 - one flat case per step 
         case HealthStep(health=h):
             return f"{_target_name(h.gpu, h.device)} -> {'healthy' if h.healthy else 'unhealthy'}"
         case FaultStep(fault=f):
-            return f"next {f.times} {f.rpc} call(s) {f.effect(seconds=' s')}"
+            return f"{f.calls(f.rpc, f.times, f.after, the='')} {f.effect(seconds=' s')}"
         case AllocateStep(allocate=a):
             wanted = ", ".join(f"{k}: {v}" for k, v in a.resources.items())
             return f"pod {a.pod}/{a.container} asks {wanted}"
