@@ -28,7 +28,12 @@ from lightkube.core.exceptions import LoadResourceError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources import core_v1, resource_v1
 
-from fakegpu.cli.virtual_nodes_command import add_virtual_nodes_parser, pools_from_args, settings_from_args
+from fakegpu.cli.virtual_nodes_command import (
+    DEFAULT_RESYNC,
+    add_virtual_nodes_parser,
+    pools_from_args,
+    settings_from_args,
+)
 from fakegpu.control.client import NoDaemonError, admin_call
 from fakegpu.control.protocol import AdminError
 from fakegpu.dra.compute_domain.resources import ComputeDomain
@@ -66,7 +71,9 @@ from fakegpu.testing.scenario.output import EXIT_FAIL, EXIT_PASS, detail_lines, 
 from fakegpu.testing.scenario.run_count import RunCount
 from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
+from fakegpu.virtual_nodes.fleet_faults import FaultTargets, FleetFaultPlan, ScaledClock, apply_plan, plan_fleet_faults
 from fakegpu.virtual_nodes.pools import VirtualNode, build_virtual_nodes
+from fakegpu.virtual_nodes.watcher import Watcher
 
 JSON = dict[str, Any]
 PodGroup = create_namespaced_resource("scheduling.k8s.io", "v1alpha2", "PodGroup", "podgroups")
@@ -75,8 +82,22 @@ Workload = create_namespaced_resource("scheduling.k8s.io", "v1alpha2", "Workload
 POLL = 0.2
 """Seconds between two looks of an ``expect`` (wall clock: the API server is asked, not a clock)."""
 CLUSTER_WIDE = frozenset({"Namespace", "DeviceClass"})
-REFUSED_FLEET_FLAGS = ("--delete", "--watch", "--dry-run", "--kubeconfig", "--resync-interval")
-"""``virtual-nodes`` options a scenario step cannot take: the scenario owns the client and the run's end."""
+REFUSED_FLEET_FLAGS = (
+    "--delete",
+    "--dry-run",
+    "--kubeconfig",
+    "--fault",
+    "--recover",
+    "--fault-nodes",
+    "--fault-racks",
+    "--fault-cliques",
+    "--fault-fraction",
+    "--fault-over",
+    "--time-scale",
+)
+"""``virtual-nodes`` options a scenario step cannot take: the scenario owns the client, the run's end and the
+faults (its fleet steps). ``--watch`` keeps the fleet (and the IMEX daemons it plays) going in the background
+until the scenario ends."""
 
 
 class StepFailed(Exception):
@@ -145,15 +166,16 @@ def plan_fleet(options: str, source: str, where: str) -> FleetPlan:
 def check_cluster_scenario(scenario: ClusterScenario) -> None:
     """What the schema cannot check: each ``virtual_nodes`` step's options; a fleet fault or an expectation
     on the fleet before any fleet is up; a ``node_fault`` without an admin socket."""
-    fleet = False
+    fleet: FleetPlan | None = None
     for index, step in enumerate(scenario.steps):
         where = f"steps[{index}].{cluster_step_kind(step)}"
         if isinstance(step, VirtualNodesStep):
-            plan_fleet(step.virtual_nodes, scenario.path, where)
-            fleet = True
-        elif isinstance(step, FleetFaultStep | FleetRecoverStep) and not fleet:
-            raise SpecError(scenario.path, "comes before any virtual_nodes step: there is no fleet yet", where)
-        elif isinstance(step, ExpectStep) and step.expect.healthy_nodes_unwritten and not fleet:
+            fleet = plan_fleet(step.virtual_nodes, scenario.path, where)
+        elif isinstance(step, FleetFaultStep | FleetRecoverStep):
+            if fleet is None:
+                raise SpecError(scenario.path, "comes before any virtual_nodes step: there is no fleet yet", where)
+            fleet_plan(step, fleet.nodes, scenario.path, where)
+        elif isinstance(step, ExpectStep) and step.expect.healthy_nodes_unwritten and fleet is None:
             raise SpecError(
                 scenario.path,
                 "comes before any virtual_nodes step: there is no fleet yet",
@@ -165,8 +187,60 @@ def check_cluster_scenario(scenario: ClusterScenario) -> None:
 @dataclass
 class Fleet:
     controller: VirtualNodeController
-    names: list[str]
+    nodes: list[VirtualNode]
     slices_before: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+
+_FLEET_FIELDS = {
+    "--fault": "fault",
+    "--recover": "how",
+    "--fault-nodes": "nodes",
+    "--fault-racks": "racks",
+    "--fault-cliques": "cliques",
+    "--fault-fraction": "fraction",
+    "--fault-over": "over",
+}
+"""The fleet library names the ``virtual-nodes`` flag of a bad target; a scenario names the step's field."""
+
+
+def fleet_plan(
+    step: FleetFaultStep | FleetRecoverStep,
+    nodes: Sequence[VirtualNode],
+    source: str,
+    where: str,
+    pod_node: str | None = None,
+) -> FleetFaultPlan:
+    """The fleet library's plan for a fleet step on the fleet ``nodes`` (``pod_node``: the node the step's
+    ``pod`` runs on, known once running; the first node while checking); a target the fleet lacks is a
+    SpecError naming the step's field."""
+    by_pod = (pod_node or (nodes[0].name if nodes else ""),)
+    try:
+        if isinstance(step, FleetFaultStep):
+            f = step.fleet_fault
+            targets = FaultTargets(
+                nodes=by_pod if f.pod else tuple(f.nodes or ()),
+                racks=tuple(str(r) for r in f.racks or ()),
+                cliques=tuple(f.cliques or ()),
+                fraction=f.fraction,
+                seed=f.seed,
+            )
+            return plan_fleet_faults(nodes, targets, fault=f.gpu_fault, over=f.over)
+        r = step.fleet_recover
+        every = not (r.nodes or r.pod or r.racks or r.cliques)
+        targets = FaultTargets(
+            nodes=by_pod if r.pod else tuple(r.nodes or ()),
+            racks=tuple(str(n) for n in r.racks or ()),
+            cliques=tuple(r.cliques or ()),
+            fraction=1.0 if every else None,
+        )
+        return plan_fleet_faults(nodes, targets, recover=r.how)
+    except SpecError as exc:
+        field_name = _FLEET_FIELDS.get(exc.source)
+        raise SpecError(source, exc.message, f"{where}.{field_name}" if field_name else where) from None
 
 
 def _dict(obj: Any) -> JSON:
@@ -185,11 +259,21 @@ class ClusterScenarioRun:
         self.count = count
         self.namespace = scenario.cluster.namespace
         self.fleet: Fleet | None = None
+        self.stop = asyncio.Event()
+        """Ends the fleets' ``--watch`` loops when the scenario ends."""
+        self.watches: list[asyncio.Task[None]] = []
 
     def seconds(self, scenario_seconds: float) -> float:
         return scenario_seconds / self.options.time_scale
 
     async def run(self) -> int:
+        try:
+            return await self._run()
+        finally:
+            self.stop.set()
+            await asyncio.gather(*self.watches, return_exceptions=True)
+
+    async def _run(self) -> int:
         s = self.scenario
         self.out.write(f"scenario {s.name} ({s.issue}): {s.path}\n")
         self.out.write(f"  against the API server at {self.client.config.cluster.server}\n")
@@ -223,7 +307,7 @@ class ClusterScenarioRun:
             case VirtualNodesStep(virtual_nodes=options):
                 return await self._virtual_nodes(options)
             case FleetFaultStep() | FleetRecoverStep():
-                raise StepFailed(["the fleet fault library (fakegpu.virtual_nodes) is not in this build"])
+                return await self._fleet_step(step)
             case NodeFaultStep(node_fault=args):
                 return await self._node_fault(args)
             case WaitStep(wait=seconds):
@@ -235,21 +319,18 @@ class ClusterScenarioRun:
 
     # -- apply --------------------------------------------------------------------------------------
     async def _apply(self, docs: Sequence[Mapping[str, Any]]) -> str:
-        created = kept = 0
+        outcomes: list[str] = []
         for kind in APPLY_KINDS:
             for doc in (d for d in docs if d["kind"] == kind):
                 body = {**doc, "metadata": dict(doc["metadata"])}
                 if kind not in CLUSTER_WIDE:
                     body["metadata"].setdefault("namespace", self.namespace)
-                if await self._create(body):
-                    created += 1
-                else:
-                    kept += 1
-        return f"{created} created" + (f", {kept} kept" if kept else "")
+                outcomes.append(await self._create(body))
+        return ", ".join(f"{outcomes.count(o)} {o}" for o in ("created", "kept", "not served") if o in outcomes)
 
-    async def _create(self, body: JSON) -> bool:
-        """Create one object; False when it exists already (kept as it is) or, for a Namespace, when the
-        server serves none (the tests' API server by default)."""
+    async def _create(self, body: JSON) -> str:
+        """Create one object: ``created``, ``kept`` (it exists: left as it is) or, for a Namespace on a server
+        that serves none (the tests' API server by default), ``not served``."""
         try:
             obj = codecs.from_dict(body)
         except LoadResourceError as exc:
@@ -258,11 +339,11 @@ class ClusterScenarioRun:
             await self.client.create(obj)
         except ApiError as exc:
             if exc.status.code == HTTPStatus.CONFLICT:
-                return False
+                return "kept"
             if exc.status.code == HTTPStatus.NOT_FOUND and body["kind"] == "Namespace":
-                return False
+                return "not served"
             raise StepFailed([f"creating {body['kind']} {body['metadata']['name']}: {exc.status.message}"]) from None
-        return True
+        return "created"
 
     # -- faults -------------------------------------------------------------------------------------
     async def _virtual_nodes(self, options: str) -> str:
@@ -273,9 +354,32 @@ class ClusterScenarioRun:
         if not report.ok:
             raise StepFailed(report.lines())
         names = [n.name for n in plan.nodes]
-        self.fleet = Fleet(controller, names, slice_versions(await self._slices(), names))
+        self.fleet = Fleet(controller, plan.nodes, slice_versions(await self._slices(), names))
         gpus = sum(len(n.inventory.node.gpus) for n in plan.nodes)
-        return f"{len(names)} node(s), {gpus} GPU(s), {sum(controller.api.calls.values())} API call(s)"
+        note = f"{len(names)} nodes, {gpus} GPUs, {sum(controller.api.calls.values())} calls"
+        if plan.args.watch:
+            resync = plan.args.resync_interval or DEFAULT_RESYNC
+            self.watches.append(asyncio.create_task(Watcher(controller, resync_interval=resync).run(self.stop)))
+            note += ", watching"
+        return note
+
+    async def _fleet_step(self, step: FleetFaultStep | FleetRecoverStep) -> str:
+        fleet = self.fleet
+        if fleet is None:  # check_cluster_scenario refuses such a file before the run
+            raise StepFailed(["no fleet: a virtual_nodes step must come first"])
+        pod = step.fleet_fault.pod if isinstance(step, FleetFaultStep) else step.fleet_recover.pod
+        node = None
+        if pod is not None:
+            node = str(((await self._pod(pod) or {}).get("spec") or {}).get("nodeName") or "")
+            if node not in fleet.names:
+                raise StepFailed([f"expected pod {pod} on a node of the fleet, got {node or 'no node'}"])
+        plan = fleet_plan(step, fleet.nodes, self.scenario.path, cluster_step_kind(step), node)
+        calls = sum(fleet.controller.api.calls.values())
+        report = await apply_plan(fleet.controller, plan, clock=ScaledClock(self.options.time_scale))
+        if not report.ok:
+            raise StepFailed(report.lines(plan))
+        made = sum(fleet.controller.api.calls.values()) - calls
+        return f"{plan.gpu_count} GPUs on {plan.node_count} nodes, {made} calls"
 
     async def _node_fault(self, args: NodeFaultArgs) -> str:
         socket = args.socket or self.options.admin_socket or self.scenario.cluster.admin_socket
@@ -289,7 +393,7 @@ class ClusterScenarioRun:
             raise
         except AdminError as exc:
             raise StepFailed([f"the daemon on {socket} refused gpu-fault: {exc}"]) from None
-        return str(result.get("summary", "")) if isinstance(result, dict) else str(result or "")
+        return _fault_note(result)
 
     async def _gpu(self, args: NodeFaultArgs) -> str:
         """The ``gpu`` field of the op: given, or the GPU under the pod ``gpu_of`` names."""
@@ -389,6 +493,15 @@ class ClusterScenarioRun:
         return [_dict(s) async for s in self.client.list(resource_v1.ResourceSlice)]
 
 
+def _fault_note(result: Any) -> str:
+    """What the daemon said it did: the GPU, the XIDs it reported, how many devices changed."""
+    if not isinstance(result, dict):
+        return str(result or "")
+    xids = ", ".join(f"XID {x.get('xid')} ({x.get('class')})" for x in result.get("xids") or [])
+    parts = [f"GPU {result.get('gpu')}", *([xids] if xids else []), f"{len(result.get('changed') or [])} device(s)"]
+    return ", ".join(parts)
+
+
 # -- describing steps ------------------------------------------------------------------------------
 def describe_expect(e: ExpectArgs) -> str:
     parts: list[str] = []
@@ -418,15 +531,18 @@ def describe_expect(e: ExpectArgs) -> str:
 def describe_cluster_step(step: ClusterStep) -> str:
     match step:
         case ApplyStep():
-            return ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in step.documents)
-        case VirtualNodesStep(virtual_nodes=options):
-            return options
+            docs = step.documents
+            pods = [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"]
+            return f"{len(docs)} object(s)" + (f", pod(s) {', '.join(pods)}" if pods else "")
+        case VirtualNodesStep():
+            return "fakegpu virtual-nodes"
         case FleetFaultStep(fleet_fault=f):
-            target = f.nodes or f.racks or f.cliques or f"{f.fraction:.0%} of the GPUs (seed {f.seed})"
-            spread = f" over {f.over:g} s" if f.over else ""
-            return f"{f.fault} on {target}{spread}"
+            target = f.nodes or (f.pod and f"the node of {f.pod}") or f.racks or f.cliques
+            spread = f", over {f.over:g} s" if f.over else ""
+            return f"{f.fault}, {target or f'{f.fraction:.0%} (seed {f.seed})'}{spread}"
         case FleetRecoverStep(fleet_recover=r):
-            return f"{r.how} {'every node' if r.all else ', '.join(r.nodes or [])}"
+            target = r.nodes or (r.pod and f"the node of {r.pod}") or r.racks or r.cliques or "every node"
+            return f"{r.how} on {target}"
         case NodeFaultStep(node_fault=n):
             gpu = f"GPU {n.gpu}" if n.gpu_of is None else f"the GPU under {n.gpu_of.pod} ({n.gpu_of.resource})"
             return f"{n.describe()} on {gpu}"

@@ -5,6 +5,9 @@ kubelet runs): the scenario files stay as they would run on a real cluster, thes
   follows the pods of a namespace, and each new one without a node gets its claims made from their templates,
   allocated by ``fakegpu.scheduling.allocator`` (as ``fakegpu.testing.manifest_apply`` does), is bound to the
   node and run on the kubelet emulator, whose ``PodStatusWriter`` writes its status back;
+- :class:`VirtualPodPlacer`: kube-scheduler and KWOK for virtual nodes: each new pod of a namespace goes to the
+  first virtual node (in name order) that holds no other pod of the namespace (the workers' anti-affinity) and
+  where its claims, made from their templates, can be allocated; the pod is bound there and marked Running;
 - :class:`NodeStatusWriter`: the kubelet's node status update, writing the kubelet emulator's capacity and
   allocatable to the Node when they change (kubernetes ``pkg/kubelet/nodestatus/setters.go`` ``MachineInfo``,
   v1.36).
@@ -16,13 +19,16 @@ import asyncio
 import contextlib
 from typing import Any
 
-from lightkube import AsyncClient
-from lightkube.resources import core_v1
+from lightkube import AsyncClient, codecs
+from lightkube.resources import core_v1, resource_v1
 from lightkube.types import PatchType
 
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.background_tasks import cancel_and_wait
-from fakegpu.testing.manifest_apply import AppliedPod, ManifestApplier
+from fakegpu.scheduling.allocator import AllocationError, Allocator
+from fakegpu.sharing.fault_record import FAULTS_ANNOTATION
+from fakegpu.testing.manifest_apply import AppliedPod, ManifestApplier, template_claim
+from fakegpu.virtual_nodes.node_manifest import PREFIX_LABEL
 
 POLL = 0.05
 
@@ -69,6 +75,103 @@ class PodPlacer:
         if placed.unschedulable:
             self.errors.append(placed.unschedulable)
         return placed
+
+
+class VirtualPodPlacer:
+    """Places each new pod of ``namespace`` on a virtual node (one per node), its claims allocated there."""
+
+    def __init__(self, client: AsyncClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.placed: dict[str, str] = {}
+        """Pod -> the node it was bound to."""
+        self.errors: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> VirtualPodPlacer:
+        self._task = asyncio.create_task(self._run(), name="virtual-pod-placer")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await cancel_and_wait([self._task])
+
+    async def _list(self, kind: Any, **where: Any) -> list[dict[str, Any]]:
+        return [o.to_dict() async for o in self.client.list(kind, **where)]
+
+    async def _run(self) -> None:
+        while True:
+            for pod in await self._list(core_v1.Pod, namespace=self.namespace):
+                name = pod["metadata"]["name"]
+                if name not in self.placed and not (pod.get("spec") or {}).get("nodeName"):
+                    await self._place(pod)
+            await asyncio.sleep(POLL)
+
+    async def _place(self, pod: dict[str, Any]) -> None:
+        templates: dict[str, dict[str, Any]] = {}
+        for entry in pod["spec"].get("resourceClaims") or []:
+            name = entry.get("resourceClaimTemplateName")
+            if name:
+                found = await self._list(resource_v1.ResourceClaimTemplate, namespace=self.namespace)
+                match = [t for t in found if t["metadata"]["name"] == name]
+                if not match:
+                    return  # the ComputeDomain controller has not made it yet: try again on the next look
+                templates[entry["name"]] = match[0]
+        claims = {entry: template_claim(pod, entry, t) for entry, t in templates.items()}
+        taken = set(self.placed.values())
+        nodes = [n for n in await self._list(core_v1.Node) if PREFIX_LABEL in (n["metadata"].get("labels") or {})]
+        slices = await self._list(resource_v1.ResourceSlice)
+        classes = await self._list(resource_v1.DeviceClass)
+        allocated = [
+            c
+            for c in await self._list(resource_v1.ResourceClaim, namespace="*")
+            if (c.get("status") or {}).get("allocation")
+        ]
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            name = node["metadata"]["name"]
+            if name in taken or (node["metadata"].get("annotations") or {}).get(FAULTS_ANNOTATION):
+                continue
+            allocator = Allocator(name, slices, classes, allocated, node_labels=node["metadata"].get("labels") or {})
+            try:
+                allocations = allocator.allocate(list(claims.values()))
+            except AllocationError:
+                continue
+            await self._bind(pod, name, claims, allocations)
+            return
+        self.errors.append(f"pod {pod['metadata']['name']}: no virtual node can take it")
+        self.placed[pod["metadata"]["name"]] = ""
+
+    async def _bind(
+        self, pod: dict[str, Any], node: str, claims: dict[str, dict[str, Any]], allocations: list[dict[str, Any]]
+    ) -> None:
+        meta = pod["metadata"]
+        ref = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+        statuses = []
+        for (entry, claim), allocation in zip(claims.items(), allocations, strict=True):
+            made: dict[str, Any] = (await self.client.create(codecs.from_dict(claim))).to_dict()  # type: ignore[no-untyped-call]
+            status = {"allocation": allocation, "reservedFor": [ref]}
+            await self.client.patch(
+                resource_v1.ResourceClaim.Status,
+                made["metadata"]["name"],
+                {"status": status},
+                namespace=self.namespace,
+                patch_type=PatchType.MERGE,
+            )
+            statuses.append({"name": entry, "resourceClaimName": made["metadata"]["name"]})
+        await self.client.patch(
+            core_v1.Pod,
+            meta["name"],
+            {"spec": {"nodeName": node}},
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+        )
+        await self.client.patch(
+            core_v1.Pod.Status,
+            meta["name"],
+            {"status": {"phase": "Running", "resourceClaimStatuses": statuses}},
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+        )
+        self.placed[meta["name"]] = node
 
 
 class NodeStatusWriter:

@@ -11,6 +11,7 @@ driver's health taints (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ import yaml
 from fakegpu.cli.cluster_scenario import ClusterOptions, run_cluster_scenario
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import dra_ops
+from fakegpu.dra.compute_domain.controller import ComputeDomainController
+from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
@@ -28,11 +31,11 @@ from fakegpu.kubelet.pod_status import PodStatusWriter
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
 from fakegpu.testing.manifest_apply import ManifestApplier
-from fakegpu.testing.scenario.cluster_model import ClusterScenario, load_cluster_scenario
-from fakegpu.testing.scenario.output import EXIT_PASS
+from fakegpu.testing.scenario.cluster_model import ClusterScenario, load_cluster_scenario, parse_cluster_scenario
+from fakegpu.testing.scenario.output import EXIT_FAIL, EXIT_PASS
 from tests.apiserver import FakeApiServer, serving
 from tests.eventually import eventually
-from tests.integration.cluster_standins import NodeStatusWriter, PodPlacer
+from tests.integration.cluster_standins import NodeStatusWriter, PodPlacer, VirtualPodPlacer
 from tests.reliability.raw_calls import start_dra_driver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,3 +144,77 @@ async def test_b_uncorrectable_ecc_on_one_gpu_of_a_time_sliced_node(apiserver: F
     ran = await run(scenario, apiserver, admin_socket=str(plugin_node.admin_socket))
     assert ran.status == EXIT_PASS, ran.out
     assert plugin_node.placer.errors == []
+
+
+@pytest.fixture
+async def compute_domain_controller(apiserver: FakeApiServer) -> AsyncIterator[ComputeDomainController]:
+    """fakegpu's ComputeDomain controller in the namespace the virtual nodes write their cliques to."""
+    client = apiserver.client()
+    controller = ComputeDomainController(client, DRIVER_NAMESPACE, status_interval=0.05)
+    await controller.start()
+    try:
+        yield controller
+    finally:
+        await controller.stop()
+        await client.close()
+
+
+async def test_c_a_fabric_error_takes_a_4_node_compute_domain_not_ready(
+    apiserver: FakeApiServer, compute_domain_controller: ComputeDomainController
+):
+    """The domain turns Ready on four virtual nodes of one clique, NotReady when the fabric fails under worker-0
+    and Ready again once it registers (kubernetes-sigs/dra-driver-nvidia-gpu cmd/compute-domain-controller
+    computedomain.go calculateGlobalStatus and cmd/compute-domain-daemon cdclique.go @ 0807eed)."""
+    scenario = load_cluster_scenario(SCENARIOS / "fabric-error-compute-domain-not-ready.yaml")
+    client = apiserver.client()
+    try:
+        async with VirtualPodPlacer(client, scenario.cluster.namespace) as placer:
+            ran = await run(scenario, apiserver)
+    finally:
+        await client.close()
+    assert ran.status == EXIT_PASS, ran.out
+    assert placer.errors == []
+    nodes = [apiserver.get_object("nodes", n) or {} for n in placer.placed.values()]
+    racks = {node["metadata"]["labels"]["nvidia.com/gpu.clique"] for node in nodes}
+    assert len(racks) == 1, "the four workers share one NVLink clique"
+
+
+FLEET_SCALE = 200.0
+"""Ten minutes of the fleet scenario's schedule in 3 s."""
+
+
+async def test_d_five_percent_of_a_1000_gpu_fleet_fail_over_ten_minutes(apiserver: FakeApiServer):
+    """50 of 1000 GPUs fall off the bus one at a time on the fleet library's schedule (its ScaledClock): each one's
+    device is tainted gpu.nvidia.com/xid=79 (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/
+    device_health.go @ v0.4.1), and the nodes without a fault are never written."""
+    scenario = load_cluster_scenario(SCENARIOS / "fleet-five-percent-failing.yaml")
+    ran = await run(scenario, apiserver, time_scale=FLEET_SCALE)
+    assert ran.status == EXIT_PASS, ran.out
+    (fault_line,) = [line for line in ran.out.splitlines() if " fleet_fault " in line]
+    gpus, nodes, calls = (int(n) for n in re.findall(r"(\d+) GPUs on (\d+) nodes, (\d+) calls", fault_line)[0])
+    assert gpus == 50
+    assert calls <= 10 * nodes, "at most 10 API calls per faulted node"
+
+
+async def test_an_expectation_that_never_holds_fails_with_what_the_cluster_showed(apiserver: FakeApiServer):
+    """The step waits its ``within`` and fails (exit 1) naming what it waited for and the last count seen."""
+    body = {
+        "name": "t",
+        "issue": "a/b#1",
+        "description": "d",
+        "cluster": {},
+        "steps": [
+            {"virtual_nodes": "--count 2 --gpus 8xh100-80gb --gpu-mode dra --name-prefix t-"},
+            {"expect": {"within": 0.3, "tainted_devices": {"count": 1, "node_prefix": "t-"}}},
+        ],
+    }
+    ran = await run(parse_cluster_scenario(body, "t.yaml"), apiserver)
+    assert ran.status == EXIT_FAIL
+    lines = ran.out.splitlines()
+    assert lines[-5].split()[:2] == ["1", "expect"] and lines[-5].endswith("FAIL")
+    assert lines[-4:] == [
+        "          waited 0.3 s for: 1 tainted device(s)",
+        "          last seen:",
+        "          expected 1 device(s) of gpu.nvidia.com with a taint, got 0 of 16",
+        "FAIL t after " + lines[-1].split("after ")[1],
+    ]

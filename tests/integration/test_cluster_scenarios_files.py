@@ -74,7 +74,7 @@ BAD = [
     ),
     (
         "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: gpu-lost, nodes: [a], fraction: 0.5}\n",
-        "steps[1].fleet_fault: give exactly one of nodes, racks, cliques, fraction",
+        "steps[1].fleet_fault: give exactly one of nodes, pod, racks, cliques, fraction",
     ),
 ]
 

@@ -108,9 +108,11 @@ def _fault(value: Any) -> GpuFault:
 
 
 class FleetTarget(_Model):
-    """Which virtual nodes: exactly one of ``nodes``, ``racks``, ``cliques`` or a seeded random ``fraction``."""
+    """Which virtual nodes: exactly one of ``nodes``, ``pod`` (the node a pod runs on), ``racks``, ``cliques`` or
+    a seeded random ``fraction`` of the fleet's GPUs."""
 
     nodes: list[str] | None = Field(None, min_length=1)
+    pod: str | None = Field(None, min_length=1)
     racks: list[int] | None = Field(None, min_length=1)
     cliques: list[str] | None = Field(None, min_length=1)
     fraction: float | None = Field(None, gt=0, le=1)
@@ -118,11 +120,10 @@ class FleetTarget(_Model):
 
     @model_validator(mode="after")
     def _one_target(self) -> FleetTarget:
-        given = [n for n in ("nodes", "racks", "cliques", "fraction") if getattr(self, n) is not None]
+        given = [n for n in ("nodes", "pod", "racks", "cliques", "fraction") if getattr(self, n) is not None]
         if len(given) != 1:
-            raise ValueError(
-                f"give exactly one of nodes, racks, cliques, fraction (found {', '.join(given) or 'none'})"
-            )
+            found = ", ".join(given) or "none"
+            raise ValueError(f"give exactly one of nodes, pod, racks, cliques, fraction (found {found})")
         return self
 
 
@@ -148,14 +149,22 @@ class FleetFaultStep(_Model):
 
 
 class FleetRecoverArgs(_Model):
+    """Which virtual nodes recover (at most one of ``nodes``, ``pod``, ``racks``, ``cliques``; none: every node)
+    and how:
+    the cause went away (``thermal``, ``power``, ``fabric``), a GPU reset with the plugins restarted
+    (``reset``), or a reboot (``all``), as ``fakegpu virtual-nodes --recover`` takes it."""
+
     nodes: list[str] | None = Field(None, min_length=1)
-    all: bool = False
-    how: Literal["clear", "reset"] = "reset"
+    pod: str | None = Field(None, min_length=1)
+    racks: list[int] | None = Field(None, min_length=1)
+    cliques: list[str] | None = Field(None, min_length=1)
+    how: Literal["thermal", "power", "fabric", "reset", "all"] = "reset"
 
     @model_validator(mode="after")
     def _one_target(self) -> FleetRecoverArgs:
-        if (self.nodes is None) == (not self.all):
-            raise ValueError("give exactly one of nodes or 'all: true'")
+        given = [n for n in ("nodes", "pod", "racks", "cliques") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of nodes, pod, racks, cliques (found {', '.join(given)})")
         return self
 
 
