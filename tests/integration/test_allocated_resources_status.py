@@ -17,12 +17,16 @@ from typing import Any
 
 import pytest
 
-from fakegpu.dra.daemon import DraDriver
+from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.device_classes import device_classes
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_status import PodStatusWriter
+from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.sharing.gpu_faults import GpuFault
+from fakegpu.sharing.inputs import InventoryInputs, load_inventory
+from fakegpu.sharing.live_inventory import LiveInventory
+from fakegpu.testing.fake_node import FakeNode
 from fakegpu.testing.manifest_apply import AppliedPod, ManifestApplier
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
@@ -137,3 +141,104 @@ async def test_a_dra_claim_turns_unhealthy_in_the_pod_status_after_off_bus(node:
     writes = node.writer.writes
     assert node.writer.pending() == []
     assert writes == node.writer.writes  # nothing unchanged is written again
+
+
+async def test_a_health_stream_that_ends_leaves_the_claims_devices_unknown(node: DraNode):
+    """When the driver's health stream ends the kubelet clears the driver from its health info cache, and its
+    devices read Unknown without a message until a new stream reports them (kubernetes
+    pkg/kubelet/cm/dra/manager.go HandleWatchResourcesStream, v1.36; pkg/kubelet/cm/dra/healthinfo.go
+    getHealthInfo at commit 0062353)."""
+    (pod,) = await node.applier.apply(MANIFEST)
+    await eventually(lambda: node.writer.pending() == [] and node.writer.writes > 0, "the first status write")
+    node.driver.health.stop_streams()  # every stream ends now, and any new one at once
+
+    def healths() -> list[tuple[str, str]]:
+        entries = node.stored_resources_status(pod) or []
+        return [(r["health"], r.get("message", "")) for e in entries for r in e["resources"]]
+
+    await eventually(lambda: healths() == [("Unknown", "")], "the API server's copy to read Unknown")
+
+
+async def test_a_driver_without_the_health_service_gets_no_stream_and_its_devices_read_unknown(
+    apiserver: FakeApiServer, root: Path
+):
+    """A plugin that does not list ``v1alpha1.DRAResourceHealth`` (NVIDIA's driver without the
+    NVMLDeviceHealthCheck gate) is not asked for health; the claim's entry is there, Unknown (kubernetes
+    pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go and pkg/kubelet/cm/dra/manager.go, v1.36)."""
+    inputs = InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))
+    settings = DraSettings(driver=DRIVER, cdi_root=root / "cdi", mig_mode="static")
+    driver = DraDriver(
+        LiveInventory(load_inventory(inputs)), KubeletPaths(root / "kubelet"), settings, apiserver.client
+    )
+    await driver.start()
+    client = apiserver.client()
+    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, api_client=client)
+    try:
+        await driver.wait_published()
+        await kubelet.start()
+        await eventually(lambda: DRIVER in kubelet.dra_plugins.plugins, "the DRA driver to register")
+        (pod,) = await ManifestApplier(client, kubelet, NODE).apply(MANIFEST)
+        assert pod.result is not None and pod.result.phase == "Running"
+        (entry,) = kubelet.allocated_resources_status(pod.uid)["main"]
+        assert entry["name"] == "claim:g"
+        assert [r["health"] for r in entry["resources"]] == ["Unknown"]
+        assert kubelet.health_streams.opened == 0
+    finally:
+        await kubelet.stop()
+        await driver.stop()
+        await client.close()
+
+
+# --- device plugin ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def dp_node(root: Path) -> AsyncIterator[FakeNode]:
+    """``fakegpu plugin --gpus 2xh100-80gb`` and the kubelet emulator (the reading's device-plugin node)."""
+    async with FakeNode(root / "dp", InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))) as fake:
+        yield fake
+
+
+def dp_entries(fake: FakeNode, uid: str) -> list[dict[str, Any]]:
+    (main,) = fake.container_statuses(uid)
+    return list(main.get("allocatedResourcesStatus", []))
+
+
+async def test_a_device_plugin_gpu_off_the_bus_turns_unhealthy_in_the_container_status(dp_node: FakeNode):
+    """One entry named for the resource, the device ID as ``resourceID``, Healthy before and Unhealthy after the
+    GPU fell off the bus, no message (follows kubernetes pkg/kubelet/cm/devicemanager/manager.go
+    UpdateAllocatedResourcesStatus, v1.36; the reading on a real Kubernetes v1.36.2 cluster)."""
+    pod = await dp_node.run_pod("p1", {"main": {"nvidia.com/gpu": 1}}, name="trainer")
+    assert pod.admitted
+    (device,) = dp_node.kubelet.manager.container_devices("p1", "main")["nvidia.com/gpu"]
+    assert device.startswith("GPU-")
+    assert dp_entries(dp_node, "p1") == [
+        {"name": "nvidia.com/gpu", "resources": [{"health": "Healthy", "resourceID": device}]}
+    ]
+    gpu = next(g for g in dp_node.inventory.node.gpus if g.uuid == device)
+    dp_node.live.strike_gpu(gpu.uuid, GpuFault(kind="off-bus"))
+    await dp_node.wait_kubelet_current(what="the GPU off the bus")
+    assert dp_entries(dp_node, "p1") == [
+        {"name": "nvidia.com/gpu", "resources": [{"health": "Unhealthy", "resourceID": device}]}
+    ]
+
+
+async def test_a_container_without_devices_has_no_entry_and_an_ended_stream_reads_unhealthy(dp_node: FakeNode):
+    """A container that holds no device gets no ``allocatedResourcesStatus``; when the plugin's ListAndWatch
+    stream ends the kubelet marks every device of the resource Unhealthy (``markResourceUnhealthy``), and once
+    the grace period has forgotten the resource its devices read Healthy again, the kubelet's default for a
+    device it does not know (kubernetes pkg/kubelet/cm/devicemanager/manager.go, v1.36)."""
+    await dp_node.run_pod("p1", {"main": {"nvidia.com/gpu": 1}, "idle": {}}, name="two")
+    statuses = {s["name"]: s for s in dp_node.container_statuses("p1")}
+    assert "allocatedResourcesStatus" not in statuses["idle"]
+    assert dp_entries_of(statuses["main"]) == ["Healthy"]
+    await dp_node.end_streams("nvidia.com/gpu")
+    assert dp_entries_of(dp_node.container_statuses("p1")[0]) == ["Unhealthy"]
+    await dp_node.stop_plugins()
+    dp_node.kubelet.clock.advance(dp_node.kubelet.manager.grace_period + 1)
+    assert dp_node.capacity() == {}  # the resource is forgotten
+    assert dp_entries_of(dp_node.container_statuses("p1")[0]) == ["Healthy"]
+
+
+def dp_entries_of(status: dict[str, Any]) -> list[str]:
+    return [r["health"] for e in status.get("allocatedResourcesStatus", []) for r in e["resources"]]
