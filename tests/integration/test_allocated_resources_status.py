@@ -10,6 +10,8 @@ driver's message).
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +19,11 @@ from typing import Any
 
 import pytest
 
+from fakegpu.cli.main import main
+from fakegpu.control.server import AdminServer
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.device_classes import device_classes
+from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_status import PodStatusWriter
@@ -187,6 +192,35 @@ async def test_a_driver_without_the_health_service_gets_no_stream_and_its_device
         await kubelet.stop()
         await driver.stop()
         await client.close()
+
+
+async def test_ctl_pods_shows_the_health_line_per_resource_id_and_the_api_field(node: DraNode, root: Path, capsys):
+    """``fakegpu ctl pods`` prints one line per resource ID (entry, ID, health, the driver's message);
+    ``-o json`` carries each container's ``allocatedResourcesStatus`` exactly as the pod's status has it."""
+    server = AdminServer(root / "kubelet" / "fakegpu-kubelet.sock", kubelet_ops(node.kubelet))
+    await server.start()
+    try:
+        (pod,) = await node.applier.apply(MANIFEST)
+        node.driver.live.strike_gpu("0", GpuFault(kind="off-bus"))
+        await eventually(
+            lambda: (
+                [r["health"] for e in node.kubelet.allocated_resources_status(pod.uid)["main"] for r in e["resources"]]
+                == ["Unhealthy"]
+            ),
+            "the kubelet to see the GPU off the bus",
+        )
+        (entry,) = node.kubelet.allocated_resources_status(pod.uid)["main"]
+        (resource,) = entry["resources"]
+        argv = ["ctl", "--kubelet-dir", str(root / "kubelet"), "pods"]
+        assert await asyncio.to_thread(main, argv) == 0
+        text = capsys.readouterr().out
+        line = f"    health   claim:g {resource['resourceID']}: Unhealthy ({resource['message']})"
+        assert line in text.splitlines(), text
+        assert await asyncio.to_thread(main, [*argv, "-o", "json"]) == 0
+        (shown,) = json.loads(capsys.readouterr().out)
+        assert shown["containers"][0]["allocatedResourcesStatus"] == [entry]
+    finally:
+        await server.stop()
 
 
 # --- device plugin ---------------------------------------------------------------------------------------------
