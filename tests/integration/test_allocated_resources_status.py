@@ -21,6 +21,7 @@ import pytest
 
 from fakegpu.cli.main import main
 from fakegpu.control.server import AdminServer
+from fakegpu.dra import health_service
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.device_classes import device_classes
 from fakegpu.kubelet.admin_ops import kubelet_ops
@@ -169,6 +170,30 @@ async def test_a_health_stream_that_ends_leaves_the_claims_devices_unknown(node:
         return [(r["health"], r.get("message", "")) for e in entries for r in e["resources"]]
 
     await eventually(lambda: healths() == [("Unknown", "")], "the API server's copy to read Unknown")
+
+
+async def test_health_older_than_its_timeout_reads_unknown_and_is_written_without_a_new_report(
+    node: DraNode, monkeypatch: pytest.MonkeyPatch
+):
+    """A device whose last report is older than its ``health_check_timeout_seconds`` reads Unknown (no message);
+    the kubelet emulator looks again when the timeout passes, so the API server's copy changes with no report
+    coming (kubernetes pkg/kubelet/cm/dra/healthinfo.go getHealthInfo at commit 0062353)."""
+    monkeypatch.setattr(health_service, "HEALTH_CHECK_TIMEOUT_SECONDS", 1)
+    node.driver.health.heartbeat = 3600.0  # the driver goes quiet after its next report
+    (pod,) = await node.applier.apply(MANIFEST)
+    node.driver.live.strike_gpu("1", GpuFault(kind="off-bus"))  # a report (the other GPU) with the 1 s timeout
+    await eventually(
+        lambda: (
+            node.kubelet.dra_health.drivers.get(DRIVER, {}).get(f"{NODE}/gpu-0") is not None
+            and node.kubelet.dra_health.drivers[DRIVER][f"{NODE}/gpu-0"].timeout == 1.0
+        ),
+        "the kubelet to take the 1 s timeout",
+    )
+
+    def healths() -> list[str]:
+        return [r["health"] for e in node.stored_resources_status(pod) or [] for r in e["resources"]]
+
+    await eventually(lambda: healths() == ["Unknown"], "the API server's copy to read Unknown", timeout=10)
 
 
 async def test_a_driver_without_the_health_service_gets_no_stream_and_its_devices_read_unknown(

@@ -10,6 +10,7 @@ from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.dra_health import DEFAULT_HEALTH_TIMEOUT, HealthInfoCache
 from fakegpu.kubelet.dra_plugins import PreparedDevice
 from fakegpu.kubelet.dra_state import ClaimInfo
+from fakegpu.kubelet.pod_records import PodRecord, read_records, write_record
 from fakegpu.kubelet.resource_health import dra_status
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2
 
@@ -109,3 +110,14 @@ def test_a_claim_not_prepared_has_no_entry():
     info = claim("c")
     info.prepared = False
     assert dra_status([ContainerClaim("c")], {"c": "c"}, {"c": info}, cache) == []
+
+
+def test_a_pods_claim_entries_survive_in_its_record(tmp_path):
+    """A restarted emulator still names the entries ``claim:<pod claim name>`` (the API server's pod status would
+    tell a restarted kubelet)."""
+    record = PodRecord("u1", "trainer", "default", (), "Running", claims=(), claim_entries={"g": "trainer-g-x1"})
+    write_record(tmp_path, record)
+    (back,) = read_records(tmp_path)
+    assert back.claim_entries == {"g": "trainer-g-x1"}
+    write_record(tmp_path, PodRecord("u2", "plain", "default", (), "Running", order=1))
+    assert [r.claim_entries for r in read_records(tmp_path)] == [{"g": "trainer-g-x1"}, None]
