@@ -1,10 +1,12 @@
-"""Whether a virtual node's IMEX daemon answers READY, from the faults its Node carries.
+"""Whether a node's IMEX daemon answers READY, from the faults on its GPUs: per GPU from its condition and XIDs
+(``gpu_breaks_imex``, what a real node's live inventory holds), per virtual node from the faults its Node's
+annotation records (``imex_not_ready_reason``, which ``fakegpu.virtual_nodes.imex_daemons`` reads).
 
 NVIDIA's daemon entry in a ComputeDomainClique is Ready while the daemon's pod is Ready, and the pod's probe
 is ``compute-domain-daemon check``: on a node of a clique it runs ``nvidia-imex-ctl -q`` and passes only on
-the answer ``READY`` (``cmd/compute-domain-daemon/main.go`` ``check``, ``cdclique.go`` of
-kubernetes-sigs/dra-driver-nvidia-gpu at commit 0807eed). ``nvidia-imex`` itself is not open: what breaks its
-readiness is fakegpu's model, the same one the emulated daemon of a real node follows
+the answer ``READY`` (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/compute-domain-daemon/main.go`` ``check`` at
+commit 0807eed; ``cdclique.go`` ``updateDaemonStatus`` at commit 3fe9487). ``nvidia-imex`` itself is not
+open: what breaks its readiness is fakegpu's model, the same one the emulated daemon of a real node follows
 (``fakegpu.dra.compute_domain.daemon_emulation``: NotReady while a GPU of the node is unhealthy), stated
 per fault kind. A GPU breaks the node's IMEX domain when
 
