@@ -296,9 +296,11 @@ class ImexDaemons:
             try:
                 await self.reconcile()
                 failures = 0
-            except (ApiCallError, KubeconfigError, RuntimeError) as exc:
+            except Exception as exc:  # an API failure, or a bug: the daemons go on, as the watcher's workers do
                 failures += 1
                 pause = jittered_pause(failures)
+                if not isinstance(exc, (ApiCallError, KubeconfigError, RuntimeError)):
+                    log.exception("IMEX daemons: reconcile failed")
                 self.say(f"warning: IMEX daemons: {exc}; trying again in {pause:.1f} s")
                 await asyncio.sleep(pause)
                 self._wake.set()

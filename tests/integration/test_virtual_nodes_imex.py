@@ -254,3 +254,22 @@ async def test_with_compute_domain_cliques_off_no_daemon_is_played(server):
         assert await asyncio.wait_for(task, 5) == 0, out.getvalue()
         await client.close()
     assert server.count("list", "pods") == server.count("list", "resourceclaims") == 0
+
+
+async def test_a_failing_or_conflicting_write_is_tried_again(fleet):
+    """A clique write the API server refuses past the client's retries is tried again after a pause (NVIDIA's
+    daemon retries through its work queue); one that conflicts with another writer reads the clique again."""
+    uid = await create_domain(fleet.client, 4)
+    rack0 = fleet.rack("rack-0")
+    await run_workers(fleet, uid, rack0)
+    await eventually(lambda: fleet.status() == "Ready", "the domain Ready", detail=fleet.domain)
+
+    fleet.server.fail_next("patch", "computedomaincliques", 503, times=4)
+    await fleet.set_faults(rack0[1], "fabric status=ERROR_TIMEOUT")
+    await eventually(lambda: fleet.status() == "NotReady", "the domain NotReady despite the failed writes")
+    assert "warning: IMEX daemons: patching ComputeDomainClique" in fleet.out.getvalue()
+
+    fleet.server.fail_next("patch", "computedomaincliques", 409)
+    await fleet.set_faults(rack0[1], None)
+    await eventually(lambda: fleet.status() == "Ready", "the domain Ready after the conflict")
+    assert fleet.entries() == dict.fromkeys(rack0, "Ready")
