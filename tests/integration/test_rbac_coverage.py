@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import copy
+import functools
 import importlib
 import io
 import socket
@@ -531,8 +532,39 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
         apiserver.fail_next("deletecollection", "nodes", 405)
         args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "kwok-gpu-", "--delete"])
         assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
+        await exercise_virtual_imex_daemons(apiserver, client)
     finally:
         await client.close()
+
+
+async def exercise_virtual_imex_daemons(apiserver: FakeApiServer, client: Any) -> None:
+    """``--watch`` on an NVL72 rack plays the nodes' IMEX daemons: it follows pods and claims, labels the node
+    of a channel claim and writes its entry into the domain's ComputeDomainClique."""
+    nvl = ["--gpus", "4xgb200", "--racks", "1", "--nodes-per-rack", "2", "--gpu-mode", "dra", "--name-prefix", "nvl-"]
+    stop = asyncio.Event()
+    out = io.StringIO()
+    args = cli_parser().parse_args(["virtual-nodes", *nvl, "--watch"])
+    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out))
+
+    def daemons(count: int) -> bool:
+        return sum(len(c.get("daemons") or []) for c in apiserver.objects("computedomaincliques")) == count
+
+    for i in range(2):  # the first daemon creates the clique, the second patches it
+        name = f"worker-{i}"
+        pod = apiserver.create_direct(_pod(name))
+        claim = channel_claim(f"{name}-channel", f"nvl-000{i}", "domain-uid")
+        claim["status"]["reservedFor"] = [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}]
+        apiserver.create_direct(claim)
+        pod["spec"].update(
+            nodeName=f"nvl-000{i}", resourceClaims=[{"name": "ch", "resourceClaimName": f"{name}-channel"}]
+        )
+        apiserver.update_direct(pod)
+        await eventually(functools.partial(daemons, i + 1), f"the daemon of nvl-000{i}")
+        assert not task.done(), out.getvalue()
+    stop.set()
+    assert await asyncio.wait_for(task, 5.0) == 0, out.getvalue()
+    args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "nvl-", "--delete"])
+    assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
 
 
 def _pod(name: str) -> dict[str, Any]:
