@@ -54,8 +54,6 @@ CHECKS: Final[dict[str, str]] = {
 """Fault kind (and health-event kind) -> the check whose name starts the Event's reason."""
 NOT_HEALTHY: Final = "IsNotHealthy"
 HEALTHY: Final = "IsHealthy"
-_NO_XID_KINDS: Final = frozenset({"thermal", "power", "fabric", "gpu-lost"})
-"""Kinds no XID comes with: a new XID on their GPU is a notice of its own."""
 XID_KINDS: Final[dict[int, str]] = {
     OFF_THE_BUS_XID: "off-bus",
     DBE_XID: "ecc-uncorrectable",
@@ -186,8 +184,8 @@ def _by_kind(a: GpuCondition, added: list[str], xids: list[int], repeated: list[
     groups: dict[str, list[int]] = {kind: [] for kind in added}
     for xid in xids:
         kind = XID_KINDS.get(xid, "xid")
-        if kind not in a.kinds or kind in _NO_XID_KINDS:
-            kind = "xid"
+        if kind not in a.kinds or ("xid" in added and kind not in added):
+            kind = "xid"  # a plain XID event, or an xid fault naming an XID another kind also reports
         if xid not in groups.setdefault(kind, []):
             groups[kind].append(xid)
     for kind in repeated:

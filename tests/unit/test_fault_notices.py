@@ -132,3 +132,13 @@ def test_a_hotter_gpu_is_told_again_a_same_reading_is_not(live):
     assert follow.take() == []
     live.strike_gpu("0", GpuFault(kind="thermal", temperature=99))
     assert [m.split(": ", 1)[1][:24] for _, m in follow.take()] == ["thermal: temperature 99 "]
+
+
+def test_an_xid_fault_naming_an_ecc_xid_is_told_as_an_xid(live):
+    follow = Follow(live)
+    live.strike_gpu("0", GpuFault(kind="ecc-uncorrectable"))
+    follow.take()
+    live.strike_gpu("0", GpuFault(kind="xid", xid=94))
+    assert [(r, m.split(": ")[1]) for r, m in follow.take()] == [("GpuXidErrorIsNotHealthy", "xid, XID 94")]
+    live.inject_xid("0", 94)  # the same XID again, no new kind: the ECC fault's XID
+    assert [r for r, _ in follow.take()] == ["GpuMemWatchIsNotHealthy"]
