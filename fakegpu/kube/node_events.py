@@ -233,7 +233,7 @@ class NodeFaultEvents:
                 self._failing = True
                 target = client_target(self.recorder.client)
                 log.warning(
-                    "recording GPU fault Event %s on node %s failed (retrying; logged once until it works): %s",
+                    "recording GPU fault Event %s on node %s failed (logged once until a write works again): %s",
                     notice.reason,
                     self.recorder.node_name,
                     api_failure(exc, target),
