@@ -32,6 +32,7 @@ from fakegpu.cli.cleanup_command import run_cleanup
 from fakegpu.cli.compute_domain_controller_command import serve_compute_domain_controller
 from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
+from fakegpu.control.client import admin_call
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.compute_domain.resources import ComputeDomain
 from fakegpu.dra.daemon import DraDriver, DraSettings
@@ -40,6 +41,7 @@ from fakegpu.fakeplugin.node_sync import ConfigSelection
 from fakegpu.kube.pod_annotations import PodAnnotations
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
@@ -269,6 +271,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
     apiserver.create_direct(_pod("train"))
     dcgm = ListenAddress("127.0.0.1", _free_port())
+    admin = root / "plugin-admin.sock"
     task = asyncio.create_task(
         run_plugin_daemon(
             inputs,
@@ -276,6 +279,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             stop=stop,
             node=settings,
             telemetry=TelemetrySettings(dcgm_address=dcgm),
+            admin_socket=admin,
         )
     )
     try:
@@ -301,6 +305,11 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config
             apiserver.update_direct(node)
             await eventually(_replicas_are(apiserver, replicas), f"NodeFeature of {config}")
+        # A GPU fault is an Event on the Node (create), the same one again counted on it (patch).
+        await admin_call(admin, "xid", target="0", xid=48)
+        await eventually(lambda: apiserver.count("create", "events") == 1, "the fault's Event")
+        await admin_call(admin, "xid", target="0", xid=48)
+        await eventually(lambda: apiserver.count("patch", "events") == 1, "the repeat counted")
     finally:
         try:
             await stop_and_wait(stop, task)
@@ -345,6 +354,11 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         live.replace(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xh100-80gb",))))
         await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
         assert await driver.publisher.delete_all() > 0
+        # A GPU fault is an Event on the Node (create), the same one again counted on it (patch).
+        for _ in range(2):
+            live.strike_gpu("0", GpuFault(kind="ecc-correctable", count=10))
+            await asyncio.sleep(0)
+        await eventually(lambda: apiserver.count("patch", "events") == 1, "the fault's Event, counted twice")
         # With --dcgm-address, each scrape looks up the annotations of the pods holding prepared devices.
         annotations = PodAnnotations(apiserver.client)
         apiserver.create_direct(_pod("user"))
@@ -615,6 +629,7 @@ COMPONENTS = {
             (
                 "fakegpu/fakeplugin",
                 "fakegpu/kube/client.py",
+                "fakegpu/kube/node_events.py",
                 "fakegpu/kube/node_watch.py",
                 "fakegpu/kube/pod_annotations.py",
             ),
@@ -627,6 +642,7 @@ COMPONENTS = {
             (
                 "fakegpu/dra",
                 "fakegpu/kube/client.py",
+                "fakegpu/kube/node_events.py",
                 "fakegpu/kube/discovery.py",
                 "fakegpu/kube/pod_annotations.py",
                 "fakegpu/kube/node_watch.py",
