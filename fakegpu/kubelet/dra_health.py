@@ -123,9 +123,6 @@ class HealthStreams:
         """Reports received on every stream (a test's barrier: the kubelet has read the driver's list)."""
         self.opened = 0
 
-    def watches(self, driver: str) -> bool:
-        return any(d == driver for d, _e in self._tasks)
-
     def start(self, driver: str, endpoint: Path, supported: Sequence[str]) -> None:
         """A plugin registered: watch its health when it lists the health service."""
         if HEALTH_SERVICE not in supported:

@@ -19,6 +19,12 @@ Its DRA face (``dra_plugins``, ``dra_manager``): plugins of type ``DRAPlugin`` r
 claim cannot be prepared the pod stays ``Pending`` with its containers waiting in ``ContainerCreating``,
 the error kept on the pod as the kubelet's ``FailedPrepareDynamicResources`` event, and the kubelet tries
 again with backoff until it works or the pod is deleted. A claim no pod uses any more is unprepared.
+
+Device health reaches the pods as a v1.36 kubelet shows it (KEP-4680): each regular container's
+``allocatedResourcesStatus`` (:meth:`KubeletEmulator.allocated_resources_status`, ``resource_health``) from the
+device plugins' ListAndWatch health and the DRA drivers' ``NodeWatchResources`` streams (``dra_health``);
+:meth:`KubeletEmulator.subscribe` tells a listener when it may have changed (``pod_status.PodStatusWriter``
+writes it to an API server).
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class PodStatusWriter:
         self.written: dict[str, dict[str, Any]] = {}
         """The status last written per pod UID."""
         self.writes = 0
+        self.passes = 0
+        """Looks at the tracked pods finished (a test's barrier: a change before it has been looked at)."""
         self.last_error = ""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -161,4 +163,5 @@ class PodStatusWriter:
                 continue
             self.written[uid] = status
             self.writes += 1
+        self.passes += 1
         return ok

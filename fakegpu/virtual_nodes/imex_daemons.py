@@ -15,7 +15,7 @@ program, so this does it for every virtual node of the fleet at once:
   and Pods (which node each is bound to). Each is one list, then one watch: nothing is polled;
 - a node holds a domain while a claim allocated there is reserved for a pod bound to it; a channel claim
   labels the node, and the node's daemon entry is Ready, or NotReady while a fault on its GPUs breaks the
-  IMEX domain (``fakegpu.virtual_nodes.imex_readiness``);
+  IMEX domain (``fakegpu.dra.compute_domain.imex_readiness``);
 - what it wants is compared with what it last wrote (or, the first time, read): a clique is read and
   written only when one of its virtual nodes' entries changes, with one patch for all of them, and a fault
   on a node that holds no domain writes nothing. The entries keep NVIDIA's indices (``with_entry``: a node
@@ -42,6 +42,7 @@ from fakegpu.dra.claim_reader import CLAIM_KINDS
 from fakegpu.dra.compute_domain.daemon_emulation import LOCALHOST, MAX_CONFLICT_RETRIES, with_entry
 from fakegpu.dra.compute_domain.domain_api import clique_object_name
 from fakegpu.dra.compute_domain.fabric_clique import FabricError, node_clique_id
+from fakegpu.dra.compute_domain.imex_readiness import imex_not_ready_reason
 from fakegpu.dra.compute_domain.resources import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -56,7 +57,6 @@ from fakegpu.sharing.fault_record import FAULTS_ANNOTATION, decode_faults
 from fakegpu.virtual_nodes.api import Api, ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
 from fakegpu.virtual_nodes.imex_claims import DomainHold, claim_key, safe_domain_hold
-from fakegpu.virtual_nodes.imex_readiness import imex_not_ready_reason
 from fakegpu.virtual_nodes.pools import VirtualNode
 
 log = logging.getLogger(__name__)
@@ -296,9 +296,11 @@ class ImexDaemons:
             try:
                 await self.reconcile()
                 failures = 0
-            except (ApiCallError, KubeconfigError, RuntimeError) as exc:
+            except Exception as exc:  # an API failure, or a bug: the daemons go on, as the watcher's workers do
                 failures += 1
                 pause = jittered_pause(failures)
+                if not isinstance(exc, (ApiCallError, KubeconfigError, RuntimeError)):
+                    log.exception("IMEX daemons: reconcile failed")
                 self.say(f"warning: IMEX daemons: {exc}; trying again in {pause:.1f} s")
                 await asyncio.sleep(pause)
                 self._wake.set()

@@ -180,9 +180,12 @@ async def test_a_domain_on_one_rack_turns_ready_goes_not_ready_on_a_fabric_fault
         assert node is not None and node["metadata"]["labels"][LABEL] == uid
     assert [d["name"] for d in fleet.domain()["status"]["nodes"]] == sorted(rack0)
 
+    reads, writes = fleet.server.count("get", "computedomaincliques"), fleet.clique_writes()
     await fleet.set_faults(rack0[2], "fabric")
     await eventually(lambda: fleet.status() == "NotReady", "the domain NotReady after the fabric fault")
     assert fleet.entries() == {**dict.fromkeys(rack0, "Ready"), rack0[2]: "NotReady"}
+    assert fleet.server.count("get", "computedomaincliques") - reads == 1
+    assert fleet.clique_writes() - writes == 1, "one read and one patch of the clique per change"
     assert f"IMEX daemon on node {rack0[2]}: NotReady (GPU 0: NVLink fabric registration failed" in (
         fleet.out.getvalue()
     )
@@ -225,3 +228,48 @@ async def test_a_deleted_pod_takes_its_node_out_of_the_domain(fleet):
     await eventually(lambda: fleet.status() == "NotReady", "the domain NotReady")
     node = fleet.server.get_object("nodes", rack0[3])
     assert node is not None and LABEL not in node["metadata"]["labels"]
+
+
+async def test_with_compute_domain_cliques_off_no_daemon_is_played(server):
+    """With the gate off NVIDIA's daemons write the domain's ``status.nodes`` themselves
+    (``cmd/compute-domain-daemon/cdstatus.go`` at commit 3fe9487), a path the virtual nodes do not play: it
+    says so once, and follows nothing."""
+    client = server.client()
+    stop = asyncio.Event()
+    out = io.StringIO()
+    args = parse(
+        "--gpus", "4xgb200", "--racks", "1", "--nodes-per-rack", "2", "--gpu-mode", "dra", "--watch",
+        "--feature-gates", "ComputeDomainCliques=false",
+    )  # fmt: skip
+    watchers: list[Watcher] = []
+    task = asyncio.create_task(
+        run_virtual_nodes(args, client=client, stop=stop, out=out, err=out, retry_pause=0.01, watching=watchers.append)
+    )
+    try:
+        await eventually(lambda: bool(watchers) or task.done(), "the watch to start")
+        assert watchers and watchers[0].imex is None, out.getvalue()
+        assert "ComputeDomainCliques is off: the virtual nodes do not play their IMEX daemons" in out.getvalue()
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 5) == 0, out.getvalue()
+        await client.close()
+    assert server.count("list", "pods") == server.count("list", "resourceclaims") == 0
+
+
+async def test_a_failing_or_conflicting_write_is_tried_again(fleet):
+    """A clique write the API server refuses past the client's retries is tried again after a pause (NVIDIA's
+    daemon retries through its work queue); one that conflicts with another writer reads the clique again."""
+    uid = await create_domain(fleet.client, 4)
+    rack0 = fleet.rack("rack-0")
+    await run_workers(fleet, uid, rack0)
+    await eventually(lambda: fleet.status() == "Ready", "the domain Ready", detail=fleet.domain)
+
+    fleet.server.fail_next("patch", "computedomaincliques", 503, times=4)
+    await fleet.set_faults(rack0[1], "fabric status=ERROR_TIMEOUT")
+    await eventually(lambda: fleet.status() == "NotReady", "the domain NotReady despite the failed writes")
+    assert "warning: IMEX daemons: patching ComputeDomainClique" in fleet.out.getvalue()
+
+    fleet.server.fail_next("patch", "computedomaincliques", 409)
+    await fleet.set_faults(rack0[1], None)
+    await eventually(lambda: fleet.status() == "Ready", "the domain Ready after the conflict")
+    assert fleet.entries() == dict.fromkeys(rack0, "Ready")

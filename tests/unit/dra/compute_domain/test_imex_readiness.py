@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.dra.compute_domain.imex_readiness import imex_not_ready_reason
 from fakegpu.sharing.gpu_faults import GpuFault, parse_fault_text
-from fakegpu.virtual_nodes.imex_readiness import imex_not_ready_reason
 from tests.inventory_builders import inventory
 
 

@@ -1,10 +1,14 @@
-"""Whether a virtual node's IMEX daemon answers READY, from the faults its Node carries.
+"""Whether a node's IMEX daemon answers READY, from the faults on its GPUs: per GPU from its condition and XIDs
+(``gpu_breaks_imex``); on a real node from what its live inventory holds (``imex_blockers``, which the
+emulated daemons read: ``daemon_emulation`` for the driver-managed daemon, ``host_imex`` for a host-managed
+one), per virtual node from the faults its Node's annotation records (``imex_not_ready_reason``, which
+``fakegpu.virtual_nodes.imex_daemons`` reads). On a node without a clique the check is a no-op that succeeds.
 
 NVIDIA's daemon entry in a ComputeDomainClique is Ready while the daemon's pod is Ready, and the pod's probe
 is ``compute-domain-daemon check``: on a node of a clique it runs ``nvidia-imex-ctl -q`` and passes only on
-the answer ``READY`` (``cmd/compute-domain-daemon/main.go`` ``check``, ``cdclique.go`` of
-kubernetes-sigs/dra-driver-nvidia-gpu at commit 0807eed). ``nvidia-imex`` itself is not open: what breaks its
-readiness is fakegpu's model, the same one the emulated daemon of a real node follows
+the answer ``READY`` (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/compute-domain-daemon/main.go`` ``check`` at
+commit 0807eed; ``cdclique.go`` ``updateDaemonStatus`` at commit 3fe9487). ``nvidia-imex`` itself is not
+open: what breaks its readiness is fakegpu's model, the same one the emulated daemon of a real node follows
 (``fakegpu.dra.compute_domain.daemon_emulation``: NotReady while a GPU of the node is unhealthy), stated
 per fault kind. A GPU breaks the node's IMEX domain when
 
@@ -28,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from fakegpu.sharing.fault_record import NodeFaults
 from fakegpu.sharing.gpu_condition import HEALTHY_CONDITION, GpuCondition, strike
 from fakegpu.sharing.health import XidPolicy
+from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.node import PhysicalGpu
 
 DRA_XID_POLICY = XidPolicy.for_dra_driver({})
@@ -71,3 +76,19 @@ def imex_not_ready_reason(faults: NodeFaults, gpus: Sequence[PhysicalGpu]) -> st
         if why is not None:
             reasons.append(f"GPU {index}: {why}")
     return "; ".join(reasons) or None
+
+
+def imex_blockers(live: LiveInventory) -> list[str]:
+    """Why a real node's IMEX daemon is not ready, one phrase per GPU in the way (none: ready): the GPU's
+    condition as for a virtual node, then a GPU the live inventory holds unhealthy (an XID its policy counts,
+    ``fakegpu ctl health``)."""
+    unhealthy = live.unhealthy()
+    out: list[str] = []
+    for gpu in live.inventory.node.gpus:
+        why = gpu_breaks_imex(live.condition(gpu.uuid), ())
+        if why is None and any(uuid in unhealthy for uuid in gpu.uuids):
+            xids = sorted({x for u in gpu.uuids if (x := unhealthy.get(u)) is not None})
+            why = "unhealthy" + (f" (XID {', '.join(map(str, xids))})" if xids else "")
+        if why is not None:
+            out.append(f"GPU {gpu.index} ({gpu.uuid}) {why}")
+    return out
