@@ -1,12 +1,12 @@
 """Runs a scenario's inject steps against a live daemon through its admin socket (``scenario run --socket``).
 
-No node is started: ``xid``, ``health``, ``fault``, ``gpu_fault``, ``recover``, ``end_streams`` and
-``restart: plugins`` become the daemon's admin ops, ``plugins_looked`` polls its ``status`` until the plugins' watch loop has taken two
-more steps, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
-kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the
-daemon's face does not serve, once its status says which face it is. The output and exit statuses are
-the embedded runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad
-file or no daemon to talk to.
+No node is started: ``xid``, ``health``, ``fault``, ``gpu_fault``, ``recover``, ``end_streams`` and ``restart:
+plugins`` become the daemon's admin ops, ``plugins_looked`` polls its ``status`` until the plugins' watch loop
+has taken two more steps, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
+kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the daemon's
+face does not serve, once its status says which face it is. The output and exit statuses are the embedded
+runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad file or no daemon to
+talk to.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Runs a scenario: a FakeNode (kubelet emulator + fakegpu's real plugins over Unix sockets) and its steps.
 
 No step can pass on stale state: an inject step (``xid``, ``health``, ``gpu_fault``, ``recover``,
-``end_streams``, ``restart: plugins``, ``reconfigure``) returns only once the kubelet emulator has seen its effect (the FakeNode's actions wait for
-the device update to reach it), and ``expect`` is an eventually check that fails with what it waited for and
-the last values seen; ``expect_now`` checks at once.
+``end_streams``, ``restart: plugins``, ``reconfigure``) returns only once the kubelet emulator has seen its
+effect (the FakeNode's actions wait for the device update to reach it), and ``expect`` is an eventually check
+that fails with what it waited for and the last values seen; ``expect_now`` checks at once.
 
 Each step prints one line: its number, kind, what it did, the milliseconds it took and PASS or FAIL.
 The first failing step stops the scenario and prints what was expected and what the node showed.
