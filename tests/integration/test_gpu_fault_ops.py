@@ -384,12 +384,13 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     code, out, _ = await ctl("--socket", str(sock), "status")
     assert code == 0
     assert (
-        "GPU 0 faults: thermal: 97 C; clocks at 55 % (hw_slowdown, hw_thermal_slowdown, sw_thermal_slowdown)\n"
+        "GPU 0: faults thermal; 97 C; clocks at 55 % (hw_slowdown, hw_thermal_slowdown, sw_thermal_slowdown)\n"
     ) in out
     assert (
-        "GPU 3 faults: ecc-uncorrectable: ECC uncorrectable 2 volatile / 2 aggregate, correctable 0 / 0; "
-        "remapped rows 0 correctable, 2 uncorrectable (remap pending); last XID 63\n"
+        "GPU 3: faults ecc-uncorrectable; ECC uncorrectable 2 volatile / 2 aggregate, correctable 0 / 0; "
+        "remapped rows 0 correctable, 2 uncorrectable (remap pending); last XID 63; XIDs 94 fatal, 63 fatal\n"
     ) in out
+    assert "GPU 1:" not in out
     assert "GPU 5 armed: power after_calls=4: strikes when 4 more call(s) use it\n" in out
     code, out, _ = await ctl("--socket", str(sock), "recover", "--gpu", "3", "reset")
     assert (code, out) == (
@@ -398,7 +399,10 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
         "XID-unhealthy device healthy again)\n",
     )
     code, out, _ = await ctl("--socket", str(sock), "status")
-    assert "GPU 3 faults: recovered: ECC uncorrectable 0 volatile / 2 aggregate" in out
+    assert "GPU 3: faults none; ECC uncorrectable 0 volatile / 2 aggregate" in out
+    await ctl("--socket", str(sock), "xid", "6", "13")
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert "GPU 6: faults none; readings normal; XIDs 13 application\n" in out
 
 
 @pytest.mark.parametrize(
