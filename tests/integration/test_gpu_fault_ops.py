@@ -427,3 +427,19 @@ async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error)
     got, out, err = await ctl("--socket", str(sock), *argv)
     assert (got, out) == (code, "")
     assert err.startswith(f"fakegpu: error: {error}") and err.count("\n") == 1, err
+
+
+async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin):
+    """"Fail after N calls" for an RPC, as nvml-mock's ``after_calls`` counts calls before it trips
+    (NVIDIA/k8s-test-infra ``pkg/gpu/mocknvml/engine/failure_injector.go`` @ 08a563f): the first Allocate
+    passes, the second fails with the kubelet's admission error, the third passes again."""
+    node, sock = await plugin("4xt4")
+    planned = await admin_call(sock, "fault", method="Allocate", after=1, code="INTERNAL", message="late failure")
+    assert (planned["after"], planned["times"]) == (1, 1)
+    assert (await node.run_pod("a", {"main": {GPU: 1}})).admitted
+    status = await admin_call(sock, "status")
+    assert [(f["after"], f["remaining"]) for f in status["faults"]["pending"]] == [(0, 1)]
+    second = await node.run_pod("b", {"main": {GPU: 1}})
+    assert (second.phase, second.reason) == ("Failed", "UnexpectedAdmissionError")
+    assert "late failure" in second.message
+    assert (await node.run_pod("c", {"main": {GPU: 1}})).admitted
