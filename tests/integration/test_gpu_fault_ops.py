@@ -430,7 +430,7 @@ async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error)
 
 
 async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin):
-    """"Fail after N calls" for an RPC, as nvml-mock's ``after_calls`` counts calls before it trips
+    """ "Fail after N calls" for an RPC, as nvml-mock's ``after_calls`` counts calls before it trips
     (NVIDIA/k8s-test-infra ``pkg/gpu/mocknvml/engine/failure_injector.go`` @ 08a563f): the first Allocate
     passes, the second fails with the kubelet's admission error, the third passes again."""
     node, sock = await plugin("4xt4")
