@@ -164,6 +164,16 @@ async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset
     assert node.live.condition(gpu1).kinds == ()
 
 
+async def test_uncorrectable_ecc_before_ampere_is_xid_48_and_63(plugin):
+    """Boards before Ampere retire pages: a double-bit ECC error is XID 48 (NVIDIA's XID catalogue), critical
+    for NVIDIA's health checker (``internal/rm/health.go`` @ 02597b9)."""
+    node, sock = await plugin("2xt4")
+    answer = await admin_call(sock, "gpu-fault", gpu="0", kind="ecc-uncorrectable")
+    assert answer["xids"] == [{"xid": 48, "class": "fatal"}, {"xid": 63, "class": "fatal"}]
+    assert "retired pages 0 single-bit, 1 double-bit (retirement pending)" in answer["condition"]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="GPU 0 to go")
+
+
 @pytest.mark.parametrize("fault", [{"kind": "thermal"}, {"kind": "power", "watts": 690.0}, {"kind": "fabric"}])
 async def test_thermal_power_and_fabric_leave_device_plugin_health_alone_and_clear(plugin, fault):
     """NVIDIA's device plugin reads only XID events (``internal/rm/health.go`` @ 02597b9): a hot GPU, a power
@@ -298,11 +308,20 @@ async def test_dra_thermal_power_and_fabric_taint_nothing(dra, kind):
     publish no taint and stream no change (the fabric error reaches the ComputeDomain's IMEX daemons instead)."""
     apiserver, driver, sock = dra
     generation = driver.publisher.generation
-    answer = await admin_call(sock, "gpu-fault", gpu="1", kind=kind)
-    assert (answer["changed"], answer["note"]) == ([], "no taints")
-    await driver.publisher.publish()
-    assert driver.publisher.generation == generation
-    assert taints(apiserver) == {"gpu-0": [], "gpu-1": []}
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        stream = health_stream(channel)
+        await stream_until(stream, lambda r: len(r) == 2, "both GPUs")
+        answer = await admin_call(sock, "gpu-fault", gpu="1", kind=kind)
+        assert (answer["changed"], answer["note"]) == ([], "no taints")
+        await driver.publisher.publish()
+        assert driver.publisher.generation == generation
+        assert taints(apiserver) == {"gpu-0": [], "gpu-1": []}
+        # A later change the stream does report: the report it sends is complete, so gpu-1 as it shows there
+        # is gpu-1 after the fault.
+        await admin_call(sock, "gpu-fault", gpu="0", kind="xid", xid=13)
+        report = await stream_until(stream, lambda r: bool(r["gpu-0"][1]), "gpu-0's non-fatal XID")
+        assert report["gpu-1"] == (health_pb2.HEALTHY, "")
+        stream.cancel()
 
 
 async def test_dra_after_calls_counts_claims_prepared_on_the_gpu(dra):
