@@ -455,6 +455,8 @@ async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_a
     node, sock = await plugin("4xt4")
     planned = await admin_call(sock, "fault", method="Allocate", after=1, code="INTERNAL", message="late failure")
     assert (planned["after"], planned["times"]) == (1, 1)
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert code == 0 and "  Allocate x1 after 1 more call(s): fail with INTERNAL: late failure\n" in out
     assert (await node.run_pod("a", {"main": {GPU: 1}})).admitted
     status = await admin_call(sock, "status")
     assert [(f["after"], f["remaining"]) for f in status["faults"]["pending"]] == [(0, 1)]
