@@ -25,9 +25,11 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ConfigError
 
+from fakegpu.cli.compute_domain_controller_command import _namespace
 from fakegpu.cli.inventory_options import add_inventory_options, inventory_inputs
 from fakegpu.cli.progress import progress
 from fakegpu.cli.slice_commands import add_slice_options, check_api_version_served, virtual_node_gates
+from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.dra.resource_slices import check_driver_name
 from fakegpu.kube.client import KUBECONFIG_HELP, api_failure, client_factory, client_target
 from fakegpu.kube.discovery import DiscoveryError
@@ -194,6 +196,14 @@ def add_virtual_nodes_parser(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help=f"nodes per rack (default {NVL72_NODES_PER_RACK}, an NVL72 rack's compute trays)",
     )
     racks.add_argument(
+        "--compute-domain-namespace",
+        type=_namespace,
+        default=DRIVER_NAMESPACE,
+        metavar="NS",
+        help="with --watch, the virtual nodes play their IMEX daemons: the namespace of the ComputeDomainCliques "
+        "they write, the compute-domain controller's --namespace (default %(default)s)",
+    )
+    racks.add_argument(
         "--racks-per-block", type=int, default=None, metavar="K", help="racks per block (default: all in one)"
     )
     racks.add_argument(
@@ -329,6 +339,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None =
         name_prefix=args.name_prefix,
         refresh_timestamp=args.watch,
         feature_gates=virtual_node_gates(args, os.environ if env is None else env),
+        compute_domain_namespace=args.compute_domain_namespace,
     )
 
 

@@ -1,6 +1,8 @@
 """The kubelet emulator's pods as ``fakegpu ctl pods`` prints them: per pod and container, the devices
-and what the plugins answered in Allocate (envs, mounts, device nodes, CDI devices); per ResourceClaim
-the CDI devices its drivers prepared, and why the claims could not be prepared yet."""
+and what the plugins answered in Allocate (envs, mounts, device nodes, CDI devices), and the health the
+kubelet shows in the container's ``allocatedResourcesStatus`` (one line per resource ID: entry, ID, health,
+the driver's message); per ResourceClaim the CDI devices its drivers prepared, and why the claims could not
+be prepared yet."""
 
 from __future__ import annotations
 
@@ -9,6 +11,16 @@ from typing import Any
 
 def _requests(requests: dict[str, int]) -> str:
     return ", ".join(f"{r}={n}" for r, n in sorted(requests.items())) or "no devices"
+
+
+def _health_lines(statuses: Any) -> list[str]:
+    """``health   <entry> <resource ID>: <health> (<message>)`` per resource of ``allocatedResourcesStatus``."""
+    lines = []
+    for entry in statuses:
+        for r in entry.get("resources") or []:
+            message = f" ({r['message']})" if r.get("message") else ""
+            lines.append(f"    health   {entry['name']} {r['resourceID']}: {r['health']}{message}")
+    return lines
 
 
 def render_pod(pod: dict[str, Any]) -> str:
@@ -28,6 +40,7 @@ def render_pod(pod: dict[str, Any]) -> str:
         for d in c["device_nodes"]:
             lines.append(f"    device   {d['host_path']} -> {d['container_path']} ({d['permissions']})")
         lines.extend(f"    cdi      {name}" for name in c["cdi_devices"])
+        lines.extend(_health_lines(c.get("allocatedResourcesStatus", ())))
     for claim in pod.get("claims", ()):
         done = "prepared" if claim["prepared"] else "not prepared"
         drivers = ", ".join(claim["drivers"]) or "drivers from the API server"

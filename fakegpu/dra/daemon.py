@@ -37,6 +37,7 @@ from fakegpu.dra.published_health import device_health
 from fakegpu.dra.resource_slices import SliceOptions
 from fakegpu.dra.slice_publisher import SlicePublisher, start_when_reachable
 from fakegpu.kube.client import client_factory
+from fakegpu.kube.node_events import DRA_COMPONENT, NodeEventRecorder, NodeFaultEvents
 from fakegpu.kube.pod_annotations import CachedLookups, PodAnnotations
 from fakegpu.kubeletapi.dra.v1 import api_pb2_grpc as v1_grpc
 from fakegpu.kubeletapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
@@ -224,6 +225,13 @@ class DraDriver:
         self.plugin.registration_service.on_status = self.metrics.registration_status
         self._publish_task: asyncio.Task[None] | None = None
         self._publish_error = ""
+        self.fault_events = NodeFaultEvents(
+            live,
+            NodeEventRecorder(
+                self.client, live.inventory.node.name, DRA_COMPONENT, node_uid=lambda: self.publisher.node_uid
+            ),
+        )
+        """GPU faults and recoveries as Events on the Node (``fakegpu.kube.node_events``)."""
         self.compute_domains = (
             ComputeDomainPlugin(
                 live,
@@ -304,6 +312,7 @@ class DraDriver:
         ensure_dir(self.paths.dra_plugin_dir(self.settings.driver))
         self.preparer.recover()
         await self.plugin.start()
+        self.fault_events.start()
         self._publish_task = asyncio.create_task(self._start_publishing(), name="dra-publish")
         if self.compute_domains is not None:
             await self.compute_domains.start()
@@ -323,6 +332,7 @@ class DraDriver:
         if self.compute_domains is not None:
             await self.compute_domains.stop()
         await cancel_and_wait([self._publish_task])
+        await self.fault_events.stop()
         await self.publisher.stop()
         self.health.stop_streams()
         await self.plugin.stop()

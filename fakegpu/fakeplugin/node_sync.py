@@ -18,6 +18,9 @@ once per run, and nothing restores them after that until the served config or in
 takes it once per run (``cmd/gpu-feature-discovery/main.go``: the timestamp labeler is built before the
 60 s relabel loop) and starts a new run on start-up and on SIGHUP, which its config-manager sends when the
 selected config changes; here, when the plugin starts and when the config it serves changes.
+
+While it runs, GPU faults and recoveries of the served inventory are recorded as Events on the Node
+(``fakegpu.kube.node_events``), as a node problem detector would show them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from fakegpu.fakeplugin.plugin_manager import PluginManager
 from fakegpu.kube.backoff import RETRY_PAUSE, jittered_pause, retry_note
 from fakegpu.kube.client import api_failure, client_target
 from fakegpu.kube.event_wait import wait_event
+from fakegpu.kube.node_events import DEVICE_PLUGIN_COMPONENT, NodeEventRecorder, NodeFaultEvents
 from fakegpu.kube.node_watch import NodeWatch
 from fakegpu.kube.reconcile_loop import reconcile_forever
 from fakegpu.runtime.background_tasks import cancel_and_wait
@@ -192,6 +196,8 @@ class PluginNodeSync:
         self._client: AsyncClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._unsubscribe: Callable[[], None] = lambda: None
+        self.fault_events: NodeFaultEvents | None = None
+        """GPU faults and recoveries as Events on the Node (``fakegpu.kube.node_events``), while started."""
 
     def set_initial(self, selected: str, label_value: str) -> None:
         """Record what the daemon selected before serving, so the first node event does not reload again."""
@@ -203,13 +209,22 @@ class PluginNodeSync:
         self._client = self.client_factory()
         watch = NodeWatch(self._client, self.node_name, self._on_node, self.retry_interval)
         self._unsubscribe = self.manager.live.subscribe(self._dirty.set)
+        recorder = NodeEventRecorder(self._client, self.node_name, DEVICE_PLUGIN_COMPONENT, node_uid=self._node_uid)
+        self.fault_events = NodeFaultEvents(self.manager.live, recorder)
+        self.fault_events.start()
         self._tasks = [
             asyncio.create_task(watch.run(), name="node-watch"),
             asyncio.create_task(self._loop(), name="node-sync"),
         ]
 
+    def _node_uid(self) -> str | None:
+        meta = self.node.metadata if self.node is not None else None
+        return meta.uid if meta is not None else None
+
     async def stop(self) -> None:
         self._unsubscribe()
+        if self.fault_events is not None:
+            await self.fault_events.stop()
         await cancel_and_wait(self._tasks)
         self._tasks = []
         if self._client is not None and self.label_node:

@@ -6,8 +6,10 @@ devices), restart the kubelet, move its clock.
 
 - ``status``: the node's extended resources (capacity, allocatable, in use, plugin registered or gone),
   the registered DRA drivers, the claims the kubelet prepared, and the pods with their devices.
-- ``pods``: every pod with, per container, its requests, devices, envs, mounts, device nodes, CDI devices;
-  its ResourceClaims with their CDI devices, and the last FailedPrepareDynamicResources error.
+- ``pods``: every pod with, per container, its requests, devices, envs, mounts, device nodes, CDI devices
+  and, for a regular container holding devices or claims, ``allocatedResourcesStatus`` as the kubelet writes
+  it to the pod's status (KEP-4680); its ResourceClaims with their CDI devices, and the last
+  FailedPrepareDynamicResources error.
 - ``run-pod`` (name, requests, init_requests, sidecar_requests, claims, namespace, uid): admit a pod;
   refused with the kubelet's status text when the kubelet rejects it. ``claims`` are
   ``NS/NAME/UID=DRIVER[,DRIVER]``; a pod whose claims cannot be prepared yet is answered in
@@ -70,6 +72,7 @@ class KubeletAdmin(Protocol):
     def capacity(self) -> dict[str, int]: ...
     def allocatable(self) -> dict[str, int]: ...
     def devices(self, resource: str) -> dict[str, str]: ...
+    def allocated_resources_status(self, uid: str) -> dict[str, list[dict[str, Any]]]: ...
     async def run_pod(
         self,
         uid: str,
@@ -115,6 +118,7 @@ def pod_view(kubelet: KubeletAdmin, pod: PodResult) -> dict[str, Any]:
 
     containers = []
     specs = pod.specs or tuple(ContainerSpec(name) for name in pod.containers)
+    resources_status = kubelet.allocated_resources_status(pod.uid) if pod.uid in kubelet.pods else {}
     for spec in specs:
         devices = kubelet.manager.container_devices(pod.uid, spec.name)
         merged: dict[str, Any] = {"envs": {}, "mounts": [], "device_nodes": [], "cdi_devices": [], "annotations": {}}
@@ -124,16 +128,17 @@ def pod_view(kubelet: KubeletAdmin, pod: PodResult) -> dict[str, Any]:
             merged["annotations"].update(part["annotations"])
             for key in ("mounts", "device_nodes", "cdi_devices"):
                 merged[key] += part[key]
-        containers.append(
-            {
-                "name": spec.name,
-                "kind": spec.kind,
-                "requests": dict(spec.requests),
-                "devices": devices,
-                "unhealthy": sorted(i for r, ids in devices.items() for i in ids if health(r, i) == UNHEALTHY),
-                **merged,
-            }
-        )
+        view = {
+            "name": spec.name,
+            "kind": spec.kind,
+            "requests": dict(spec.requests),
+            "devices": devices,
+            "unhealthy": sorted(i for r, ids in devices.items() for i in ids if health(r, i) == UNHEALTHY),
+            **merged,
+        }
+        if spec.name in resources_status:
+            view["allocatedResourcesStatus"] = resources_status[spec.name]
+        containers.append(view)
     claims = []
     for claim in pod.claims:
         info = kubelet.dra.claims.get(claim.key)

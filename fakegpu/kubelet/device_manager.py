@@ -9,7 +9,7 @@ forgotten after the grace period; allocation asks GetPreferredAllocation for a h
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,12 @@ class DeviceManager:
         self.resources: dict[str, ResourceState] = {}
         self.allocations: list[ContainerAllocation] = []
         self.updates = 0
+        self.on_change: Callable[[], None] | None = None
+        """Called after the devices of a resource changed (an update, a plugin gone, a resource forgotten)."""
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # -- checkpoint --------------------------------------------------------------------------
     def restore(self) -> None:
@@ -126,6 +132,7 @@ class DeviceManager:
                 len(state.healthy()),
             )
             self.write_checkpoint()
+            self._changed()
 
         async def on_end(reason: str) -> None:
             if state.endpoint is endpoint:
@@ -143,6 +150,7 @@ class DeviceManager:
         state.stop_time = self.clock.now()
         state.endpoint = None
         log.info("Device plugin disconnected; all devices of %s marked unhealthy", resource)
+        self._changed()
 
     async def close_all(self) -> None:
         for state in self.resources.values():
@@ -161,6 +169,7 @@ class DeviceManager:
             del self.resources[name]
         if expired:
             self.write_checkpoint()
+            self._changed()
 
     def capacity(self) -> dict[str, int]:
         self._gc()

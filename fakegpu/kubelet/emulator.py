@@ -19,6 +19,12 @@ Its DRA face (``dra_plugins``, ``dra_manager``): plugins of type ``DRAPlugin`` r
 claim cannot be prepared the pod stays ``Pending`` with its containers waiting in ``ContainerCreating``,
 the error kept on the pod as the kubelet's ``FailedPrepareDynamicResources`` event, and the kubelet tries
 again with backoff until it works or the pod is deleted. A claim no pod uses any more is unprepared.
+
+Device health reaches the pods as a v1.36 kubelet shows it (KEP-4680): each regular container's
+``allocatedResourcesStatus`` (:meth:`KubeletEmulator.allocated_resources_status`, ``resource_health``) from the
+device plugins' ListAndWatch health and the DRA drivers' ``NodeWatchResources`` streams (``dra_health``);
+:meth:`KubeletEmulator.subscribe` tells a listener when it may have changed (``pod_status.PodStatusWriter``
+writes it to an API server).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from fakegpu.kubelet.checkpoint import CHECKPOINT_NAME, CheckpointData, read
 from fakegpu.kubelet.clock import EmulatorClock
 from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.device_manager import ENDPOINT_STOP_GRACE_PERIOD, AdmissionError, DeviceManager
+from fakegpu.kubelet.dra_health import HealthInfoCache, HealthStreams
 from fakegpu.kubelet.dra_manager import Backoff, DraManager, PrepareFailed, UnprepareFailed
 from fakegpu.kubelet.dra_plugins import PLUGIN_TYPE as DRA_PLUGIN_TYPE
 from fakegpu.kubelet.dra_plugins import DraPluginRegistry
@@ -56,6 +63,7 @@ from fakegpu.kubelet.pod_resources_service import (
 )
 from fakegpu.kubelet.pod_spec import ContainerSpec, check_containers, effective_requests
 from fakegpu.kubelet.registration_service import KubeletRegistrationService, validate_registration
+from fakegpu.kubelet.resource_health import ResourceStatus, device_plugin_status, dra_status
 from fakegpu.kubeletapi.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from fakegpu.kubeletapi.pluginregistration.v1 import api_pb2 as reg_pb2
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as podresources_grpc
@@ -103,6 +111,12 @@ class PodResult:
     prepare_error: str = ""
     """The last FailedPrepareDynamicResources event's message ("" once the claims are prepared)."""
     prepare_attempts: int = 0
+    claim_entries: dict[str, str] | None = None
+    """The pod's claim names -> ResourceClaim names as ``status.resourceClaimStatuses`` has them (claims made
+    from templates); None when the caller gave none, and then each claim stands for itself (its entry in
+    ``allocatedResourcesStatus`` is ``claim:<ResourceClaim name>``)."""
+    images: dict[str, str] = field(default_factory=dict)
+    """Each container's image, for the container statuses written to an API server."""
 
     @property
     def admitted(self) -> bool:
@@ -137,6 +151,11 @@ class KubeletEmulator:
         self.watch_plugins_registry = watch_plugins_registry
         self.dra_plugins = DraPluginRegistry()
         self.dra = DraManager(self.paths.root / DRA_STATE_NAME, self.dra_plugins, api_client)
+        self.dra_health = HealthInfoCache()
+        """The DRA drivers' device health, from their ``NodeWatchResources`` streams."""
+        self.health_streams = HealthStreams(self.dra_health, self._notify)
+        self._listeners: list[Callable[[], None]] = []
+        self.manager.on_change = self._notify
         self.prepare_backoff = prepare_backoff or Backoff()
         self._prepare_tasks: dict[str, asyncio.Task[None]] = {}
         self._unprepare_task: asyncio.Task[None] | None = None
@@ -145,7 +164,7 @@ class KubeletEmulator:
         self._orders: dict[str, int] = {}
         self.watcher = PluginWatcher(
             self.paths.plugins_registry,
-            {"DevicePlugin": self._device_plugin_handler(), DRA_PLUGIN_TYPE: self.dra_plugins.handler()},
+            {"DevicePlugin": self._device_plugin_handler(), DRA_PLUGIN_TYPE: self._dra_plugin_handler()},
         )
         self._server: grpc.aio.Server | None = None
         self.starts = 0
@@ -224,6 +243,7 @@ class KubeletEmulator:
                 restored=True,
                 claims=record.claims,
                 cdi_devices=self.dra.cdi_devices(record.claims),
+                claim_entries=record.claim_entries,
             )
         if restored:
             log.info("kubelet emulator restored %d pod(s) from %s", restored, self.paths.root / PODS_DIR)
@@ -234,6 +254,8 @@ class KubeletEmulator:
         tasks, self._prepare_tasks = list(self._prepare_tasks.values()), {}
         await cancel_and_wait([*tasks, self._unprepare_task])
         self._unprepare_task = None
+        await self.health_streams.stop_all()
+        self.dra_health.drivers.clear()
         self.dra_plugins.clear()
         await self.manager.close_all()
         await self._pod_resources_server.stop()
@@ -274,6 +296,58 @@ class KubeletEmulator:
             self.manager.disconnect(info.name)
 
         return PluginHandler(register, deregister)
+
+    def _dra_plugin_handler(self) -> PluginHandler:
+        """The DRA registry's handler, plus the plugin's health stream (when it lists the health service)."""
+        registry = self.dra_plugins.handler()
+
+        async def register(info: reg_pb2.PluginInfo, endpoint: Path) -> None:
+            await registry.register(info, endpoint)
+            self.health_streams.start(info.name, endpoint, list(info.supported_versions))
+
+        async def deregister(info: reg_pb2.PluginInfo) -> None:
+            await registry.deregister(info)
+            await self.health_streams.stop(info.name, Path(info.endpoint))
+
+        return PluginHandler(register, deregister)
+
+    # -- health --------------------------------------------------------------------------------
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (no arguments, no await) after anything a pod's status shows may have changed: a
+        device plugin's device health, a DRA driver's health report or stream end, a pod admitted, started or
+        deleted. Returns a function that unsubscribes. The kubelet's ``resourceupdates`` channel, in short."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def allocated_resources_status(self, uid: str) -> dict[str, list[ResourceStatus]]:
+        """Per regular container of the pod, its ``allocatedResourcesStatus`` now (containers without any are
+        left out); see ``fakegpu.kubelet.resource_health``."""
+        pod = self.pods[uid]
+        entries = pod.claim_entries if pod.claim_entries is not None else {c.name: c.name for c in pod.claims}
+        claims = {name: info for (ns, name), info in self.dra.claims.items() if ns == pod.namespace}
+        out: dict[str, list[ResourceStatus]] = {}
+        for spec in pod.specs:
+            if spec.kind != "app":
+                continue
+            if pod.container_claims is None:
+                refs: tuple[ContainerClaim, ...] = tuple(ContainerClaim(c.name) for c in pod.claims)
+            else:
+                refs = pod.container_claims.get(spec.name, ())
+            status = device_plugin_status(self.manager, uid, spec.name) + dra_status(
+                refs, entries, claims, self.dra_health
+            )
+            if status:
+                out[spec.name] = status
+        return out
 
     # -- node status -------------------------------------------------------------------------
     def capacity(self) -> dict[str, int]:
@@ -319,6 +393,8 @@ class KubeletEmulator:
         init_containers: Sequence[ContainerSpec] = (),
         claims: Sequence[PodClaim | tuple[str, ...]] = (),
         container_claims: Mapping[str, Sequence[ContainerClaim]] | None = None,
+        claim_entries: Mapping[str, str] | None = None,
+        images: Mapping[str, str] | None = None,
     ) -> PodResult:
         """Admit a pod: the node's allocatable check, then per container and resource the device
         manager's allocation, then PreStartContainer as each container starts. ``containers`` are the
@@ -332,7 +408,10 @@ class KubeletEmulator:
         after admission, before the containers start: while that fails the pod is returned (and stays)
         ``Pending`` in ``ContainerCreating`` with ``prepare_error``, and is tried again in the background.
         ``container_claims``: per container, the claims of ``claims`` (by name) and requests it uses, as its
-        ``resources.claims`` names them (see :meth:`container_cdi_devices`)."""
+        ``resources.claims`` names them (see :meth:`container_cdi_devices`). ``claim_entries``: the pod's claim
+        names -> ResourceClaim names (``status.resourceClaimStatuses``), which name the claims' entries in
+        ``allocatedResourcesStatus``; ``images``: each container's image, for the statuses written to an API
+        server."""
         check_uid(uid)
         pod_claims = tuple(pod_claim(c) for c in claims)
         if len({c.key for c in pod_claims}) != len(pod_claims):
@@ -360,6 +439,8 @@ class KubeletEmulator:
             specs=specs,
             claims=pod_claims,
             container_claims=None if container_claims is None else _container_claims(uid, container_claims, pod_claims),
+            claim_entries=None if claim_entries is None else dict(claim_entries),
+            images=dict(images or {}),
         )
         allocatable = self.allocatable()
         for resource, count in effective_requests(specs).items():
@@ -437,6 +518,7 @@ class KubeletEmulator:
                     await self._start_containers(result)
                     self._write_record(result)
                     self._prepare_tasks.pop(result.uid, None)
+                    self._notify()
                     return
 
         self._prepare_tasks[result.uid] = self._start_retry(retry(), f"prepare-{result.uid}")
@@ -479,6 +561,7 @@ class KubeletEmulator:
         self._admissions += 1
         self._orders[result.uid] = self._admissions
         self._write_record(result)
+        self._notify()
 
     def _write_record(self, result: PodResult) -> None:
         write_record(
@@ -494,6 +577,7 @@ class KubeletEmulator:
                 dict(result.annotations),
                 self._orders.get(result.uid, self._admissions),
                 result.claims,
+                result.claim_entries,
             ),
         )
 
@@ -511,6 +595,7 @@ class KubeletEmulator:
             remove_record(self.paths.root, uid)
         if self.dra.release_pod(uid):
             self._kick_unprepare()
+        self._notify()
 
     async def remove_pod(self, uid: str) -> list[ClaimInfo]:
         """``delete_pod``, then unprepare the claims no pod uses any more before returning; returns the

@@ -40,6 +40,8 @@ class PodRecord:
     """Admission order, so a restored kubelet lists its pods as it admitted them."""
     claims: tuple[PodClaim, ...] = ()
     """The pod's ResourceClaims (what the API server's pod spec would tell a restarted kubelet)."""
+    claim_entries: dict[str, str] | None = None
+    """The pod's claim names -> ResourceClaim names (``status.resourceClaimStatuses``), when given."""
 
 
 def check_uid(uid: str) -> None:
@@ -68,6 +70,8 @@ def write_record(root: Path, record: PodRecord) -> None:
     }
     if record.claims:
         doc["claims"] = [c.as_dict() for c in record.claims]
+    if record.claim_entries is not None:
+        doc["claim_entries"] = dict(record.claim_entries)
     atomic_write(path, json.dumps(doc, indent=1).encode(), 0o600)
 
 
@@ -99,7 +103,16 @@ def _record(path: Path) -> PodRecord:
         annotations={str(k): str(v) for k, v in dict(doc.get("annotations") or {}).items()},
         order=int(doc.get("order", 0)),
         claims=tuple(_claim(c) for c in doc.get("claims") or []),
+        claim_entries=_claim_entries(doc.get("claim_entries")),
     )
+
+
+def _claim_entries(raw: Any) -> dict[str, str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ValueError(f"claim_entries must map pod claim names to ResourceClaim names, found {raw!r}")
+    return dict(raw)
 
 
 def _claim(raw: Any) -> PodClaim:

@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from lightkube import AsyncClient
 
@@ -28,6 +29,7 @@ from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.dra_state import ClaimInfo
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
+from fakegpu.kubelet.pod_status import container_statuses
 from fakegpu.sharing.bug_modes import parse_bug_modes
 from fakegpu.sharing.faults import FaultSpec, PlannedFault
 from fakegpu.sharing.inputs import InventoryInputs
@@ -158,6 +160,15 @@ class FakeNode:
             raise TimeoutError(
                 f"{exc}; kubelet allocatable {self.allocatable()}, plugins {self.expected()[1]}"
             ) from None
+
+    def container_statuses(self, uid: str) -> list[dict[str, Any]]:
+        """The pod's ``status.containerStatuses`` as a v1.36 kubelet writes them to the API server, each regular
+        container's ``allocatedResourcesStatus`` (KEP-4680) included: per device-plugin resource it holds,
+        ``{"name": "nvidia.com/gpu", "resources": [{"health": "Healthy", "resourceID": "GPU-..."}]}``; per DRA
+        claim it names, ``claim:<name>`` with the CDI device IDs, the driver's health and message. Computed now
+        from what the kubelet has seen: after a health change, wait with :meth:`wait_kubelet_current` first
+        (``set_health`` and ``inject_xid`` do). KeyError for a pod the kubelet does not know."""
+        return container_statuses(self.kubelet, uid)
 
     def capacity(self) -> dict[str, int]:
         return self.kubelet.capacity()

@@ -32,6 +32,7 @@ from fakegpu.kubelet.container_claims import ContainerClaim
 from fakegpu.kubelet.emulator import KubeletEmulator, PodResult
 from fakegpu.kubelet.pod_claims import PodClaim
 from fakegpu.kubelet.pod_spec import ContainerSpec
+from fakegpu.kubelet.pod_status import PodStatusWriter
 from fakegpu.scheduling.allocator import AllocationError, Allocator
 from fakegpu.scheduling.extended_resources import extended_resource_claim
 from fakegpu.testing.manifest_checks import check_document
@@ -126,12 +127,19 @@ def template_claim(pod: Mapping[str, Any], entry: str, template: Mapping[str, An
 
 
 class ManifestApplier:
-    """Applies manifests to the API server behind ``client`` and runs their pods on ``kubelet`` as ``node``."""
+    """Applies manifests to the API server behind ``client`` and runs their pods on ``kubelet`` as ``node``.
 
-    def __init__(self, client: AsyncClient, kubelet: KubeletEmulator, node: str) -> None:
+    With a started ``status_writer`` (``fakegpu.kubelet.pod_status.PodStatusWriter`` on the same client and
+    kubelet) each pod it runs has its status (phase, container statuses with ``allocatedResourcesStatus``)
+    written back to the API server and kept up to date as device health changes."""
+
+    def __init__(
+        self, client: AsyncClient, kubelet: KubeletEmulator, node: str, status_writer: PodStatusWriter | None = None
+    ) -> None:
         self.client = client
         self.kubelet = kubelet
         self.node = node
+        self.status_writer = status_writer
 
     async def apply(self, manifests: str | Sequence[Mapping[str, Any]]) -> list[AppliedPod]:
         docs = load_documents(manifests) if isinstance(manifests, str) else [dict(d) for d in manifests]
@@ -235,7 +243,11 @@ class ManifestApplier:
             init_containers=_init_containers(created["spec"].get("initContainers") or [], self.kubelet.allocatable()),
             claims=[PodClaim(namespace, c, "") for c in dict.fromkeys(claims.values())],
             container_claims=_container_claims(created["spec"], claims, status.get("extendedResourceClaimStatus")),
+            claim_entries={s["name"]: s["resourceClaimName"] for s in statuses},
+            images={str(c["name"]): str(c.get("image", "")) for c in created["spec"]["containers"]},
         )
+        if self.status_writer is not None:
+            self.status_writer.track(namespace, name, uid)
         return AppliedPod(namespace, name, uid, result, claims)
 
     async def _allocate(

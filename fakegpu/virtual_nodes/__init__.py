@@ -11,6 +11,8 @@ object and how to bring an existing one in line), ``slice_template`` (a pool's R
 each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-extended`` pool needs),
 ``cost_estimate`` (what a plan adds to the API server and etcd, before it is written), ``api`` (counted API
 calls, and the server's version), ``controller`` (bring up, adopt, delete),
-``watcher`` (keep them as planned) and ``report`` (what happened). The command line is
+``watcher`` (keep them as planned), ``imex_daemons`` (with ``--watch``, the nodes' IMEX daemons: node
+labels and ComputeDomainClique entries), ``imex_claims`` (the compute-domain claims a node would prepare) and
+``report`` (what happened). The command line is
 ``fakegpu.cli.virtual_nodes_command``.
 """

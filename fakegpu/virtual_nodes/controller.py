@@ -34,6 +34,7 @@ from typing import Any
 from lightkube.operators import in_
 
 from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
+from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
 from fakegpu.dra.slice_digest import SliceKey
@@ -99,6 +100,8 @@ class Settings:
     """``--feature-gates``: the slices are what NVIDIA's driver publishes with these gates (NVMLDeviceHealthCheck:
     GPUs a node spec starts unhealthy carry NVIDIA's taints; DRAListTypeAttributes, FabricManagerPartitioning:
     attributes)."""
+    compute_domain_namespace: str = DRIVER_NAMESPACE
+    """``--watch``: where the virtual nodes' IMEX daemons write their ComputeDomainCliques."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from fakegpu.kube.watch_loop import list_then_watch
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.virtual_nodes.api import ApiCallError, KubeconfigError
 from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
+from fakegpu.virtual_nodes.imex_daemons import ImexDaemons, imex_daemons_for
 from fakegpu.virtual_nodes.node_manifest import node_changes
 from fakegpu.virtual_nodes.report import Outcome
 
@@ -94,6 +95,8 @@ class Watcher:
         """Periodic resyncs finished."""
         self._labelled: set[str] = set()
         """Names of the Nodes with the ownership label, as the node list and watch last showed them."""
+        self.imex: ImexDaemons | None = imex_daemons_for(controller)
+        """The virtual nodes' IMEX daemons, on a fleet with NVLink cliques (``fakegpu.virtual_nodes.imex_daemons``)."""
 
     # -- running ---------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -103,6 +106,7 @@ class Watcher:
             loops.append(self._watch_slices())
         tasks = [asyncio.create_task(loop) for loop in loops]
         tasks.append(asyncio.create_task(self._resync_loop()))
+        tasks += [asyncio.create_task(loop()) for loop in (self.imex.loops() if self.imex is not None else [])]
         tasks += [asyncio.create_task(self._worker()) for _ in range(self.controller.settings.concurrency)]
         try:
             await stop.wait()

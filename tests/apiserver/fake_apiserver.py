@@ -91,6 +91,7 @@ from . import crd_schema, schema_cache
 from . import k8s_selectors as sel
 from . import k8s_validation as val
 from .authorization import Allows, Attributes, Authorizer, forbidden_message
+from .pod_validation import validate_pod
 from .serving_tls import ServingTls, make_serving_tls
 from .stored_object import StoredObject
 
@@ -1920,6 +1921,8 @@ class FakeApiServer:
             errors += val.validate_resource_claim(obj, version)
         elif rtype is NODES:
             errors += val.validate_node(obj)
+        elif rtype is PODS:
+            errors += validate_pod(obj)
         if rtype.group in CUSTOM_GROUPS:  # custom resources: their CRD's own schema, always (it is cheap)
             return errors + crd_schema.custom_schemas()[rtype.plural].errors(obj)
         if not self.validate_schema:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import copy
+import functools
 import importlib
 import io
 import socket
@@ -31,6 +32,7 @@ from fakegpu.cli.cleanup_command import run_cleanup
 from fakegpu.cli.compute_domain_controller_command import serve_compute_domain_controller
 from fakegpu.cli.main import full_parser as cli_parser
 from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
+from fakegpu.control.client import admin_call
 from fakegpu.dra.compute_domain.kubelet_plugin import ComputeDomainSettings
 from fakegpu.dra.compute_domain.resources import ComputeDomain
 from fakegpu.dra.daemon import DraDriver, DraSettings
@@ -39,6 +41,7 @@ from fakegpu.fakeplugin.node_sync import ConfigSelection
 from fakegpu.kube.pod_annotations import PodAnnotations
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.http_endpoint import ListenAddress
@@ -268,6 +271,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
     inputs = InventoryInputs(node_name=NODE, gpus=("2xa100-40gb",))
     apiserver.create_direct(_pod("train"))
     dcgm = ListenAddress("127.0.0.1", _free_port())
+    admin = root / "plugin-admin.sock"
     task = asyncio.create_task(
         run_plugin_daemon(
             inputs,
@@ -275,6 +279,7 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             stop=stop,
             node=settings,
             telemetry=TelemetrySettings(dcgm_address=dcgm),
+            admin_socket=admin,
         )
     )
     try:
@@ -300,6 +305,11 @@ async def exercise_device_plugin(apiserver: FakeApiServer, root: Path) -> None:
             node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config
             apiserver.update_direct(node)
             await eventually(_replicas_are(apiserver, replicas), f"NodeFeature of {config}")
+        # A GPU fault is an Event on the Node (create), the same one again counted on it (patch).
+        await admin_call(admin, "xid", target="0", xid=48)
+        await eventually(lambda: apiserver.count("create", "events") == 1, "the fault's Event")
+        await admin_call(admin, "xid", target="0", xid=48)
+        await eventually(lambda: apiserver.count("patch", "events") == 1, "the repeat counted")
     finally:
         try:
             await stop_and_wait(stop, task)
@@ -344,6 +354,11 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         live.replace(load_inventory(InventoryInputs(node_name=NODE, gpus=("1xh100-80gb",))))
         await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
         assert await driver.publisher.delete_all() > 0
+        # A GPU fault is an Event on the Node (create), the same one again counted on it (patch).
+        for _ in range(2):
+            live.strike_gpu("0", GpuFault(kind="ecc-correctable", count=10))
+            await asyncio.sleep(0)
+        await eventually(lambda: apiserver.count("patch", "events") == 1, "the fault's Event, counted twice")
         # With --dcgm-address, each scrape looks up the annotations of the pods holding prepared devices.
         annotations = PodAnnotations(apiserver.client)
         apiserver.create_direct(_pod("user"))
@@ -531,8 +546,39 @@ async def exercise_virtual_nodes(apiserver: FakeApiServer, root: Path) -> None:
         apiserver.fail_next("deletecollection", "nodes", 405)
         args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "kwok-gpu-", "--delete"])
         assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
+        await exercise_virtual_imex_daemons(apiserver, client)
     finally:
         await client.close()
+
+
+async def exercise_virtual_imex_daemons(apiserver: FakeApiServer, client: Any) -> None:
+    """``--watch`` on an NVL72 rack plays the nodes' IMEX daemons: it follows pods and claims, labels the node
+    of a channel claim and writes its entry into the domain's ComputeDomainClique."""
+    nvl = ["--gpus", "4xgb200", "--racks", "1", "--nodes-per-rack", "2", "--gpu-mode", "dra", "--name-prefix", "nvl-"]
+    stop = asyncio.Event()
+    out = io.StringIO()
+    args = cli_parser().parse_args(["virtual-nodes", *nvl, "--watch"])
+    task = asyncio.create_task(run_virtual_nodes(args, client=client, stop=stop, out=out, err=out))
+
+    def daemons(count: int) -> bool:
+        return sum(len(c.get("daemons") or []) for c in apiserver.objects("computedomaincliques")) == count
+
+    for i in range(2):  # the first daemon creates the clique, the second patches it
+        name = f"worker-{i}"
+        pod = apiserver.create_direct(_pod(name))
+        claim = channel_claim(f"{name}-channel", f"nvl-000{i}", "domain-uid")
+        claim["status"]["reservedFor"] = [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}]
+        apiserver.create_direct(claim)
+        pod["spec"].update(
+            nodeName=f"nvl-000{i}", resourceClaims=[{"name": "ch", "resourceClaimName": f"{name}-channel"}]
+        )
+        apiserver.update_direct(pod)
+        await eventually(functools.partial(daemons, i + 1), f"the daemon of nvl-000{i}")
+        assert not task.done(), out.getvalue()
+    stop.set()
+    assert await asyncio.wait_for(task, 5.0) == 0, out.getvalue()
+    args = cli_parser().parse_args(["virtual-nodes", "--name-prefix", "nvl-", "--delete"])
+    assert await run_virtual_nodes(args, client=client, out=io.StringIO()) == 0
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -583,6 +629,7 @@ COMPONENTS = {
             (
                 "fakegpu/fakeplugin",
                 "fakegpu/kube/client.py",
+                "fakegpu/kube/node_events.py",
                 "fakegpu/kube/node_watch.py",
                 "fakegpu/kube/pod_annotations.py",
             ),
@@ -595,6 +642,7 @@ COMPONENTS = {
             (
                 "fakegpu/dra",
                 "fakegpu/kube/client.py",
+                "fakegpu/kube/node_events.py",
                 "fakegpu/kube/discovery.py",
                 "fakegpu/kube/pod_annotations.py",
                 "fakegpu/kube/node_watch.py",

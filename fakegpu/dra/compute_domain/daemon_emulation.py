@@ -11,9 +11,11 @@ domain's ``status.nodes`` from the pod (``cliqueID: ""``, ``index: -1``, Ready w
 
 fakegpu runs no such pod: while the node carries the label, this object is the daemon. It becomes Ready
 ``start_delay`` seconds after it joined (the pod's start and first probe), is NotReady while any GPU of the
-node is unhealthy (a real ``nvidia-imex-ctl -q`` stops answering READY when its GPUs fail), and leaves when
-the label goes. On a node without a clique it writes the controller's ``status.nodes`` entry itself (status
-subresource), Ready after the same delay (the daemon's probe is a no-op there, so health does not matter).
+node is in the way (unhealthy, lost, off the bus, or off the NVLink fabric by a ``fabric`` fault:
+``fakegpu.dra.compute_domain.imex_readiness``; a real ``nvidia-imex-ctl -q`` stops answering READY), Ready again
+once that clears (a ``fabric`` fault recovered), and leaves when the label goes. On a node without a clique it
+writes the controller's ``status.nodes`` entry itself (status subresource), Ready after the same delay (the
+daemon's probe is a no-op there, so health does not matter).
 API failures are logged and retried with backoff; nothing here ever stops the plugin.
 
 Gates, as NVIDIA's daemon reads them (``cmd/compute-domain-daemon/controller.go`` ``NewController``,
@@ -42,6 +44,7 @@ from lightkube.types import PatchType
 
 from fakegpu.dra.compute_domain.domain_api import DomainApi, clique_object_name
 from fakegpu.dra.compute_domain.imex_nodes_config import MAX_NODES_PER_IMEX_DOMAIN, clique_members, write_imex_config
+from fakegpu.dra.compute_domain.imex_readiness import imex_blockers
 from fakegpu.dra.compute_domain.resources import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -97,15 +100,16 @@ def with_entry(daemons: Sequence[Mapping[str, Any]], entry: Mapping[str, Any]) -
     return [*others, placed]
 
 
-def daemon_status(remaining: float, clique: str, unhealthy: Collection[str]) -> tuple[str, str]:
+def daemon_status(remaining: float, clique: str, blockers: Collection[str]) -> tuple[str, str]:
     """The status the daemon reports and why: NotReady for ``remaining`` seconds of its start, then on a clique
-    NotReady while a GPU is ``unhealthy`` (``nvidia-imex-ctl -q`` stops answering READY), Ready otherwise; off
-    the fabric Ready whatever the GPUs' health (the probe is a no-op there)."""
+    NotReady while a GPU is in the way (``blockers``, ``fakegpu.dra.compute_domain.imex_readiness``:
+    ``nvidia-imex-ctl -q`` stops answering READY), Ready otherwise; off the fabric Ready whatever the GPUs'
+    state (the probe is a no-op there)."""
     if remaining > 0:
         where = f"clique {clique}" if clique else "no clique"
         return NOT_READY, f"started, {where}"
-    if clique and unhealthy:
-        return NOT_READY, f"GPU(s) unhealthy: {', '.join(sorted(unhealthy))}"
+    if clique and blockers:
+        return NOT_READY, f"IMEX daemon not ready: {'; '.join(blockers)}"
     if clique:
         return READY, "nvidia-imex-ctl -q answers READY"
     return READY, "check succeeded (noop, clique ID is empty)"
@@ -240,7 +244,7 @@ class ImexDaemonEmulation:
         return remaining if remaining > 0 else self.resync_interval
 
     def _wanted(self, remaining: float) -> tuple[str, str]:
-        return daemon_status(remaining, self.clique, self.live.unhealthy())
+        return daemon_status(remaining, self.clique, imex_blockers(self.live))
 
     # -- fabric node: the ComputeDomainClique ----------------------------------------------------------
 

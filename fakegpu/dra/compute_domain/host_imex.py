@@ -10,7 +10,8 @@ output holds ``READY``) and ``main.go`` at 89aa5bb (``--imex-mode``, ``--imex-is
 
 fakegpu has no ``nvidia-imex-ctl``: the check connects to the socket itself and reads the one status line the
 emulated host daemon (``HostImexDaemon``, which ``fakegpu dra`` serves in this mode unless told not to) answers:
-``READY`` while every GPU of the node is healthy, ``UNAVAILABLE`` otherwise. A socket nothing listens on fails
+``READY`` while no GPU of the node is in the way (``fakegpu.dra.compute_domain.imex_readiness``: unhealthy, lost,
+off the bus or off the NVLink fabric), ``UNAVAILABLE`` otherwise. A socket nothing listens on fails
 as the command would, with NVIDIA's wrapping.
 """
 
@@ -24,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Final
 
+from fakegpu.dra.compute_domain.imex_readiness import imex_blockers
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -98,7 +100,7 @@ class HostImexDaemon:
         self._server: asyncio.Server | None = None
 
     def status(self) -> str:
-        return UNAVAILABLE if self.live.unhealthy() else READY
+        return UNAVAILABLE if imex_blockers(self.live) else READY
 
     async def start(self) -> None:
         self.socket.parent.mkdir(parents=True, exist_ok=True)

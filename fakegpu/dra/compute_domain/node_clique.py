@@ -58,7 +58,7 @@ class NodeClique:
         self.gates = gates or FabricGates()
         self.label_enabled = label_enabled
         self.refresh_interval = refresh_interval
-        self._read: Callable[[], str] = lambda: node_clique_id(self.live.inventory.node, self.gates)
+        self._read: Callable[[], str] = lambda: node_clique_id(self.live.inventory.node, self.gates, self._faults())
         try:
             self.value = self._read()
         except FabricError as exc:
@@ -69,6 +69,10 @@ class NodeClique:
     @property
     def node(self) -> str:
         return self.live.inventory.node.name
+
+    def _faults(self) -> dict[str, str]:
+        """The GPUs a ``fabric`` fault struck, with the NVML status their registration now reports."""
+        return {u: c.fabric_status for u, c in self.live.conditions().items() if c.fabric_status is not None}
 
     async def start(self) -> None:
         """Set the label (a failure stops the plugin's start, as NVIDIA's ``Start``), then refresh for good."""

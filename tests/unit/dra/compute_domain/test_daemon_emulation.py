@@ -115,7 +115,12 @@ def test_the_clique_read_is_left_untouched():
         (0.5, "", set(), ("NotReady", "started, no clique")),
         (0.5, CLIQUE, {"GPU-b"}, ("NotReady", f"started, clique {CLIQUE}")),
         (0.0, CLIQUE, set(), ("Ready", "nvidia-imex-ctl -q answers READY")),
-        (-3.0, CLIQUE, {"GPU-b", "GPU-a"}, ("NotReady", "GPU(s) unhealthy: GPU-a, GPU-b")),
+        (
+            -3.0,
+            CLIQUE,
+            ["GPU 0 lost", "GPU 1 unhealthy"],
+            ("NotReady", "IMEX daemon not ready: GPU 0 lost; GPU 1 unhealthy"),
+        ),
         (0.0, "", set(), ("Ready", "check succeeded (noop, clique ID is empty)")),
         (0.0, "", {"GPU-a"}, ("Ready", "check succeeded (noop, clique ID is empty)")),
     ],
