@@ -11,7 +11,7 @@
 - ``health_ops``: the health, xid, off-bus, gpu-lost and unmonitored ops and the GPUs' health, on the live
   inventory.
 - ``fault_ops``: the fault and clear-faults ops checked against the face's ``FaultableRpcs``, and fault status.
-- ``gpu_fault_ops``: the gpu-fault and recover ops (every GPU fault kind, ``after_calls``), the XID classes and
+- ``gpu_fault_ops``: the gpu-fault and recover ops (every GPU fault kind, now or after N calls), the XID classes and
   the faulted GPUs for status.
 - ``injected_faults``: a planned fault applied inside a gRPC handler.
 

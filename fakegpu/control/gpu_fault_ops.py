@@ -88,7 +88,7 @@ def condition_summary(c: GpuCondition) -> str:
         parts.append(f"fabric {c.fabric_status}")
     if c.last_xid is not None:
         parts.append(f"last XID {c.last_xid}")
-    return "; ".join(parts) or "readings normal again"
+    return "; ".join(parts) or "readings normal"
 
 
 def _changed_only(change: Callable[[], list[str]]) -> list[str]:
@@ -170,13 +170,32 @@ def gpu_fault_ops(live: LiveInventory, face: GpuFaultFace | None = None) -> dict
     return {"gpu-fault": gpu_fault_op, "recover": recover_op}
 
 
+def _xids_seen(live: LiveInventory, gpu_uuid: str) -> list[dict[str, Any]]:
+    """The XIDs NVML reported for the GPU, oldest first, each with its class under the daemon's policy."""
+    events = live.health_events().get(gpu_uuid, ())
+    return [
+        {"xid": e.xid, "class": xid_class(live.xid_policy, e.xid)}
+        for e in events
+        if e.kind == "xid" and e.xid is not None and not e.forced
+    ]
+
+
 def gpu_fault_status(live: LiveInventory) -> dict[str, Any]:
-    """The faulted GPUs (their faults and readings) and the faults still armed, for status."""
+    """The GPUs a fault or an XID hit (their faults, readings and XIDs with their class) and the faults still
+    armed, for status."""
     index = {g.uuid: g.index for g in live.inventory.node.gpus}
+    conditions = live.conditions()
+    hit = [g.uuid for g in live.inventory.node.gpus if g.uuid in conditions or _xids_seen(live, g.uuid)]
     return {
         "conditions": [
-            {"index": index.get(uuid), "uuid": uuid, "kinds": list(c.kinds), "summary": condition_summary(c)}
-            for uuid, c in live.conditions().items()
+            {
+                "index": index[uuid],
+                "uuid": uuid,
+                "kinds": list(live.condition(uuid).kinds),
+                "summary": condition_summary(live.condition(uuid)),
+                "xids": _xids_seen(live, uuid),
+            }
+            for uuid in hit
         ],
         "armed": [
             {"index": index.get(a.gpu_uuid), "uuid": a.gpu_uuid, "fault": a.fault.describe(), "calls_left": left}

@@ -49,7 +49,7 @@ def find_gpu(live: LiveInventory, gpu: str) -> PhysicalGpu:
     for g in gpus:
         if gpu in (str(g.index), g.uuid):
             return g
-    have = f"GPUs 0-{len(gpus) - 1}" if gpus else "no GPUs"
+    have = {0: "no GPUs", 1: "GPU 0"}.get(len(gpus), f"GPUs 0-{len(gpus) - 1}")
     raise AdminError(f"no GPU with index or UUID {gpu!r}: this node has {have} (give a GPU, not a MIG device)")
 
 

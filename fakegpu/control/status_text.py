@@ -46,8 +46,9 @@ def _gpu_faults(status: dict[str, Any]) -> list[str]:
     faults = status.get("gpu_faults") or {}
     lines = []
     for c in faults.get("conditions", ()):
-        kinds = ", ".join(c["kinds"]) or "recovered"
-        lines.append(f"GPU {c['index']} faults: {kinds}: {c['summary']}")
+        kinds = ", ".join(c["kinds"]) or "none"
+        xids = ", ".join(f"{x['xid']} {x['class']}" for x in c.get("xids", ()))
+        lines.append(f"GPU {c['index']}: faults {kinds}; {c['summary']}" + (f"; XIDs {xids}" if xids else ""))
     for a in faults.get("armed", ()):
         lines.append(f"GPU {a['index']} armed: {a['fault']}: strikes when {a['calls_left']} more call(s) use it")
     return lines

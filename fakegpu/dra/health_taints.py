@@ -14,6 +14,12 @@ taints, no health stream):
   effect, except that a ``NoSchedule`` taint stays until the driver restarts (fakegpu: until ``fakegpu ctl
   health ... --healthy``). NVIDIA leaves ``timeAdded`` unset, so the API server stamps it.
 
+A GPU fault (``fakegpu ctl gpu-fault``, ``fakegpu.sharing.gpu_faults``) reaches these rules only through the
+health events it records: its XIDs (ECC errors as 94/95/48 and 63 or 92, NVLink as 74, off the bus as 79) and
+``gpu-lost``. NVIDIA registers the ECC event types too but processes only XID critical errors, and reads no
+temperature, power or fabric state here, so those kinds taint nothing; a recovery (``recover``, a GPU reset
+included) removes no taint.
+
 fakegpu keys its health by GPU and MIG UUID, so an XID on a GPU reaches its MIG devices too, and a dynamic
 MIG device (no UUID until prepared) carries its GPU's taints.
 """

@@ -298,7 +298,7 @@ class LiveInventory:
         for gpu in self._base.node.gpus:
             if gpu_uuid in (gpu.uuid, str(gpu.index)):
                 return gpu
-        have = f"GPUs 0-{len(self._base.node.gpus) - 1}" if self._base.node.gpus else "no GPUs"
+        have = {0: "no GPUs", 1: "GPU 0"}.get(len(self._base.node.gpus), f"GPUs 0-{len(self._base.node.gpus) - 1}")
         raise UnknownDeviceError(f"no GPU with index or UUID {gpu_uuid!r}: this node has {have}")
 
     def _changed(self) -> None:

@@ -164,6 +164,16 @@ async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset
     assert node.live.condition(gpu1).kinds == ()
 
 
+async def test_uncorrectable_ecc_before_ampere_is_xid_48_and_63(plugin):
+    """Boards before Ampere retire pages: a double-bit ECC error is XID 48 (NVIDIA's XID catalogue), critical
+    for NVIDIA's health checker (``internal/rm/health.go`` @ 02597b9)."""
+    node, sock = await plugin("2xt4")
+    answer = await admin_call(sock, "gpu-fault", gpu="0", kind="ecc-uncorrectable")
+    assert answer["xids"] == [{"xid": 48, "class": "fatal"}, {"xid": 63, "class": "fatal"}]
+    assert "retired pages 0 single-bit, 1 double-bit (retirement pending)" in answer["condition"]
+    await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 1}, what="GPU 0 to go")
+
+
 @pytest.mark.parametrize("fault", [{"kind": "thermal"}, {"kind": "power", "watts": 690.0}, {"kind": "fabric"}])
 async def test_thermal_power_and_fabric_leave_device_plugin_health_alone_and_clear(plugin, fault):
     """NVIDIA's device plugin reads only XID events (``internal/rm/health.go`` @ 02597b9): a hot GPU, a power
@@ -298,11 +308,20 @@ async def test_dra_thermal_power_and_fabric_taint_nothing(dra, kind):
     publish no taint and stream no change (the fabric error reaches the ComputeDomain's IMEX daemons instead)."""
     apiserver, driver, sock = dra
     generation = driver.publisher.generation
-    answer = await admin_call(sock, "gpu-fault", gpu="1", kind=kind)
-    assert (answer["changed"], answer["note"]) == ([], "no taints")
-    await driver.publisher.publish()
-    assert driver.publisher.generation == generation
-    assert taints(apiserver) == {"gpu-0": [], "gpu-1": []}
+    async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
+        stream = health_stream(channel)
+        await stream_until(stream, lambda r: len(r) == 2, "both GPUs")
+        answer = await admin_call(sock, "gpu-fault", gpu="1", kind=kind)
+        assert (answer["changed"], answer["note"]) == ([], "no taints")
+        await driver.publisher.publish()
+        assert driver.publisher.generation == generation
+        assert taints(apiserver) == {"gpu-0": [], "gpu-1": []}
+        # A later change the stream does report: the report it sends is complete, so gpu-1 as it shows there
+        # is gpu-1 after the fault.
+        await admin_call(sock, "gpu-fault", gpu="0", kind="xid", xid=13)
+        report = await stream_until(stream, lambda r: bool(r["gpu-0"][1]), "gpu-0's non-fatal XID")
+        assert report["gpu-1"] == (health_pb2.HEALTHY, "")
+        stream.cancel()
 
 
 async def test_dra_after_calls_counts_claims_prepared_on_the_gpu(dra):
@@ -384,12 +403,13 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     code, out, _ = await ctl("--socket", str(sock), "status")
     assert code == 0
     assert (
-        "GPU 0 faults: thermal: 97 C; clocks at 55 % (hw_slowdown, hw_thermal_slowdown, sw_thermal_slowdown)\n"
+        "GPU 0: faults thermal; 97 C; clocks at 55 % (hw_slowdown, hw_thermal_slowdown, sw_thermal_slowdown)\n"
     ) in out
     assert (
-        "GPU 3 faults: ecc-uncorrectable: ECC uncorrectable 2 volatile / 2 aggregate, correctable 0 / 0; "
-        "remapped rows 0 correctable, 2 uncorrectable (remap pending); last XID 63\n"
+        "GPU 3: faults ecc-uncorrectable; ECC uncorrectable 2 volatile / 2 aggregate, correctable 0 / 0; "
+        "remapped rows 0 correctable, 2 uncorrectable (remap pending); last XID 63; XIDs 94 fatal, 63 fatal\n"
     ) in out
+    assert "GPU 1:" not in out
     assert "GPU 5 armed: power after_calls=4: strikes when 4 more call(s) use it\n" in out
     code, out, _ = await ctl("--socket", str(sock), "recover", "--gpu", "3", "reset")
     assert (code, out) == (
@@ -398,7 +418,10 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
         "XID-unhealthy device healthy again)\n",
     )
     code, out, _ = await ctl("--socket", str(sock), "status")
-    assert "GPU 3 faults: recovered: ECC uncorrectable 0 volatile / 2 aggregate" in out
+    assert "GPU 3: faults none; ECC uncorrectable 0 volatile / 2 aggregate" in out
+    await ctl("--socket", str(sock), "xid", "6", "13")
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert "GPU 6: faults none; readings normal; XIDs 13 application\n" in out
 
 
 @pytest.mark.parametrize(
@@ -423,3 +446,21 @@ async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error)
     got, out, err = await ctl("--socket", str(sock), *argv)
     assert (got, out) == (code, "")
     assert err.startswith(f"fakegpu: error: {error}") and err.count("\n") == 1, err
+
+
+async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin):
+    """ "Fail after N calls" for an RPC, as nvml-mock's ``after_calls`` counts calls before it trips
+    (NVIDIA/k8s-test-infra ``pkg/gpu/mocknvml/engine/failure_injector.go`` @ 08a563f): the first Allocate
+    passes, the second fails with the kubelet's admission error, the third passes again."""
+    node, sock = await plugin("4xt4")
+    planned = await admin_call(sock, "fault", method="Allocate", after=1, code="INTERNAL", message="late failure")
+    assert (planned["after"], planned["times"]) == (1, 1)
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert code == 0 and "  Allocate x1 after 1 more call(s): fail with INTERNAL: late failure\n" in out
+    assert (await node.run_pod("a", {"main": {GPU: 1}})).admitted
+    status = await admin_call(sock, "status")
+    assert [(f["after"], f["remaining"]) for f in status["faults"]["pending"]] == [(0, 1)]
+    second = await node.run_pod("b", {"main": {GPU: 1}})
+    assert (second.phase, second.reason) == ("Failed", "UnexpectedAdmissionError")
+    assert "late failure" in second.message
+    assert (await node.run_pod("c", {"main": {GPU: 1}})).admitted

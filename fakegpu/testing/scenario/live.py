@@ -1,12 +1,12 @@
 """Runs a scenario's inject steps against a live daemon through its admin socket (``scenario run --socket``).
 
-No node is started: ``xid``, ``health``, ``fault``, ``end_streams`` and ``restart: plugins`` become the
-daemon's admin ops, ``plugins_looked`` polls its ``status`` until the plugins' watch loop has taken two
-more steps, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
-kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the
-daemon's face does not serve, once its status says which face it is. The output and exit statuses are
-the embedded runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad
-file or no daemon to talk to.
+No node is started: ``xid``, ``health``, ``fault``, ``gpu_fault``, ``recover``, ``end_streams`` and ``restart:
+plugins`` become the daemon's admin ops, ``plugins_looked`` polls its ``status`` until the plugins' watch loop
+has taken two more steps, ``wait`` sleeps. Every other step (and ``expect_start_error``) needs the embedded
+kubelet emulator, so such a file is refused before anything is sent; so is a ``fault`` on an RPC the daemon's
+face does not serve, once its status says which face it is. The output and exit statuses are the embedded
+runner's: 0 every step passed, 1 an op failed (the daemon's error is printed), 2 a bad file or no daemon to
+talk to.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from fakegpu.testing.scenario.model import (
     FACES,
     EndStreamsStep,
     FaultStep,
+    GpuFaultStep,
     HealthStep,
     PluginsLookedStep,
+    RecoverStep,
     RestartStep,
     Scenario,
     Step,
@@ -40,6 +42,8 @@ from fakegpu.testing.scenario.output import (
     STEP_TIMEOUT,
     describe_step,
     detail_lines,
+    gpu_fault_note,
+    recover_note,
     step_line,
 )
 from fakegpu.testing.scenario.run_count import RunCount
@@ -61,6 +65,8 @@ class DaemonNotFound(Exception):
 def _live_capable(step: Step) -> bool:
     match step:
         case XidStep() | HealthStep() | FaultStep() | EndStreamsStep() | WaitStep() | PluginsLookedStep():
+            return True
+        case GpuFaultStep() | RecoverStep():
             return True
         case RestartStep(restart="plugins"):
             return True
@@ -153,6 +159,11 @@ class LiveScenarioRun:
             case FaultStep(fault=f):
                 await self._call("fault", method=f.rpc, **f.fields())
                 return ""
+            case GpuFaultStep(gpu_fault=g):
+                fields = {"kind": g.kind, **g.fault().model_dump(exclude_defaults=True)}
+                return gpu_fault_note(await self._call("gpu-fault", gpu=str(g.gpu), **fields))
+            case RecoverStep(recover=r):
+                return recover_note(await self._call("recover", gpu=str(r.gpu), what=r.what))
             case EndStreamsStep(end_streams=name):
                 ended = await self._call("end-streams", resource=name)
                 return f"{ended} stream(s) ended"

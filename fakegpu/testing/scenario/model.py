@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -23,6 +23,8 @@ from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.sharing.bug_modes import BUG_MODES
 from fakegpu.sharing.errors import SpecError, error_message, format_location
 from fakegpu.sharing.faults import FaultSpec
+from fakegpu.sharing.gpu_condition import RECOVERIES
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS
 from fakegpu.sharing.yaml_source import parse_yaml, read_text
 
@@ -104,6 +106,29 @@ class FaultArgs(FaultSpec):
 
     rpc: str
     """An RPC of the face the scenario drives; checked by ``check_fault_rpcs``, which knows the face."""
+
+
+class GpuFaultArgs(GpuFault):
+    """A ``gpu_fault:`` step: the GPU (its index) and the fault's own fields (``GpuFault``: ``kind`` and the
+    fields of that kind, ``after_calls``)."""
+
+    gpu: int = Field(ge=0)
+
+    def fault(self) -> GpuFault:
+        """The fault without its GPU, as the live inventory and the ``gpu-fault`` op take it."""
+        return GpuFault.model_validate(self.model_dump(exclude={"gpu"}, exclude_defaults=True))
+
+
+Recovery = Literal["thermal", "power", "fabric", "reset"]
+assert frozenset(RECOVERIES) == frozenset(get_args(Recovery)), "the step takes what the ops take"
+
+
+class RecoverArgs(_Model):
+    """A ``recover:`` step: the GPU's way back (the cause of a thermal, power or fabric fault cleared, or a
+    GPU reset)."""
+
+    gpu: int = Field(ge=0)
+    what: Recovery
 
 
 class AllocateArgs(_Model):
@@ -219,6 +244,14 @@ class FaultStep(_Model):
     fault: FaultArgs
 
 
+class GpuFaultStep(_Model):
+    gpu_fault: GpuFaultArgs
+
+
+class RecoverStep(_Model):
+    recover: RecoverArgs
+
+
 class AllocateStep(_Model):
     allocate: AllocateArgs
 
@@ -267,6 +300,8 @@ Step = (
     | XidStep
     | HealthStep
     | FaultStep
+    | GpuFaultStep
+    | RecoverStep
     | AllocateStep
     | DeletePodStep
     | RestartStep
@@ -284,6 +319,8 @@ STEP_KINDS: dict[str, type[Step]] = {
     "xid": XidStep,
     "health": HealthStep,
     "fault": FaultStep,
+    "gpu_fault": GpuFaultStep,
+    "recover": RecoverStep,
     "allocate": AllocateStep,
     "delete_pod": DeletePodStep,
     "restart": RestartStep,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from fakegpu.testing.scenario.expectations import describe
 from fakegpu.testing.scenario.model import (
@@ -15,9 +15,11 @@ from fakegpu.testing.scenario.model import (
     ExpectNowStep,
     ExpectStep,
     FaultStep,
+    GpuFaultStep,
     HealthStep,
     PluginsLookedStep,
     ReconfigureStep,
+    RecoverStep,
     RestartStep,
     Step,
     WaitStep,
@@ -64,6 +66,10 @@ def describe_step(step: Step) -> str:  # noqa: PLR0912 - one flat case per step 
             return f"{_target_name(h.gpu, h.device)} -> {'healthy' if h.healthy else 'unhealthy'}"
         case FaultStep(fault=f):
             return f"{f.calls(f.rpc, f.times, f.after, the='')} {f.effect(seconds=' s')}"
+        case GpuFaultStep(gpu_fault=g):
+            return f"{g.fault().describe()} on GPU {g.gpu}"
+        case RecoverStep(recover=r):
+            return f"{r.what} on GPU {r.gpu}"
         case AllocateStep(allocate=a):
             wanted = ", ".join(f"{k}: {v}" for k, v in a.resources.items())
             return f"pod {a.pod}/{a.container} asks {wanted}"
@@ -87,3 +93,18 @@ def describe_step(step: Step) -> str:  # noqa: PLR0912 - one flat case per step 
         case PluginsLookedStep():
             return "the plugins' watch loop looks again"
     raise AssertionError(f"unhandled step {step!r}")  # pragma: no cover
+
+
+def gpu_fault_note(answer: dict[str, Any]) -> str:
+    """What a ``gpu_fault`` step did, for its line: ``XID 94, 63: 2 device(s) unhealthy`` or ``armed``."""
+    if answer["armed"]:
+        return f"armed: strikes when {answer['calls_left']} more call(s) use the GPU"
+    xids = ", ".join(f"{x['xid']} {x['class']}" for x in answer["xids"])
+    changed = f"{len(answer['changed'])} device(s) unhealthy" if answer["changed"] else "no health change"
+    return f"XID {xids}: {changed}" if xids else changed
+
+
+def recover_note(answer: dict[str, Any]) -> str:
+    """What a ``recover`` step did, for its line."""
+    ended = ", ".join(answer["ended"]) or "no fault"
+    return f"ended {ended}" + ("" if answer["healthy"] else "; the GPU stays unhealthy")

@@ -1,9 +1,9 @@
 """Runs a scenario: a FakeNode (kubelet emulator + fakegpu's real plugins over Unix sockets) and its steps.
 
-No step can pass on stale state: an inject step (``xid``, ``health``, ``end_streams``, ``restart: plugins``,
-``reconfigure``) returns only once the kubelet emulator has seen its effect (the FakeNode's actions wait for
-the device update to reach it), and ``expect`` is an eventually check that fails with what it waited for and
-the last values seen; ``expect_now`` checks at once.
+No step can pass on stale state: an inject step (``xid``, ``health``, ``gpu_fault``, ``recover``,
+``end_streams``, ``restart: plugins``, ``reconfigure``) returns only once the kubelet emulator has seen its
+effect (the FakeNode's actions wait for the device update to reach it), and ``expect`` is an eventually check
+that fails with what it waited for and the last values seen; ``expect_now`` checks at once.
 
 Each step prints one line: its number, kind, what it did, the milliseconds it took and PASS or FAIL.
 The first failing step stops the scenario and prints what was expected and what the node showed.
@@ -26,6 +26,8 @@ from typing import Any, TextIO
 import yaml
 
 from fakegpu.control.client import EXIT_NO_DAEMON
+from fakegpu.control.gpu_fault_ops import GpuFaultFace, gpu_fault, recover
+from fakegpu.control.protocol import AdminError
 from fakegpu.fakeplugin.admin_ops import DEVICE_PLUGIN_FAULTS
 from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.sharing.errors import SpecError
@@ -46,11 +48,15 @@ from fakegpu.testing.scenario.model import (
     ExpectNowStep,
     ExpectStep,
     FaultStep,
+    GpuFaultArgs,
+    GpuFaultStep,
     HealthStep,
     NodeModel,
     PluginsLookedStep,
     ReconfigureArgs,
     ReconfigureStep,
+    RecoverArgs,
+    RecoverStep,
     RestartStep,
     Scenario,
     Step,
@@ -67,6 +73,8 @@ from fakegpu.testing.scenario.output import (
     STEP_TIMEOUT,
     describe_step,
     detail_lines,
+    gpu_fault_note,
+    recover_note,
     step_line,
 )
 from fakegpu.testing.scenario.run_count import RunCount
@@ -259,6 +267,10 @@ class ScenarioRun:
             case FaultStep(fault=f):
                 node.fault(f.rpc, f)
                 return ""
+            case GpuFaultStep(gpu_fault=g):
+                return await _gpu_fault(node, g)
+            case RecoverStep(recover=r):
+                return await _recover(node, r)
             case AllocateStep(allocate=a):
                 return await self._allocate(node, a)
             case DeletePodStep(delete_pod=pod):
@@ -369,6 +381,27 @@ class ScenarioRun:
         if r.expect_error not in error:
             raise StepFailed([f"expected: reload rejected with {r.expect_error!r}", f"got: {error}"])
         return f"rejected as expected, still serving {', '.join(node.plugins.wanted())}"
+
+
+async def _gpu_fault(node: FakeNode, g: GpuFaultArgs) -> str:
+    """Strike the GPU as the ``gpu-fault`` op does; returns once the kubelet shows it (an armed fault changes
+    nothing yet)."""
+    try:
+        answer = gpu_fault(node.live, GpuFaultFace(), str(g.gpu), g.fault())
+    except AdminError as exc:
+        raise BadReference(str(exc)) from None
+    if not answer["armed"]:
+        await node.wait_kubelet_current(what=f"{g.kind} on GPU {g.gpu}")
+    return gpu_fault_note(answer)
+
+
+async def _recover(node: FakeNode, r: RecoverArgs) -> str:
+    try:
+        answer = recover(node.live, GpuFaultFace(), str(r.gpu), r.what)
+    except AdminError as exc:
+        raise BadReference(str(exc)) from None
+    await node.wait_kubelet_current(what=f"{r.what} on GPU {r.gpu}")
+    return recover_note(answer)
 
 
 async def _plugins_looked(node: FakeNode) -> str:
