@@ -12,7 +12,8 @@ each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-
 ``cost_estimate`` (what a plan adds to the API server and etcd, before it is written), ``api`` (counted API
 calls, and the server's version), ``controller`` (bring up, adopt, delete),
 ``watcher`` (keep them as planned), ``imex_daemons`` (with ``--watch``, the nodes' IMEX daemons: node
-labels and ComputeDomainClique entries), ``imex_claims`` (the compute-domain claims a node would prepare) and
-``report`` (what happened). The command line is
+labels and ComputeDomainClique entries), ``imex_claims`` (the compute-domain claims a node would prepare),
+``node_faults`` (what a node's recorded GPU faults change), ``fleet_faults`` (faults across the fleet: plan and
+schedule) and ``report`` (what happened). The command line is
 ``fakegpu.cli.virtual_nodes_command``.
 """
