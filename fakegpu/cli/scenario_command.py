@@ -114,11 +114,13 @@ def load_any(path: Path) -> Scenario | ClusterScenario:
 
 
 def _steps(scenario: Scenario | ClusterScenario) -> str:
-    """The step column of ``list``: a node expected to fail at start has no steps, its start is the check."""
+    """The step column of ``list``: a node expected to fail at start has no steps, its start is the check; a
+    cluster scenario says so (it needs ``--kubeconfig``'s cluster, not a node of its own)."""
     if isinstance(scenario, Scenario) and scenario.expect_start_error is not None:
         return "start error"
     n = len(scenario.steps)
-    return f"{n} step" + ("" if n == 1 else "s")
+    kind = " (cluster)" if isinstance(scenario, ClusterScenario) else ""
+    return f"{n} step" + ("" if n == 1 else "s") + kind
 
 
 def catalog_file(path: Path) -> Path:

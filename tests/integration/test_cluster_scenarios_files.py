@@ -98,7 +98,7 @@ def test_list_shows_the_cluster_scenarios_with_their_steps(capsys):
     assert [line.split()[0] for line in out] == [str(p) for p in CLUSTER_FILES]
     for line, path in zip(out, CLUSTER_FILES, strict=True):
         n = len(load_cluster_scenario(path).steps)
-        assert f" {n} steps " in line
+        assert f" {n} steps (cluster) " in line
 
 
 def test_a_directory_run_without_kubeconfig_skips_its_cluster_files(tmp_path, capsys):
