@@ -516,7 +516,8 @@ def describe_expect(e: ExpectArgs) -> str:
     if e.compute_domain is not None:
         parts.append(f"ComputeDomain {e.compute_domain.name} {e.compute_domain.status}")
     if e.pod_group is not None:
-        parts.append(f"PodGroup {e.pod_group.name} {e.pod_group.condition}={e.pod_group.status}")
+        reason = f" ({e.pod_group.reason})" if e.pod_group.reason else ""
+        parts.append(f"PodGroup {e.pod_group.name} {e.pod_group.condition}={e.pod_group.status}{reason}")
     if e.tainted_devices is not None:
         parts.append(f"{e.tainted_devices.count} tainted device(s)")
     if e.node_allocatable is not None:

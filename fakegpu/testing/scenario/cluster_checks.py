@@ -188,13 +188,21 @@ def check_compute_domain(domain: Mapping[str, Any] | None, want: ComputeDomainSt
 
 
 def check_pod_group(group: Mapping[str, Any] | None, want: PodGroupCondition) -> list[str]:
+    wanted = f"{want.condition}={want.status}" + (f" ({want.reason})" if want.reason else "")
     if group is None:
-        return [f"expected PodGroup {want.name} with {want.condition}={want.status}, got no such PodGroup"]
+        return [f"expected PodGroup {want.name} with {wanted}, got no such PodGroup"]
     conditions = _status(group).get("conditions") or []
-    if any(c.get("type") == want.condition and c.get("status") == want.status for c in conditions):
+    if any(
+        c.get("type") == want.condition
+        and c.get("status") == want.status
+        and (want.reason is None or c.get("reason") == want.reason)
+        for c in conditions
+    ):
         return []
-    got = ", ".join(f"{c.get('type')}={c.get('status')}" for c in conditions) or "no conditions"
-    return [f"expected PodGroup {want.name} with {want.condition}={want.status}, got {got}"]
+    got = ", ".join(
+        f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "") for c in conditions
+    )
+    return [f"expected PodGroup {want.name} with {wanted}, got {got or 'no conditions'}"]
 
 
 def _fleet_slices(slices: Iterable[Mapping[str, Any]], driver: str, prefix: str | None) -> list[Mapping[str, Any]]:

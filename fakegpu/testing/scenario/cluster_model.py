@@ -232,9 +232,13 @@ class ComputeDomainStatus(_Model):
 
 
 class PodGroupCondition(_Model):
+    """A PodGroup's condition: Kubernetes 1.36's scheduler reports ``PodGroupScheduled`` (``True`` once the gang
+    is placed, ``False`` with a reason such as ``Unschedulable`` when it cannot be)."""
+
     name: str = Field(min_length=1)
-    condition: str = Field(min_length=1)
+    condition: str = Field("PodGroupScheduled", min_length=1)
     status: Literal["True", "False", "Unknown"] = "True"
+    reason: str | None = Field(None, min_length=1)
 
 
 class TaintedDevices(_Model):
