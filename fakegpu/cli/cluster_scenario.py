@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, NoReturn, TextIO, cast
 
+import httpx2
 from lightkube import ApiError, AsyncClient, codecs
 from lightkube.core.exceptions import LoadResourceError
 from lightkube.generic_resource import create_namespaced_resource
@@ -37,6 +38,8 @@ from fakegpu.cli.virtual_nodes_command import (
 from fakegpu.control.client import NoDaemonError, admin_call
 from fakegpu.control.protocol import AdminError
 from fakegpu.dra.compute_domain.resources import ComputeDomain
+from fakegpu.kube.client import api_failure, client_target
+from fakegpu.kube.discovery import DiscoveryError
 from fakegpu.sharing.errors import SpecError
 from fakegpu.testing.scenario.cluster_checks import (
     check_claim_taint,
@@ -69,7 +72,7 @@ from fakegpu.testing.scenario.cluster_model import (
 )
 from fakegpu.testing.scenario.output import EXIT_FAIL, EXIT_PASS, detail_lines, step_line
 from fakegpu.testing.scenario.run_count import RunCount
-from fakegpu.virtual_nodes.api import Api
+from fakegpu.virtual_nodes.api import Api, ApiCallError
 from fakegpu.virtual_nodes.controller import Settings, VirtualNodeController
 from fakegpu.virtual_nodes.fleet_faults import FaultTargets, FleetFaultPlan, ScaledClock, apply_plan, plan_fleet_faults
 from fakegpu.virtual_nodes.pools import VirtualNode, build_virtual_nodes
@@ -292,6 +295,11 @@ class ClusterScenarioRun:
                 return EXIT_FAIL
             except SpecError as exc:
                 raise SpecError(s.path, exc.message, f"steps[{index}].{kind}") from None
+            except (ApiError, ApiCallError, DiscoveryError, httpx2.HTTPError, OSError) as exc:
+                step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
+                detail_lines(self.out, [f"the API server failed: {api_failure(exc, client_target(self.client))}"])
+                self.out.write(f"FAIL {s.name} after {time.monotonic() - began:.2f} s\n")
+                return EXIT_FAIL
             text = describe_cluster_step(step)
             step_line(
                 self.out, str(index), kind, f"{text}: {note}" if note else text, time.monotonic() - started, "PASS"

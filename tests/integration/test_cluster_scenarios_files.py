@@ -16,7 +16,8 @@ from fakegpu.testing.scenario.cluster_model import (
     load_cluster_scenario,
     read_scenario_data,
 )
-from fakegpu.testing.scenario.output import EXIT_BAD_FILE
+from fakegpu.testing.scenario.output import EXIT_BAD_FILE, EXIT_FAIL
+from tests.apiserver import FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -111,3 +112,20 @@ def test_a_directory_run_without_kubeconfig_skips_its_cluster_files(tmp_path, ca
     out = capsys.readouterr().out
     assert f"skipped {cluster}: a cluster scenario" in out
     assert "PASS a-node" in out
+
+
+def test_an_api_server_that_is_gone_fails_the_step_in_one_line(tmp_path, capsys):
+    """No traceback: the step fails naming the error and the server it went to, exit 1."""
+    server = FakeApiServer().start()
+    kubeconfig = server.kubeconfig(tmp_path / "kc.yaml")
+    url = server.url
+    server.stop()
+    path = tmp_path / "gone.yaml"
+    path.write_text(HEADER + "steps:\n  - apply: '{apiVersion: v1, kind: Pod, metadata: {name: p}}'\n")
+    assert main(["scenario", "run", "--kubeconfig", str(kubeconfig), str(path)]) == EXIT_FAIL
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[-3].split()[:2] == ["0", "apply"] and lines[-3].endswith("FAIL")
+    assert lines[-2].strip().startswith("the API server failed: ")
+    assert f"API server {url}" in lines[-2]
