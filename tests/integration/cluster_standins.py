@@ -6,8 +6,9 @@ kubelet runs): the scenario files stay as they would run on a real cluster, thes
   allocated by ``fakegpu.scheduling.allocator`` (as ``fakegpu.testing.manifest_apply`` does), is bound to the
   node and run on the kubelet emulator, whose ``PodStatusWriter`` writes its status back;
 - :class:`VirtualPodPlacer`: kube-scheduler and KWOK for virtual nodes: each new pod of a namespace goes to the
-  first virtual node (in name order) that holds no other pod of the namespace (the workers' anti-affinity) and
-  where its claims, made from their templates, can be allocated; the pod is bound there and marked Running;
+  first virtual node (in name order) its required pod affinity and anti-affinity allow and where its claims,
+  made from their templates, can be allocated; the pod is bound there and marked Running, or, when no node
+  fits, left Pending with ``PodScheduled`` False (Unschedulable) as the scheduler leaves it;
 - :class:`NodeStatusWriter`: the kubelet's node status update, writing the kubelet emulator's capacity and
   allocatable to the Node when they change (kubernetes ``pkg/kubelet/nodestatus/setters.go`` ``MachineInfo``,
   v1.36).
@@ -26,7 +27,6 @@ from lightkube.types import PatchType
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.background_tasks import cancel_and_wait
 from fakegpu.scheduling.allocator import AllocationError, Allocator
-from fakegpu.sharing.fault_record import FAULTS_ANNOTATION
 from fakegpu.testing.manifest_apply import AppliedPod, ManifestApplier, template_claim
 from fakegpu.virtual_nodes.node_manifest import PREFIX_LABEL
 
@@ -84,8 +84,9 @@ class VirtualPodPlacer:
         self.client = client
         self.namespace = namespace
         self.placed: dict[str, str] = {}
-        """Pod -> the node it was bound to."""
-        self.errors: list[str] = []
+        """Pod -> the node it was bound to ("" when it could not be placed)."""
+        self.pod_labels: dict[str, dict[str, str]] = {}
+        self.unschedulable: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> VirtualPodPlacer:
@@ -117,28 +118,68 @@ class VirtualPodPlacer:
                     return  # the ComputeDomain controller has not made it yet: try again on the next look
                 templates[entry["name"]] = match[0]
         claims = {entry: template_claim(pod, entry, t) for entry, t in templates.items()}
-        taken = set(self.placed.values())
         nodes = [n for n in await self._list(core_v1.Node) if PREFIX_LABEL in (n["metadata"].get("labels") or {})]
         slices = await self._list(resource_v1.ResourceSlice)
         classes = await self._list(resource_v1.DeviceClass)
-        allocated = [
-            c
-            for c in await self._list(resource_v1.ResourceClaim, namespace="*")
-            if (c.get("status") or {}).get("allocation")
-        ]
+        every = await self._list(resource_v1.ResourceClaim, namespace="*")
+        allocated = [c for c in every if (c.get("status") or {}).get("allocation")]
         for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             name = node["metadata"]["name"]
-            if name in taken or (node["metadata"].get("annotations") or {}).get(FAULTS_ANNOTATION):
+            labels = node["metadata"].get("labels") or {}
+            if not self._affinity_allows(pod, labels, {n["metadata"]["name"]: n for n in nodes}):
                 continue
-            allocator = Allocator(name, slices, classes, allocated, node_labels=node["metadata"].get("labels") or {})
             try:
-                allocations = allocator.allocate(list(claims.values()))
+                allocations = Allocator(name, slices, classes, allocated, node_labels=labels).allocate(
+                    list(claims.values())
+                )
             except AllocationError:
                 continue
             await self._bind(pod, name, claims, allocations)
             return
-        self.errors.append(f"pod {pod['metadata']['name']}: no virtual node can take it")
-        self.placed[pod["metadata"]["name"]] = ""
+        await self._unschedulable(pod, len(nodes))
+
+    def _affinity_allows(self, pod: dict[str, Any], labels: dict[str, str], nodes: dict[str, Any]) -> bool:
+        """The pod's required pod affinity and anti-affinity (label selectors by ``matchLabels``) on a node with
+        ``labels``, against the pods placed so far (kubernetes pkg/scheduler/framework/plugins/interpodaffinity,
+        v1.36: a first pod of its own affinity group may go anywhere)."""
+        affinity = (pod.get("spec") or {}).get("affinity") or {}
+        for kind, together in (("podAffinity", True), ("podAntiAffinity", False)):
+            terms = (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
+            for term in terms:
+                wanted = (term.get("labelSelector") or {}).get("matchLabels") or {}
+                key = term["topologyKey"]
+                peers = [
+                    (nodes.get(node) or {}).get("metadata", {}).get("labels", {}).get(key)
+                    for peer_labels, node in self.labels_and_nodes()
+                    if node and all(peer_labels.get(k) == v for k, v in wanted.items())
+                ]
+                if together and peers and any(value != labels.get(key) for value in peers):
+                    return False
+                if not together and labels.get(key) in peers:
+                    return False
+        return True
+
+    def labels_and_nodes(self) -> list[tuple[dict[str, str], str]]:
+        return [(self.pod_labels[name], node) for name, node in self.placed.items()]
+
+    async def _unschedulable(self, pod: dict[str, Any], nodes: int) -> None:
+        """What the scheduler writes on a pod it cannot place: ``PodScheduled`` False, reason Unschedulable."""
+        meta = pod["metadata"]
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": f"0/{nodes} nodes are available",
+        }
+        await self.client.patch(
+            core_v1.Pod.Status,
+            meta["name"],
+            {"status": {"phase": "Pending", "conditions": [condition]}},
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+        )
+        self.unschedulable.append(meta["name"])
+        self.placed[meta["name"]] = ""
 
     async def _bind(
         self, pod: dict[str, Any], node: str, claims: dict[str, dict[str, Any]], allocations: list[dict[str, Any]]
@@ -172,6 +213,7 @@ class VirtualPodPlacer:
             patch_type=PatchType.MERGE,
         )
         self.placed[meta["name"]] = node
+        self.pod_labels[meta["name"]] = dict(meta.get("labels") or {})
 
 
 class NodeStatusWriter:

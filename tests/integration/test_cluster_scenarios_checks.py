@@ -36,8 +36,22 @@ def test_a_pending_gang_reads_from_its_pods_and_its_pod_group():
     assert check_pod_group(None, PodGroupCondition(name="workers")) == [
         "expected PodGroup workers with PodGroupScheduled=True, got no such PodGroup"
     ]
-    pods: dict[str, Obj | None] = {"w-0": {"status": {}}, "w-1": {"status": {"phase": "Running"}}, "w-2": None}
-    assert check_phases(pods, "Pending") == ["expected pods w-0, w-1, w-2 Pending, got w-1: Running, w-2: absent"]
+    left: Obj = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    }
+    assert check_phases({"w-0": left}, "Pending") == []
+    pods: dict[str, Obj | None] = {
+        "w-0": {"status": {}},
+        "w-1": {"status": {"phase": "Running"}},
+        "w-2": None,
+        "w-3": left,
+    }
+    assert check_phases(pods, "Pending") == [
+        "expected pods w-0, w-1, w-2, w-3 Pending, unschedulable, got w-0: Pending, w-1: Running, w-2: absent"
+    ]
 
 
 def test_the_gpu_under_a_pod_from_its_status_or_its_claim():

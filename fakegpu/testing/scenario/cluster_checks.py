@@ -95,15 +95,32 @@ def gpu_under(pod: Mapping[str, Any], resource: str, claim: Mapping[str, Any] | 
 
 
 def pod_phase(pod: Mapping[str, Any] | None) -> str:
-    return str(_status(pod).get("phase") or "Pending") if pod is not None else "absent"
+    """The pod's phase; a Pending pod the scheduler could not place reads ``Pending (Unschedulable)``: its
+    ``PodScheduled`` condition is ``False`` (kubernetes ``pkg/scheduler/schedule_one.go`` ``handleSchedulingFailure``
+    at v1.36.0 writes it with reason ``Unschedulable``)."""
+    if pod is None:
+        return "absent"
+    phase = str(_status(pod).get("phase") or "Pending")
+    if phase != "Pending":
+        return phase
+    for condition in _status(pod).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"Pending ({condition.get('reason') or 'not scheduled'})"
+    return phase
 
 
 def check_phases(pods: Mapping[str, Mapping[str, Any] | None], phase: str) -> list[str]:
-    wrong = {name: pod_phase(pod) for name, pod in pods.items() if pod_phase(pod) != phase}
+    """Each pod in ``phase``; ``Pending`` means left Pending by the scheduler (``PodScheduled`` False), not a pod
+    no scheduler has looked at yet, nor one bound and waiting for its containers."""
+    if phase == "Pending":
+        wrong = {name: pod_phase(pod) for name, pod in pods.items() if not pod_phase(pod).startswith("Pending (")}
+    else:
+        wrong = {name: pod_phase(pod) for name, pod in pods.items() if pod_phase(pod) != phase}
     if not wrong:
         return []
     got = ", ".join(f"{name}: {p}" for name, p in sorted(wrong.items()))
-    return [f"expected pods {', '.join(sorted(pods))} {phase}, got {got}"]
+    wanted = "Pending, unschedulable" if phase == "Pending" else phase
+    return [f"expected pods {', '.join(sorted(pods))} {wanted}, got {got}"]
 
 
 def claim_name(pod: Mapping[str, Any], entry: str) -> str | None:
