@@ -17,9 +17,10 @@ Data records are tab-separated lines: ``S`` fixed sections, ``G``/``GT``/``GL``/
 GPU's identity (with its ``-lgip`` template, ``topo -m`` cells towards every GPU of the node and the order
 ``mig -lgi`` lists its instances in), table rows, ``-L`` line, ``-q`` parts before and after its MIG
 devices and modelled query values (a field without one is ``[N/A]``), ``GX`` the end of its ``topo -m``
-row, ``PT``/``PA``/``PZ``/``PC`` the lines and values that differ when the GPU is seen through some of its
-MIG devices only (by line number or field), ``M`` a MIG device (static instance or dynamic option, its
-UUID, GPU-instance ID, start slot and templates), ``TT``/``TQ``/``TL`` the table, ``-q`` and ``-L``
+row, ``GE`` the error line printed instead of a GPU off the bus or lost, ``PT``/``PA``/``PZ``/``PC`` the
+lines and values that differ when the GPU is seen through some of its MIG devices only (by line number or
+field), ``M`` a MIG device (static instance or dynamic option, its UUID, GPU-instance ID, start slot and
+templates), ``TT``/``TQ``/``TL`` the table, ``-q`` and ``-L``
 templates MIG devices of one shape share, ``TP``/``TG``/``TC`` the ``mig -lgip``/``-lgi``/``-lci``
 templates GPUs and instances of one shape share, ``QF``/``QA`` query fields and aliases.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from fakegpu.telemetry.fault_readings import GPU_LOST_STATUS, gpu_lost_line
 from fakegpu.telemetry.nvidia_smi import list as gpu_list
 from fakegpu.telemetry.nvidia_smi import mig_tables, query, query_full, table, topology
 from fakegpu.telemetry.nvidia_smi.command import INVALID_COMBINATION, NO_DEVICES, help_text, version_text
@@ -76,6 +78,7 @@ $1 == "G" {
   gat[$2] = ng; next
 }
 $1 == "GX" { gx[gat[$2]] = rest(2); next }
+$1 == "GE" { gge[gat[$2]] = rest(2); next }
 $1 == "GT" { k = gat[$2]; gtc[k]++; gtl[k, gtc[k]] = rest(2); next }
 $1 == "PT" { ptl[gat[$2], $3] = rest(3); next }
 $1 == "GL" { gll[gat[$2]] = rest(2); next }
@@ -168,6 +171,9 @@ END {
   } else for (v = 1; v <= nv; v++) { sel[v] = 1; ns++ }
   if (!ns) { section("nodev"); exit 6 }
   att = nv
+  lost = 0
+  for (v = 1; v <= nv; v++) if ((v in sel) && (vk[v] in gge)) { print gge[vk[v]]; lost = 1 }
+  if (lost) exit @LOST@
   if (mode == "matrix") {
     line = ""
     for (v = 1; v <= nv; v++) line = line "\tGPU" (v - 1)
@@ -443,6 +449,8 @@ def data_records(node: SmiNode) -> list[str]:
         mig_on = "1" if g.mig_enabled else "0"
         out.append("\t".join(["G", str(g.index), _check_line(g.uuid), g.bus_id, mig_on, str(lgip), cells, order]))
         out += _records("GX", [g.index], [topology.row_tail(g)], tabs=True)
+        if g.health.unreachable:
+            out += _records("GE", [g.index], [gpu_lost_line(g.bus_id)])
         out += _records("GT", [g.index], table.gpu_rows(g))
         out += _records("GL", [g.index], [gpu_list.gpu_line(g)])
         out += _records("GA", [g.index], query_full.gpu_head(g))
@@ -487,7 +495,7 @@ def render_script(node: SmiNode, *, volume_mounts_root: str = VOLUME_MOUNTS_ROOT
         .replace("@QTIME_ENV@", QUERY_TIME_OVERRIDE_ENV)
         .replace("@NO_AWK@", str(NO_AWK_STATUS))
         .replace("@DELIM@", _DELIMITER)
-        .replace("@AWK@", AWK_PROGRAM.strip("\n"))
+        .replace("@AWK@", AWK_PROGRAM.strip("\n").replace("@LOST@", str(GPU_LOST_STATUS)))
         .replace("@NODE@", node.name)
     )
     return head + "".join(line + "\n" for line in data_records(node))

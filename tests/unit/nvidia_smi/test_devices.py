@@ -85,7 +85,9 @@ def test_topology_and_mig_profiles_come_from_the_node_and_survive_devices_json()
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=2), "expected kind"),
+        (lambda d: d.update(version=3), "expected kind"),
+        (lambda d: d["gpus"][0]["health"].update(eccDbeVolatile=-1), "gpus[0].health.eccDbeVolatile: expected int"),
+        (lambda d: d["gpus"][0]["health"].update(slowdowns=["hot"]), "gpus[0].health.slowdowns: unknown"),
         (lambda d: d["gpus"][0].pop("uuid"), "gpus[0]: missing field 'uuid'"),
         (lambda d: d["gpus"][0].update(memoryMiB="80GB"), "gpus[0].memoryMiB: expected int"),
         (lambda d: d["gpus"][0]["migDevices"][0].update(giId=True), "migDevices[0].giId: expected int"),
