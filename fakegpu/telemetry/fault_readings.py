@@ -82,13 +82,14 @@ def sm_clock(max_mhz: int | None, fraction: float) -> int | None:
     return None if max_mhz is None else round(max_mhz * fraction)
 
 
-def active_reasons(reasons: Iterable[str]) -> frozenset[str]:
-    """The reasons active: the condition's slowdowns, or ``gpu_idle`` when nothing slows the GPU down (fakegpu's
-    GPUs run no kernels, so an unthrottled one reads idle, as an idle real board does)."""
+def active_reasons(reasons: Iterable[str], *, busy: bool = False) -> frozenset[str]:
+    """The reasons active: the condition's slowdowns, or ``gpu_idle`` when nothing slows an idle GPU down
+    (nvidia-smi's GPUs run no kernels, so an unthrottled one reads idle, as an idle real board does; DCGM's
+    model knows when a workload holds it, ``busy``)."""
     slow = frozenset(reasons)
-    return slow if slow else frozenset({"gpu_idle"})
+    return slow if slow or busy else frozenset({"gpu_idle"})
 
 
-def reasons_mask(reasons: Iterable[str]) -> int:
+def reasons_mask(reasons: Iterable[str], *, busy: bool = False) -> int:
     """NVML's bitmask of ``active_reasons``: ``clocks_event_reasons.active`` and DCGM's field 112."""
-    return sum(CLOCKS_EVENT_REASON_BITS[r] for r in active_reasons(reasons))
+    return sum(CLOCKS_EVENT_REASON_BITS[r] for r in active_reasons(reasons, busy=busy))
