@@ -26,8 +26,8 @@ def node(gpus: str = "8xh100-80gb", layout: str | None = None) -> Node:
     return build_node(spec, NODE, source="test", mig_choices=choices)
 
 
-def spec_node(*gpus: dict[str, Any]) -> Node:
-    return build_node(parse_node_spec({"gpus": list(gpus)}, "test"), NODE, source="test")
+def spec_node(*gpus: dict[str, Any], **spec: Any) -> Node:
+    return build_node(parse_node_spec({"gpus": list(gpus), **spec}, "test"), NODE, source="test")
 
 
 def smi_node(gpus: str = "8xh100-80gb", layout: str | None = None) -> SmiNode:

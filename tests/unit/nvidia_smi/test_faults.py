@@ -11,9 +11,9 @@ import pytest
 from fakegpu.sharing.gpu_faults import GpuFault, parse_fault_text
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.fault_readings import GPU_LOST_STATUS
-from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_inventory, from_json, to_json
+from fakegpu.telemetry.nvidia_smi.devices import SmiNode, from_inventory, from_json, from_node, to_json
 from tests.inventory_builders import inventory
-from tests.unit.nvidia_smi.helpers import out, smi
+from tests.unit.nvidia_smi.helpers import out, smi, spec_node, struck
 
 
 def _live(tmp_path: Path, gpus: str = "2xh100-80gb") -> LiveInventory:
@@ -151,3 +151,40 @@ def test_kinds_nvidia_smi_does_not_show_leave_its_output_alone(tmp_path: Path, t
     _strike(live, 0, text)
     assert live.conditions()  # the fault struck
     assert [out(_smi(live), *argv) for argv in ([], ["-q"])] == before
+
+
+def test_a_fabric_fault_on_an_nvl72_node_and_its_recovery() -> None:
+    """A GB200 node on a multi-node NVLink fabric reads State Completed / Status Success (NVML's
+    ``nvmlGpuFabricInfo_t``, what go-nvlib's ``IsFabricAttached`` checks); a fabric fault keeps the registration
+    completed with an error status, and clearing it brings Success back."""
+    cluster = "1f0e5c2a-7d61-4c1e-9a6b-3e2d8f4b5a10"
+    node_ = spec_node({"model": "gb200", "count": 2}, fabric={"clusterUUID": cluster, "cliqueID": 2})
+    fields = "--query-gpu=fabric.state,fabric.status"
+    assert out(from_node(node_), "-i", "1", fields, "--format=csv,noheader") == "Completed, Success\n"
+    faulted = struck(node_, (1, "fabric status=ERROR_NOT_READY"))
+    assert out(faulted, "-i", "1", fields, "--format=csv,noheader") == "Completed, Not Ready\n"
+    assert out(faulted, "-i", "0", fields, "--format=csv,noheader") == "Completed, Success\n"
+
+
+SECTIONS = (
+    "Performance State",
+    "Clocks Event Reasons",
+    "FB Memory Usage",
+    "ECC Mode",
+    "ECC Errors",
+    "Retired Pages",
+    "Remapped Rows",
+    "Temperature",
+    "GPU Power Readings",
+    "Clocks",
+    "Max Clocks",
+    "Fabric",
+    "Processes",
+)
+"""Top-level sections of a real ``nvidia-smi -q`` GPU, in its order (driver 550 and 570 reports)."""
+
+
+def test_the_fault_sections_sit_where_real_reports_print_them(tmp_path: Path) -> None:
+    text = out(_smi(_live(tmp_path, "1xa100-80gb")), "-q")
+    keys = [line[4:].split(":")[0].strip() for line in text.splitlines() if re.match(r"^    \S", line)]
+    assert [k for k in keys if k in SECTIONS] == list(SECTIONS)
