@@ -128,15 +128,29 @@ def _node(args: argparse.Namespace, env: Mapping[str, str]) -> SmiNode:
     if not path and not described:
         path = env.get(DEVICES_FILE_ENV) or None
     if path:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(path, f"cannot read the devices file: {exc}") from None
+        data = _read_devices_file(path)
         try:
             return from_json(data, path)
         except ValueError as exc:
             raise SpecError(path, str(exc)) from None
     return from_inventory(load_inventory(inventory_inputs(args, env)))
+
+
+DEVICES_FILE_READS: Final = 5
+"""A running daemon rewrites its devices.json in place (``fakegpu.telemetry.nvidia_smi_files``): a read that
+straddles a rewrite does not parse, and the next one does."""
+
+
+def _read_devices_file(path: str) -> Any:
+    error: json.JSONDecodeError | None = None
+    for _ in range(DEVICES_FILE_READS):
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SpecError(path, f"cannot read the devices file: {exc}") from None
+        except json.JSONDecodeError as exc:
+            error = exc
+    raise SpecError(path, f"cannot read the devices file: {error}")
 
 
 def run_nvidia_smi_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:

@@ -34,7 +34,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi.devices import from_inventory, from_json, from_node
 from fakegpu.telemetry.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
 from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
-from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, rewrite_in_place, write_nvidia_smi_files
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
@@ -512,3 +512,64 @@ async def test_faults_on_a_running_node_reach_the_mounted_script_and_the_host_cl
         other = next(g.uuid for g in node.inventory.node.gpus if g.uuid != held)
         assert run_nvidia_smi_command(args, {"NVIDIA_VISIBLE_DEVICES": other}) == 0
         assert "NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+
+
+def test_a_running_containers_mount_sees_faults_struck_after_it_started(tmp_path):
+    """A bind mount follows the inode (a hard link stands for it here): after the first atomic write, the
+    daemon rewrites the same inode, so the container's nvidia-smi shows a GPU lost after it started."""
+    live = LiveInventory(load_inventory(InventoryInputs(node_name="n1", gpus=("2xh100-80gb",))))
+    files = NvidiaSmiFiles(tmp_path / "smi")
+    unsubscribe = files.follow(live)
+    try:
+        mounted = tmp_path / "container-view"
+        os.link(tmp_path / "smi" / "nvidia-smi", mounted)
+        assert smi(mounted, "-L", env=ALL)[1] == 0
+        live.strike_gpu("1", GpuFault(kind="gpu-lost"))
+        assert files.writes == 2
+        lost = "Unable to determine the device handle for GPU0000:28:00.0: GPU is lost."
+        assert smi(mounted, "-L", env=ALL)[0].startswith(lost)
+        assert os.stat(mounted).st_ino == os.stat(tmp_path / "smi" / "nvidia-smi").st_ino
+    finally:
+        unsubscribe()
+
+
+def _run(script: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], TIME_OVERRIDE_ENV: "Wed Feb  4 10:17:25 2026", **ALL}
+    return subprocess.run(["sh", str(script), *argv], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_read_that_straddles_a_rewrite_is_read_again(tmp_path):
+    """What a reader may see during an in-place rewrite: the new data up to some point and the old after it,
+    or the whole new data followed by the old tail. Each is refused (the generation records differ) rather
+    than printed; the shell reads the file again, and once the rewrite is done it prints the new output."""
+    inputs = InventoryInputs(node_name="n1", gpus=("2xh100-80gb",))
+    live = LiveInventory(load_inventory(inputs))
+    files = NvidiaSmiFiles(tmp_path / "smi")
+    files.update(live.inventory)
+    script = tmp_path / "smi" / "nvidia-smi"
+    old = script.read_bytes()
+    live.strike_gpu("0", GpuFault(kind="thermal"))
+    files.update(live.inventory, conditions=live.conditions())
+    new = script.read_bytes()
+    assert len(new) < len(old)  # "Idle: Not Active" and "Active" are shorter than "Idle: Active", "Not Active"
+    expected = _run(script, "-q").stdout
+    data = old.index(b"FAKEGPU_NVIDIA_SMI_DATA\n")
+    torn = [new[:k] + old[k:] for k in (data + 100, (data + len(old)) // 2, len(old) - 50)]
+    torn.append(new + old[len(new) :])  # the new data, then the old tail (the write done, not yet cut)
+    for blob in torn:
+        script.write_bytes(blob)
+        broken = _run(script, "-q")
+        assert (broken.stdout, broken.returncode) == ("", 255)
+        assert "kept changing while it was read" in broken.stderr
+
+    script.write_bytes(torn[1])
+    running = subprocess.Popen(
+        ["sh", str(script), "-q"],
+        env={"PATH": os.environ["PATH"], TIME_OVERRIDE_ENV: "Wed Feb  4 10:17:25 2026", **ALL},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rewrite_in_place(script, new)
+    stdout, stderr = running.communicate(timeout=60)
+    assert (stdout, stderr, running.returncode) == (expected, "", 0)

@@ -363,10 +363,11 @@ def test_the_script_runs_by_its_shebang_from_path(nodes, scripts, tmp_path):
 def test_the_script_embeds_fragments_safely(nodes):
     script = render_script(nodes["mixed"])
     assert script.startswith("#!/bin/sh\n")
-    head, _, data = script.partition("\nexit\nFAKEGPU_NVIDIA_SMI_DATA\n")
-    assert head.endswith('"$0"') and data.count("\n") == len(data_records(nodes["mixed"]))
+    head, _, data = script.partition('\nexit "$status"\nFAKEGPU_NVIDIA_SMI_DATA\n')
+    assert '"$0"' in head and data.count("\n") == len(data_records(nodes["mixed"]))
     records = data_records(nodes["mixed"])
-    assert all(line.count("\t") >= 2 for line in records)
+    assert all(line.count("\t") >= 2 for line in records[1:-1])
+    assert records[0].startswith("V\t") and records[-1] == "Z" + records[0][1:]
     assert "python" not in script.lower()
 
 
