@@ -188,3 +188,14 @@ def test_the_fault_sections_sit_where_real_reports_print_them(tmp_path: Path) ->
     text = out(_smi(_live(tmp_path, "1xa100-80gb")), "-q")
     keys = [line[4:].split(":")[0].strip() for line in text.splitlines() if re.match(r"^    \S", line)]
     assert [k for k in keys if k in SECTIONS] == list(SECTIONS)
+
+
+def test_a_fault_armed_for_later_calls_shows_only_when_it_strikes(tmp_path: Path) -> None:
+    """``after_calls`` (NVIDIA's mock NVML's "fail after N calls"): nothing shows until the call that strikes."""
+    live = _live(tmp_path)
+    _strike(live, 0, "ecc-uncorrectable after_calls=2")
+    fields = "ecc.errors.uncorrected.volatile.total,remapped_rows.pending"
+    live.note_call()
+    assert _query(live, fields) == ["0", "No"]
+    live.note_call()
+    assert _query(live, fields) == ["1", "Yes"]
