@@ -4,7 +4,9 @@ Prints what the fake ``nvidia-smi`` prints for a node (the same renderer the inj
 against), to look at a node without a cluster or to run inside an image that has fakegpu. Devices come
 from ``FAKEGPU_VISIBLE_DEVICES``, else ``NVIDIA_VISIBLE_DEVICES``, as in a container, but all of them when
 neither is set (the injected script shows none then). It never installs anything: the host's real
-``nvidia-smi``, if any, stays untouched.
+``nvidia-smi``, if any, stays untouched. Inventory options describe a node as it starts, without faults; a
+running daemon's faults (ECC errors, clocks, a GPU off the bus) are in the devices.json it keeps current under
+``--nvidia-smi-dir``, so ``--devices-file <dir>/devices.json`` shows what its containers' nvidia-smi shows.
 
 Also the daemons' ``--inject-nvidia-smi`` / ``--nvidia-smi-dir`` flags (``apply_inject_flags``): the
 directory must be absolute and never one on the host's PATH, so the script is never found as
@@ -86,7 +88,7 @@ def add_nvidia_smi_parser(sub: Any) -> argparse.ArgumentParser:
         "--devices-file",
         metavar="FILE",
         help=f"render from a devices.json instead of the inventory options (default ${DEVICES_FILE_ENV} when "
-        "no node is described by options)",
+        "no node is described by options); a running daemon's <--nvidia-smi-dir>/devices.json shows its faults",
     )
     smi = parser.add_argument_group("nvidia-smi options")
     smi.add_argument(
@@ -126,15 +128,29 @@ def _node(args: argparse.Namespace, env: Mapping[str, str]) -> SmiNode:
     if not path and not described:
         path = env.get(DEVICES_FILE_ENV) or None
     if path:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(path, f"cannot read the devices file: {exc}") from None
+        data = _read_devices_file(path)
         try:
             return from_json(data, path)
         except ValueError as exc:
             raise SpecError(path, str(exc)) from None
     return from_inventory(load_inventory(inventory_inputs(args, env)))
+
+
+DEVICES_FILE_READS: Final = 5
+"""A running daemon rewrites its devices.json in place (``fakegpu.telemetry.nvidia_smi_files``): a read that
+straddles a rewrite does not parse, and the next one does."""
+
+
+def _read_devices_file(path: str) -> Any:
+    error: json.JSONDecodeError | None = None
+    for _ in range(DEVICES_FILE_READS):
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SpecError(path, f"cannot read the devices file: {exc}") from None
+        except json.JSONDecodeError as exc:
+            error = exc
+    raise SpecError(path, f"cannot read the devices file: {error}")
 
 
 def run_nvidia_smi_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:

@@ -14,6 +14,7 @@ import grpc
 from fakegpu.dra.device_map import published_devices
 from fakegpu.kubeletapi.podresources.v1 import api_pb2 as pr
 from fakegpu.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.telemetry.dcgm.attribution import CallableAttribution, DeviceHolder, DraDevice, PodResourcesAttribution
 from fakegpu.telemetry.dcgm.exporter import CONTENT_TYPE, DcgmExporter
 from fakegpu.telemetry.dcgm.gpu_activity import UTILIZATION_ANNOTATION
@@ -106,6 +107,32 @@ async def test_xid_injected_through_the_live_inventory(fakegpu_node):
         labels, xid = one(text, "DCGM_FI_DEV_XID_ERRORS", UUID=gpu1)
         assert xid == 79 and labels["err_code"] == "79" and labels["err_msg"] == "GPU has fallen off the bus"
         assert one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")[1] == 0
+
+
+async def test_gpu_faults_on_a_running_node(fakegpu_node):
+    """Faults struck on a running node: the ECC counters and remapped rows (NVIDIA/dcgm-exporter
+    etc/default-counters.csv @ b54068a9feef589e07fc36c22642ad4bb61f6420), DCGM_FI_DEV_XID_ERRORS for an XID the
+    device plugin ignores (43: the kubelet keeps both GPUs), a reset, and a GPU off the bus whose series vanish
+    (dcgm-exporter skips blank values)."""
+    node = await fakegpu_node("2xh100-80gb")
+    gpu0, gpu1 = (g.uuid for g in node.inventory.node.gpus)
+    async with exporter_for(node) as exporter:
+        node.live.strike_gpu(gpu0, GpuFault(kind="xid", xid=43))
+        node.live.strike_gpu(gpu1, GpuFault(kind="ecc-uncorrectable", count=2))
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 1, what="GPU 1 unhealthy")
+        text = await exporter.scrape()
+        assert one(text, "DCGM_FI_DEV_XID_ERRORS", UUID=gpu0)[1] == 43
+        assert one(text, "DCGM_FI_DEV_XID_ERRORS", UUID=gpu1)[1] == 63
+        assert one(text, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", UUID=gpu1)[1] == 2
+        assert one(text, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", UUID=gpu1)[1] == 2
+        node.live.recover_gpu(gpu1, "reset")
+        text = await exporter.scrape()
+        assert one(text, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", UUID=gpu1)[1] == 0
+        assert one(text, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", UUID=gpu1)[1] == 2
+        node.live.strike_gpu(gpu0, GpuFault(kind="off-bus"))
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 0, what="GPU 0 off the bus")
+        text = await exporter.scrape()
+        assert rows(text, "DCGM_FI_DEV_GPU_TEMP", UUID=gpu0) == [] and rows(text, "DCGM_FI_DEV_GPU_TEMP", UUID=gpu1)
 
 
 async def test_mig_instance_carries_its_profile_and_instance(fakegpu_node):

@@ -20,7 +20,7 @@ import pytest
 
 from fakegpu.cli.inventory_options import inventory_inputs
 from fakegpu.cli.main import full_parser
-from fakegpu.cli.nvidia_smi_command import apply_inject_flags
+from fakegpu.cli.nvidia_smi_command import apply_inject_flags, run_nvidia_smi_command
 from fakegpu.dra.daemon import DraSettings, run_dra_daemon
 from fakegpu.dra.device_map import published_devices
 from fakegpu.dra.gpu_prepare import GpuClaimPreparer
@@ -28,12 +28,13 @@ from fakegpu.dra.prepared_claims import ClaimRef, PreparedClaims
 from fakegpu.fakeplugin.daemon import run_plugin_daemon
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.runtime.kubelet_paths import KubeletPaths
+from fakegpu.sharing.gpu_faults import GpuFault
 from fakegpu.sharing.inputs import InventoryInputs, load_inventory
 from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.telemetry.nvidia_smi.devices import from_inventory, from_json, from_node
 from fakegpu.telemetry.nvidia_smi.injection import CONTAINER_DEVICES_PATH, CONTAINER_SCRIPT_PATH
 from fakegpu.telemetry.nvidia_smi.shell_script import TIME_OVERRIDE_ENV
-from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, write_nvidia_smi_files
+from fakegpu.telemetry.nvidia_smi_files import NvidiaSmiFiles, rewrite_in_place, write_nvidia_smi_files
 from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.cdi_runtime import claim_spec_path, read_spec_file, resolve
@@ -467,3 +468,108 @@ async def test_the_dra_daemon_in_dynamic_mig_mode_describes_its_dynamic_devices(
     listing, status = smi(cdi_mounts(spec)[CONTAINER_SCRIPT_PATH], "-L", env=env)
     assert (status, listing.count("\n")) == (0, 2)
     assert listing.endswith(f"  MIG 1g.10gb     Device  0: (UUID: {env['FAKEGPU_VISIBLE_DEVICES']})\n")
+
+
+async def test_faults_on_a_running_node_reach_the_mounted_script_and_the_host_cli(tmp_path, capsys):
+    """A fault struck on a running node (``LiveInventory.strike_gpu``, what ``fakegpu ctl gpu-fault`` calls)
+    rewrites the injected files: the pod's script shows it, and so does ``fakegpu nvidia-smi --devices-file``
+    on the host, which reads the daemon's devices.json. Thermal recovers when cleared, a reset ends the
+    volatile ECC count and the pending remap (NVIDIA's A100 memory error management guide), a GPU off the
+    bus prints nvidia-smi's error line (NVIDIA/nvidia-container-toolkit#69, JosephKJ/OWOD#81) and stays."""
+    smi_dir = tmp_path / "smi"
+    inputs = InventoryInputs(node_name="node-a", gpus=("2xh100-80gb",), nvidia_smi_dir=str(smi_dir))
+    async with FakeNode(tmp_path / "kubelet", inputs) as node:
+        pod = await node.run_pod("p1", {"c": {GPU: 1}})
+        env = pod.env("c")
+        held = env["NVIDIA_VISIBLE_DEVICES"]
+        script = smi_dir / "nvidia-smi"
+        fields = "temperature.gpu,clocks_event_reasons.hw_thermal_slowdown,ecc.errors.uncorrected.volatile.total"
+        fields += ",ecc.errors.uncorrected.aggregate.total,remapped_rows.uncorrectable,remapped_rows.pending"
+
+        def read() -> str:
+            return smi(script, f"--query-gpu={fields}", "--format=csv,noheader", env=env)[0].strip()
+
+        healthy = read()
+        assert healthy.split(", ")[1:] == ["Not Active", "0", "0", "0", "No"]
+        node.live.strike_gpu(held, GpuFault(kind="thermal", temperature=96))
+        node.live.strike_gpu(held, GpuFault(kind="ecc-uncorrectable", count=2))
+        await eventually(lambda: read() == "96, Active, 2, 2, 2, Yes", "the fault in the pod's nvidia-smi")
+        node.live.recover_gpu(held, "thermal")
+        node.live.recover_gpu(held, "reset")
+        await eventually(lambda: read().split(", ")[1:] == ["Not Active", "0", "2", "2", "No"], "the recovery")
+
+        node.live.strike_gpu(held, GpuFault(kind="off-bus"))
+        bus = next(g.bus_id for g in from_inventory(node.inventory).gpus if g.uuid == held)
+        lost = f"Unable to determine the device handle for GPU{bus[4:]}: GPU is lost."
+        await eventually(lambda: smi(script, env=env)[0].startswith(lost), "the GPU off the bus")
+        assert smi(script, env=env)[1] == 15
+        with pytest.raises(ValueError, match="does not recover"):
+            node.live.recover_gpu(held, "off-bus")
+
+        args = full_parser().parse_args(["nvidia-smi", "--devices-file", str(smi_dir / "devices.json")])
+        assert run_nvidia_smi_command(args, {"PATH": os.environ["PATH"]}) == 15
+        assert capsys.readouterr().out.startswith(lost)
+        other = next(g.uuid for g in node.inventory.node.gpus if g.uuid != held)
+        assert run_nvidia_smi_command(args, {"NVIDIA_VISIBLE_DEVICES": other}) == 0
+        assert "NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+
+
+def test_a_running_containers_mount_sees_faults_struck_after_it_started(tmp_path):
+    """A bind mount follows the inode (a hard link stands for it here): after the first atomic write, the
+    daemon rewrites the same inode, so the container's nvidia-smi shows a GPU lost after it started."""
+    live = LiveInventory(load_inventory(InventoryInputs(node_name="n1", gpus=("2xh100-80gb",))))
+    files = NvidiaSmiFiles(tmp_path / "smi")
+    unsubscribe = files.follow(live)
+    try:
+        mounted = tmp_path / "container-view"
+        os.link(tmp_path / "smi" / "nvidia-smi", mounted)
+        assert smi(mounted, "-L", env=ALL)[1] == 0
+        live.strike_gpu("1", GpuFault(kind="gpu-lost"))
+        assert files.writes == 2
+        lost = "Unable to determine the device handle for GPU0000:28:00.0: GPU is lost."
+        assert smi(mounted, "-L", env=ALL)[0].startswith(lost)
+        assert os.stat(mounted).st_ino == os.stat(tmp_path / "smi" / "nvidia-smi").st_ino
+    finally:
+        unsubscribe()
+
+
+def _run(script: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], TIME_OVERRIDE_ENV: "Wed Feb  4 10:17:25 2026", **ALL}
+    return subprocess.run(["sh", str(script), *argv], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_read_that_straddles_a_rewrite_is_read_again(tmp_path):
+    """What a reader may see during an in-place rewrite: the new data up to some point and the old after it,
+    or the whole new data followed by the old tail. Each is refused (the generation records differ) rather
+    than printed; the shell reads the file again, and once the rewrite is done it prints the new output."""
+    inputs = InventoryInputs(node_name="n1", gpus=("2xh100-80gb",))
+    live = LiveInventory(load_inventory(inputs))
+    files = NvidiaSmiFiles(tmp_path / "smi")
+    files.update(live.inventory)
+    script = tmp_path / "smi" / "nvidia-smi"
+    old = script.read_bytes()
+    live.strike_gpu("0", GpuFault(kind="thermal"))
+    files.update(live.inventory, conditions=live.conditions())
+    new = script.read_bytes()
+    assert len(new) < len(old)  # "Idle: Not Active" and "Active" are shorter than "Idle: Active", "Not Active"
+    expected = _run(script, "-q").stdout
+    data = old.index(b"FAKEGPU_NVIDIA_SMI_DATA\n")
+    torn = [new[:k] + old[k:] for k in (data + 100, (data + len(old)) // 2, len(old) - 50)]
+    torn.append(new + old[len(new) :])  # the new data, then the old tail (the write done, not yet cut)
+    for blob in torn:
+        script.write_bytes(blob)
+        broken = _run(script, "-q")
+        assert (broken.stdout, broken.returncode) == ("", 255)
+        assert "kept changing while it was read" in broken.stderr
+
+    script.write_bytes(torn[1])
+    running = subprocess.Popen(
+        ["sh", str(script), "-q"],
+        env={"PATH": os.environ["PATH"], TIME_OVERRIDE_ENV: "Wed Feb  4 10:17:25 2026", **ALL},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rewrite_in_place(script, new)
+    stdout, stderr = running.communicate(timeout=60)
+    assert (stdout, stderr, running.returncode) == (expected, "", 0)

@@ -24,9 +24,10 @@ Pod attribution follows dcgm-exporter's Kubernetes mapper:
 (``metric_names``), integer fields as ``%d`` and doubles as ``%f``, counters without series omitted.
 The registry can also go through prometheus_client's ``generate_latest`` (any generic /metrics server):
 the series are the same, but that encoder sorts label names and prints ``42.0``; Prometheus reads both
-identically. ``DCGM_FI_DEV_XID_ERRORS`` is the last XID seen on the entity and, like DCGM's field,
-stays after the device recovers; only XIDs that made a device unhealthy (or came with the node spec) are
-seen, since the live inventory does not record ignored ones.
+identically. ``DCGM_FI_DEV_XID_ERRORS`` is the last XID seen on the entity (every XID the live inventory
+recorded, the ones NVIDIA's plugins ignore too) and, like DCGM's field, stays after the device recovers.
+Faults (``LiveInventory.condition``) change the fields ``fault_fields`` lists; a GPU off the bus or lost has
+no series at all.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from fakegpu.sharing.identifiers import strip_replica
@@ -46,6 +47,7 @@ from fakegpu.sharing.live_inventory import LiveInventory
 from fakegpu.sharing.node import MigInstance, PhysicalGpu
 from fakegpu.telemetry.dcgm import metric_names as names
 from fakegpu.telemetry.dcgm.attribution import AnnotationLookup, Attribution, DeviceHolder
+from fakegpu.telemetry.dcgm.fault_fields import fault_values, reachable
 from fakegpu.telemetry.dcgm.gpu_activity import (
     IDLE_FB_USED_MIB,
     IDLE_FB_USED_MIG_MIB,
@@ -273,13 +275,13 @@ class DcgmExporter:
         return out
 
     def _xids(self) -> dict[str, int]:
-        for gpu in self.live.inventory.node.gpus:
-            if gpu.xid is not None:
-                for uuid in gpu.uuids:
-                    self._last_xid.setdefault(uuid, gpu.xid)
-        for uuid, xid in self.live.unhealthy().items():
-            if xid is not None:
-                self._last_xid[uuid] = xid
+        """The last XID of every GPU and MIG UUID: every XID event the live inventory recorded (the ones the
+        device plugin ignores too: DCGM watches NVML's XID events itself), kept after the events are
+        forgotten, as DCGM's field keeps its last value."""
+        for uuid, events in self.live.health_events().items():
+            known = [e.xid for e in events if e.xid is not None]
+            if known:
+                self._last_xid[uuid] = known[-1]
         return self._last_xid
 
     def _budget(self, entity: Entity) -> int | None:
@@ -327,35 +329,39 @@ class DcgmExporter:
                 load = float(activities[gpu.uuid].util)
             board[gpu.uuid] = thermals(gpu.model, load, index=gpu.index, seed=self.seed, gpu=gpu.uuid, step=step)
 
-        families = {c.name: GaugeMetricFamily(c.name, c.help) for c in names.COUNTERS}
+        families = {c.name: Metric(c.name, c.help, c.type) for c in names.COUNTERS}
         for entity in all_entities:
+            condition = self.live.condition(entity.gpu.uuid)
+            if not reachable(condition):
+                continue  # NVML has no handle for it: DCGM reads blank and dcgm-exporter skips every field
             act = activities[entity.uuid]
-            heat = board[entity.gpu.uuid]
-            xid = xids.get(entity.uuid, 0)
             values: dict[names.Counter, float] = {
-                names.GPU_TEMP: heat.temperature_c,
-                names.POWER_USAGE: heat.power_w,
                 names.GPU_UTIL: act.util,
                 names.MEM_COPY_UTIL: act.mem_copy_util,
-                names.XID_ERRORS: xid,
+                names.XID_ERRORS: xids.get(entity.uuid, 0),
                 names.FB_FREE: act.fb_free_mib,
                 names.FB_USED: act.fb_used_mib,
                 names.GR_ENGINE_ACTIVE: act.gr_engine_active,
                 names.PIPE_TENSOR_ACTIVE: act.tensor_active,
                 names.DRAM_ACTIVE: act.dram_active,
+                **fault_values(entity.gpu.model, condition, board[entity.gpu.uuid], busy=act.util > 0),
             }
-            identity = entity.labels(self.hostname, node.driver_version)
-            for attributes in self._attribute_sets(holdings.get(entity.uuid, [])):
-                for counter in names.COUNTERS:
-                    if entity.mig is not None and not counter.per_mig_instance:
-                        continue
-                    attrs = dict(attributes)
-                    if counter is names.XID_ERRORS:
-                        attrs.update(names.xid_attributes(xid))
-                    families[counter.name].add_sample(
-                        counter.name, names.series_labels(identity, attrs), values[counter]
-                    )
+            self._add_series(families, entity, values, holdings.get(entity.uuid, []))
         return [f for f in families.values() if f.samples]
+
+    def _add_series(
+        self, families: dict[str, Metric], entity: Entity, values: dict[names.Counter, float], held: list[Holding]
+    ) -> None:
+        """One sample per counter the entity has a value for, per attribute set (``_attribute_sets``)."""
+        identity = entity.labels(self.hostname, self.live.inventory.node.driver_version)
+        for attributes in self._attribute_sets(held):
+            for counter in names.COUNTERS:
+                if counter not in values or (entity.mig is not None and not counter.per_mig_instance):
+                    continue
+                attrs = dict(attributes)
+                if counter is names.XID_ERRORS:
+                    attrs.update(names.xid_attributes(int(values[counter])))
+                families[counter.name].add_sample(counter.name, names.series_labels(identity, attrs), values[counter])
 
     def _attribute_sets(self, holdings: list[Holding]) -> list[dict[str, str]]:
         """The pod attributes of an entity's series: none when idle, the last holder's by default, one
@@ -381,7 +387,7 @@ class _DcgmCollector:
         self.exporter = exporter
 
     def describe(self) -> list[Metric]:
-        return [GaugeMetricFamily(c.name, c.help) for c in names.COUNTERS]
+        return [Metric(c.name, c.help, c.type) for c in names.COUNTERS]
 
     def collect(self) -> list[Metric]:
         return self.exporter.families()

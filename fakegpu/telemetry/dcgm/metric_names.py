@@ -60,7 +60,51 @@ DRAM_ACTIVE: Final = Counter(
     double=True,
 )
 
+SM_CLOCK: Final = Counter("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).")
+ECC_SBE_VOL_TOTAL: Final = Counter(
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", "counter"
+)
+ECC_DBE_VOL_TOTAL: Final = Counter(
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", "counter"
+)
+ECC_SBE_AGG_TOTAL: Final = Counter(
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors.", "counter"
+)
+ECC_DBE_AGG_TOTAL: Final = Counter(
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors.", "counter"
+)
+RETIRED_SBE: Final = Counter(
+    "DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.", "counter"
+)
+RETIRED_DBE: Final = Counter(
+    "DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.", "counter"
+)
+RETIRED_PENDING: Final = Counter("DCGM_FI_DEV_RETIRED_PENDING", "Total number of pages pending retirement.", "counter")
+NVLINK_CRC_FLIT_ERRORS: Final = Counter(
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.", "counter"
+)
+NVLINK_CRC_DATA_ERRORS: Final = Counter(
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.", "counter"
+)
+NVLINK_REPLAY_ERRORS: Final = Counter(
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.", "counter"
+)
+NVLINK_RECOVERY_ERRORS: Final = Counter(
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.", "counter"
+)
+UNCORRECTABLE_REMAPPED_ROWS: Final = Counter(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors", "counter"
+)
+CORRECTABLE_REMAPPED_ROWS: Final = Counter(
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors", "counter"
+)
+ROW_REMAP_FAILURE: Final = Counter("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed")
+CLOCKS_EVENT_REASONS: Final = Counter(
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*)."
+)
+
 COUNTERS: Final = (
+    SM_CLOCK,
     GPU_TEMP,
     POWER_USAGE,
     GPU_UTIL,
@@ -68,11 +112,34 @@ COUNTERS: Final = (
     XID_ERRORS,
     FB_FREE,
     FB_USED,
+    ECC_SBE_VOL_TOTAL,
+    ECC_DBE_VOL_TOTAL,
+    ECC_SBE_AGG_TOTAL,
+    ECC_DBE_AGG_TOTAL,
+    RETIRED_SBE,
+    RETIRED_DBE,
+    RETIRED_PENDING,
+    NVLINK_CRC_FLIT_ERRORS,
+    NVLINK_CRC_DATA_ERRORS,
+    NVLINK_REPLAY_ERRORS,
+    NVLINK_RECOVERY_ERRORS,
+    UNCORRECTABLE_REMAPPED_ROWS,
+    CORRECTABLE_REMAPPED_ROWS,
+    ROW_REMAP_FAILURE,
+    CLOCKS_EVENT_REASONS,
     GR_ENGINE_ACTIVE,
     PIPE_TENSOR_ACTIVE,
     DRAM_ACTIVE,
 )
-"""Emitted counters, in ``dcp-metrics-included.csv`` order."""
+"""Emitted counters, in ``dcp-metrics-included.csv`` order (NVIDIA/dcgm-exporter etc/dcp-metrics-included.csv
+@ 99a774bb93604fbc5cc509e68c8bbb205dbfb16c). Enabled there: SM clock, temperature, power, utilisation, XID,
+framebuffer, remapped rows and the DCP ratios. Listed there commented out, the fields a counters file enables
+to watch for faults (and fakegpu always emits): the ECC totals, retired pages and NVLink error counters.
+``DCGM_FI_DEV_CLOCKS_EVENT_REASONS`` (DCGM field 112, go-dcgm's name since DCGM 3.3 for the former
+``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS``) is in neither file; dcgm-exporter watches it for its own
+``DCGM_EXP_CLOCK_EVENTS_COUNT`` and a counters file may name it. Which series a GPU has depends on the board,
+as NVML answers "not supported" and dcgm-exporter skips blank values: retired pages before Ampere, remapped
+rows from Ampere on, NVLink counters on boards with NVLink, the SM clock where fakegpu knows the board's."""
 BY_NAME: Final = {c.name: c for c in COUNTERS}
 
 # Fixed labels of every GPU-entity series, in template order.

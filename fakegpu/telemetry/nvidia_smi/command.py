@@ -10,7 +10,8 @@ implements exactly these rules (same order of checks, same texts, same exit stat
 the two to byte equality. Statuses follow nvidia-smi's manual page: 0 success, 2 invalid argument or flag
 (unknown options and missing values too), 6 "a query to find an object was unsuccessful": no devices, no
 MIG-enabled device, no instance (a script in the wild tests ``mig --list-gpu-instance-profiles`` for 6 on
-a GPU without MIG; no reading shows the status of the other two).
+a GPU without MIG; no reading shows the status of the other two), 15 a GPU off the bus or lost among the
+selected ones (one error line per such GPU, nothing else).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from fakegpu.telemetry.fault_readings import GPU_LOST_STATUS, gpu_lost_line
 from fakegpu.telemetry.nvidia_smi import list as gpu_list
 from fakegpu.telemetry.nvidia_smi import mig_tables, query, query_full, table, topology
 from fakegpu.telemetry.nvidia_smi.devices import SmiNode, VisibleGpu, filter_ids, select
@@ -223,6 +225,10 @@ def run(argv: Sequence[str], node: SmiNode, visible: str | None, timestamp: str,
     gpus = view.gpus if request.ids is None else filter_ids(view, request.ids)
     if not gpus:
         return Result(NO_DEVICES, NOT_FOUND)
+    lost = [v for v in gpus if v.gpu.health.unreachable]
+    if lost:
+        # NVML has no handle for a GPU off the bus: nvidia-smi prints why instead of any report.
+        return Result("".join(gpu_lost_line(v.gpu.bus_id) + "\n" for v in lost), GPU_LOST_STATUS)
     return _report(request, node, gpus, len(view.gpus), fields, timestamp, query_timestamp)
 
 

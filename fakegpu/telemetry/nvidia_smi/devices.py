@@ -28,17 +28,22 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fakegpu.sharing.catalog import GpuModel, MigProfile
+from fakegpu.sharing.gpu_condition import HEALTHY_CONDITION, GpuCondition
 from fakegpu.sharing.gpu_policies import DEFAULT_MODE, TABLE_ABBREVIATIONS, GpuPolicies
 from fakegpu.sharing.identifiers import mig_uuid
 from fakegpu.sharing.inventory import Inventory
 from fakegpu.sharing.mig_geometry import Placement
 from fakegpu.sharing.node import MigInstance, Node, PhysicalGpu, gi_id
 from fakegpu.telemetry.idle_reading import idle_reading
+from fakegpu.telemetry.nvidia_smi import gpu_health
+from fakegpu.telemetry.nvidia_smi.gpu_health import SmiHealth
 from fakegpu.telemetry.nvidia_smi.injection import NVIDIA_VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_ENV
 from fakegpu.telemetry.nvidia_smi.nvlinks import links_per_peer
 
 JSON_KIND: Final = "fakegpu.io/nvidia-smi-devices"
-JSON_VERSION: Final = 1
+JSON_VERSION: Final = 2
+"""Version 2 added each GPU's ``health`` (fault readings); version 1 files still read, as healthy GPUs."""
+READ_VERSIONS: Final = (1, JSON_VERSION)
 VOLUME_MOUNTS_ROOT: Final = "/var/run/nvidia-container-devices"
 """NVIDIA's ``volume-mounts`` strategy: ``NVIDIA_VISIBLE_DEVICES`` names this directory and the device IDs
 are the names of the files mounted in it."""
@@ -136,6 +141,9 @@ class SmiGpu:
     compute_mode: str = DEFAULT_MODE
     """nvidia-smi's spelling (``Default``, ``Exclusive_Process``): the DRA driver's MPS claims change it
     (``fakegpu.sharing.gpu_policies``)."""
+    health: SmiHealth = gpu_health.HEALTHY
+    """What its faults show (ECC, remapped rows, clocks, fabric, lost); ``temperature_c`` and
+    ``power_draw_w`` already carry a thermal or power fault's reading."""
 
     @property
     def free_mib(self) -> int:
@@ -272,10 +280,12 @@ def _profile(model: GpuModel, p: MigProfile) -> SmiMigProfile:
     )
 
 
-def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool) -> SmiGpu:
+def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool, condition: GpuCondition) -> SmiGpu:
     model = gpu.model
     facts = model.facts
     idle = idle_reading(model, gpu.index)
+    power = idle.power_w if condition.power_draw_w is None else round(condition.power_draw_w, 2)
+    temperature = idle.temperature_c if condition.temperature_c is None else condition.temperature_c
     migs = tuple(_mig(model, facts.bar1_mib, m) for m in (gpu.mig_devices if gpu.mig_enabled else ()))
     options = _options(node.name, gpu, facts.bar1_mib, migs) if dynamic_mig and gpu.dynamic_mig_capable else ()
     peers = tuple(g.index for g in node.gpus if g.index != gpu.index and node.nvlinked(gpu.index, g.index))
@@ -296,10 +306,10 @@ def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool) -> SmiGpu:
         bar1_mib=facts.bar1_mib,
         mig_capable=model.mig_capable,
         mig_enabled=gpu.mig_enabled,
-        power_draw_w=idle.power_w,
+        power_draw_w=power,
         power_limit_w=facts.power_limit_w,
         power_min_w=facts.power_min_w,
-        temperature_c=idle.temperature_c,
+        temperature_c=temperature,
         pstate=facts.idle_pstate,
         fan=facts.fan,
         pcie_gen=facts.pcie_gen,
@@ -310,22 +320,34 @@ def _gpu(gpu: PhysicalGpu, node: Node, dynamic_mig: bool) -> SmiGpu:
         numa=gpu.numa,
         nvlink_peers=peers,
         nvlink_links=links_per_peer(model.key) if peers else 0,
+        health=gpu_health.health(model, condition, node.fabric),
     )
 
 
-def from_node(node: Node, *, dynamic_mig: bool = False) -> SmiNode:
-    """The node as nvidia-smi shows it; ``dynamic_mig`` adds the DRA driver's dynamic MIG devices."""
+def from_node(
+    node: Node, *, dynamic_mig: bool = False, conditions: Mapping[str, GpuCondition] | None = None
+) -> SmiNode:
+    """The node as nvidia-smi shows it; ``dynamic_mig`` adds the DRA driver's dynamic MIG devices, ``conditions``
+    (``LiveInventory.conditions()``, by GPU UUID) what faults left on its GPUs."""
+    found = conditions or {}
     return SmiNode(
         name=node.name,
         driver_version=node.driver_version,
         cuda_version=node.cuda_driver_version,
-        gpus=tuple(_gpu(g, node, dynamic_mig) for g in node.gpus),
+        gpus=tuple(_gpu(g, node, dynamic_mig, found.get(g.uuid, HEALTHY_CONDITION)) for g in node.gpus),
     )
 
 
-def from_inventory(inventory: Inventory, *, dynamic_mig: bool = False, policies: GpuPolicies | None = None) -> SmiNode:
-    """The inventory's node; with ``policies``, each GPU in the compute mode the driver has set it to."""
-    node = from_node(inventory.node, dynamic_mig=dynamic_mig)
+def from_inventory(
+    inventory: Inventory,
+    *,
+    dynamic_mig: bool = False,
+    policies: GpuPolicies | None = None,
+    conditions: Mapping[str, GpuCondition] | None = None,
+) -> SmiNode:
+    """The inventory's node; with ``policies``, each GPU in the compute mode the driver has set it to; with
+    ``conditions``, its GPUs' faults."""
+    node = from_node(inventory.node, dynamic_mig=dynamic_mig, conditions=conditions)
     if policies is None:
         return node
     gpus = tuple(dataclasses.replace(g, compute_mode=policies.compute_mode(g.uuid)) for g in node.gpus)
@@ -415,6 +437,7 @@ def to_json(node: SmiNode) -> dict[str, Any]:
             doc["migProfiles"] = [_profile_json(p) for p in g.mig_profiles]
         doc |= {"numaNode": g.numa, "nvlinkPeers": list(g.nvlink_peers), "nvlinkLinks": g.nvlink_links}
         doc["computeMode"] = g.compute_mode
+        doc["health"] = gpu_health.to_json(g.health)
         gpus.append(doc)
     return {
         "kind": JSON_KIND,
@@ -499,7 +522,7 @@ def _list(value: Any, where: str) -> list[Any]:
 def from_json(data: Any, source: str = "devices.json") -> SmiNode:
     """Parse a devices.json document; ``ValueError`` names the field that is wrong."""
     doc = _mapping(data, source)
-    if doc.get("kind") != JSON_KIND or doc.get("version") != JSON_VERSION:
+    if doc.get("kind") != JSON_KIND or doc.get("version") not in READ_VERSIONS:
         raise ValueError(f"{source}: expected kind {JSON_KIND!r} version {JSON_VERSION}")
     gpus = []
     for i, raw in enumerate(_list(doc.get("gpus"), f"{source}.gpus")):
@@ -514,7 +537,17 @@ def from_json(data: Any, source: str = "devices.json") -> SmiNode:
         if len(set(indices)) != len(indices):
             raise ValueError(f"{where}: MIG device indices must be unique, found {indices}")
         profiles = _profiles(g.get("migProfiles", []), f"{where}.migProfiles")
-        gpus.append(SmiGpu(**fields, migs=migs, mig_options=options, mig_profiles=profiles, **_topology(g, where)))
+        health = gpu_health.from_json(g.get("health"), f"{where}.health")
+        gpus.append(
+            SmiGpu(
+                **fields,
+                migs=migs,
+                mig_options=options,
+                mig_profiles=profiles,
+                health=health,
+                **_topology(g, where),
+            )
+        )
     return SmiNode(
         name=_field(doc, "node", str, source),
         driver_version=_field(doc, "driverVersion", str, source),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fakegpu.telemetry.nvidia_smi.devices import SmiGpu, SmiNode, VisibleGpu
+from fakegpu.telemetry.nvidia_smi.health_report import query_values
 from fakegpu.telemetry.nvidia_smi.table import mig_mode_text
 
 NA: Final = "[N/A]"
@@ -329,6 +330,7 @@ def gpu_values(node: SmiNode, gpu: SmiGpu, *, partial: bool = False) -> dict[str
         "mig.mode.pending": _plain(mig_value),
         "ecc.mode.current": _plain("Enabled"),
         "ecc.mode.pending": _plain("Enabled"),
+        **query_values(gpu.health),
     }
 
 

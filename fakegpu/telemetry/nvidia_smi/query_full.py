@@ -2,7 +2,9 @@
 
 Keys are padded to column 42 and nested by four spaces, in driver 570's order and wording (``Utilization
 / GPU``, ``Average`` and ``Instantaneous Power Draw``); sections fakegpu has nothing true to say about
-(clocks, inforom, VBIOS, retired pages, fabric) are left out rather than invented. A MIG-enabled GPU lists
+(inforom, VBIOS, application clocks) are left out rather than invented. The sections faults change (clocks
+event reasons, ECC errors, retired pages or remapped rows, clocks, fabric) come from
+``health_report``. A MIG-enabled GPU lists
 the MIG devices the container may use under ``MIG Devices``, right after ``MIG Mode``. A container given
 only some of a GPU's MIG devices sees MIG mode Enabled and ``Insufficient Permissions`` for the GPU's
 FB memory (``partial``), as NVML answers there.
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from fakegpu.telemetry.nvidia_smi import tokens
+from fakegpu.telemetry.nvidia_smi import health_report, tokens
 from fakegpu.telemetry.nvidia_smi.devices import SmiGpu, SmiMig, SmiNode, VisibleGpu
 from fakegpu.telemetry.nvidia_smi.table import mig_mode_text
 
@@ -111,6 +113,7 @@ def gpu_tail(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
         _kv(4, "Current", f"{gpu.pcie_width}x"),
         _kv(1, "Fan Speed", fan),
         _kv(1, "Performance State", gpu.pstate),
+        *health_report.event_reasons(gpu.health),
         _section(1, "FB Memory Usage"),
         *(_kv(2, key, text) for key, text in zip(("Total", "Reserved", "Used", "Free"), fb_text, strict=True)),
         _section(1, "BAR1 Memory Usage"),
@@ -123,6 +126,7 @@ def gpu_tail(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
         _section(1, "ECC Mode"),
         _kv(2, "Current", "Enabled"),
         _kv(2, "Pending", "Enabled"),
+        *health_report.memory_errors(gpu.health),
         _section(1, "Temperature"),
         _kv(2, "GPU Current Temp", f"{gpu.temperature_c} C"),
         _section(1, "GPU Power Readings"),
@@ -133,6 +137,7 @@ def gpu_tail(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, ...]:
         _kv(2, "Default Power Limit", limit),
         _kv(2, "Min Power Limit", f"{gpu.power_min_w:.2f} W"),
         _kv(2, "Max Power Limit", limit),
+        *health_report.clocks_and_fabric(gpu.health),
         _kv(1, "Processes", "None"),
         "",
     )

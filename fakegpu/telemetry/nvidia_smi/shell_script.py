@@ -17,18 +17,24 @@ Data records are tab-separated lines: ``S`` fixed sections, ``G``/``GT``/``GL``/
 GPU's identity (with its ``-lgip`` template, ``topo -m`` cells towards every GPU of the node and the order
 ``mig -lgi`` lists its instances in), table rows, ``-L`` line, ``-q`` parts before and after its MIG
 devices and modelled query values (a field without one is ``[N/A]``), ``GX`` the end of its ``topo -m``
-row, ``PT``/``PA``/``PZ``/``PC`` the lines and values that differ when the GPU is seen through some of its
-MIG devices only (by line number or field), ``M`` a MIG device (static instance or dynamic option, its
-UUID, GPU-instance ID, start slot and templates), ``TT``/``TQ``/``TL`` the table, ``-q`` and ``-L``
+row, ``GE`` the error line printed instead of a GPU off the bus or lost, ``PT``/``PA``/``PZ``/``PC`` the
+lines and values that differ when the GPU is seen through some of its MIG devices only (by line number or
+field), ``M`` a MIG device (static instance or dynamic option, its UUID, GPU-instance ID, start slot and
+templates), ``TT``/``TQ``/``TL`` the table, ``-q`` and ``-L``
 templates MIG devices of one shape share, ``TP``/``TG``/``TC`` the ``mig -lgip``/``-lgi``/``-lci``
-templates GPUs and instances of one shape share, ``QF``/``QA`` query fields and aliases.
+templates GPUs and instances of one shape share, ``QF``/``QA`` query fields and aliases; ``V`` first and
+``Z`` last, the content's generation: the daemon rewrites the file in place (so a running container's bind
+mount sees faults struck after it started), and a read that straddles a rewrite finds them different and
+is retried by the shell part, which stays byte for byte the same across rewrites.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Final
 
+from fakegpu.telemetry.fault_readings import GPU_LOST_STATUS, gpu_lost_line
 from fakegpu.telemetry.nvidia_smi import list as gpu_list
 from fakegpu.telemetry.nvidia_smi import mig_tables, query, query_full, table, topology
 from fakegpu.telemetry.nvidia_smi.command import INVALID_COMBINATION, NO_DEVICES, help_text, version_text
@@ -39,7 +45,11 @@ QUERY_TIME_OVERRIDE_ENV: Final = "FAKEGPU_NVIDIA_SMI_QUERY_TIME"
 """Overrides the ``timestamp`` query field (``YYYY/MM/DD HH:MM:SS.mmm``), for reproducible output."""
 _DELIMITER: Final = "FAKEGPU_NVIDIA_SMI_DATA"
 NO_AWK_STATUS: Final = 255
-"""nvidia-smi's "other error": the image has no awk."""
+"""nvidia-smi's "other error": the image has no awk (or the script kept changing while read)."""
+TORN_STATUS: Final = 75
+"""The awk program's answer to a data section whose first and last generation records differ: the daemon
+rewrote the file while awk read it (``nvidia_smi_files`` rewrites it in place), so the shell reads it again."""
+TORN_RETRIES: Final = 20
 
 # Mirrors command.run step by step; see the module docstring for the records it reads. Lists are cut with
 # csplit, Python's str.split(","): the one true awk's split() also cuts at newlines, and splits "" into none.
@@ -70,12 +80,15 @@ function template(kind, t,   i) { for (i = 1; i <= xc[kind, t]; i++) print fill(
 function gpu_line(whole, partial, i) { return ((k in vpart) && ((k, i) in partial)) ? partial[k, i] : whole[k, i] }
 BEGIN { FS = "\t" }
 !data { if ($0 == "FAKEGPU_NVIDIA_SMI_DATA") data = 1; next }
+$1 == "V" { vgen = $2; next }
+$1 == "Z" { zgen = $2; next }
 $1 == "S" { sc[$2]++; sl[$2, sc[$2]] = rest(2); next }
 $1 == "G" {
   ng++; gid[ng] = $2; guu[ng] = $3; gbus[ng] = $4; gmig[ng] = $5; glp[ng] = $6 + 0; gcl[ng] = $7; gord[ng] = $8
   gat[$2] = ng; next
 }
 $1 == "GX" { gx[gat[$2]] = rest(2); next }
+$1 == "GE" { gge[gat[$2]] = rest(2); next }
 $1 == "GT" { k = gat[$2]; gtc[k]++; gtl[k, gtc[k]] = rest(2); next }
 $1 == "PT" { ptl[gat[$2], $3] = rest(3); next }
 $1 == "GL" { gll[gat[$2]] = rest(2); next }
@@ -96,6 +109,7 @@ $1 == "TQ" { tqc[$2]++; tql[$2, tqc[$2]] = rest(2); next }
 $1 == "QF" { qh[$2] = $3; next }
 $1 == "QA" { qa[$2] = $3; next }
 END {
+  if (vgen == "" || vgen != zgen) exit @TORN@
   mode = ENVIRON["FGS_MODE"]; ts = ENVIRON["FGS_TIME"]
   if (mode == "help") { section("help"); exit 0 }
   if (mode == "version") { section("version"); exit 0 }
@@ -168,6 +182,9 @@ END {
   } else for (v = 1; v <= nv; v++) { sel[v] = 1; ns++ }
   if (!ns) { section("nodev"); exit 6 }
   att = nv
+  lost = 0
+  for (v = 1; v <= nv; v++) if ((v in sel) && (vk[v] in gge)) { print gge[vk[v]]; lost = 1 }
+  if (lost) exit @LOST@
   if (mode == "matrix") {
     line = ""
     for (v = 1; v <= nv; v++) line = line "\tGPU" (v - 1)
@@ -355,10 +372,20 @@ if ! command -v awk >/dev/null 2>&1; then
   echo "nvidia-smi (fakegpu): this image has no awk; the fake nvidia-smi needs sh and awk" >&2
   exit @NO_AWK@
 fi
-FGS_MODE=$mode FGS_FIELDS=$fields FGS_FORMAT=$fmt FGS_HAS_FORMAT=$has_fmt FGS_IDS=$ids FGS_HAS_IDS=$has_ids \
-FGS_CONFLICT=$conflict FGS_VISIBLE=$visible FGS_VISIBLE_SET=$visible_set FGS_TIME=$ts FGS_QUERY_TIME=$qts \
-awk '@AWK@' "$0"
-exit
+tries=0
+while :; do
+  FGS_MODE=$mode FGS_FIELDS=$fields FGS_FORMAT=$fmt FGS_HAS_FORMAT=$has_fmt FGS_IDS=$ids FGS_HAS_IDS=$has_ids \
+  FGS_CONFLICT=$conflict FGS_VISIBLE=$visible FGS_VISIBLE_SET=$visible_set FGS_TIME=$ts FGS_QUERY_TIME=$qts \
+  awk '@AWK@' "$0"
+  status=$?
+  if [ "$status" -ne @TORN@ ] || [ "$tries" -ge @TRIES@ ]; then break; fi
+  tries=$((tries + 1))
+done
+if [ "$status" -eq @TORN@ ]; then
+  echo "nvidia-smi (fakegpu): the script kept changing while it was read; run it again" >&2
+  exit @NO_AWK@
+fi
+exit "$status"
 @DELIM@
 """
 
@@ -397,7 +424,14 @@ def _template(kind: str, lines: tuple[str, ...], ids: dict[tuple[str, ...], int]
 
 def data_records(node: SmiNode) -> list[str]:
     """Everything the awk program reads, in the order it expects (GPU before its MIG devices, a MIG
-    template before the first device using it)."""
+    template before the first device using it), between two records naming the content's generation (a hash
+    of it): awk refuses a file whose two differ, which is what a read during an in-place rewrite sees."""
+    records = _content_records(node)
+    generation = hashlib.sha256("\n".join(records).encode()).hexdigest()[:16]
+    return [f"V\t{generation}", *records, f"Z\t{generation}"]
+
+
+def _content_records(node: SmiNode) -> list[str]:
     out: list[str] = []
     sections: dict[str, Iterable[str]] = {
         "date": [table.DATE_LINE],
@@ -443,6 +477,8 @@ def data_records(node: SmiNode) -> list[str]:
         mig_on = "1" if g.mig_enabled else "0"
         out.append("\t".join(["G", str(g.index), _check_line(g.uuid), g.bus_id, mig_on, str(lgip), cells, order]))
         out += _records("GX", [g.index], [topology.row_tail(g)], tabs=True)
+        if g.health.unreachable:
+            out += _records("GE", [g.index], [gpu_lost_line(g.bus_id)])
         out += _records("GT", [g.index], table.gpu_rows(g))
         out += _records("GL", [g.index], [gpu_list.gpu_line(g)])
         out += _records("GA", [g.index], query_full.gpu_head(g))
@@ -487,7 +523,12 @@ def render_script(node: SmiNode, *, volume_mounts_root: str = VOLUME_MOUNTS_ROOT
         .replace("@QTIME_ENV@", QUERY_TIME_OVERRIDE_ENV)
         .replace("@NO_AWK@", str(NO_AWK_STATUS))
         .replace("@DELIM@", _DELIMITER)
-        .replace("@AWK@", AWK_PROGRAM.strip("\n"))
+        .replace("@TORN@", str(TORN_STATUS))
+        .replace("@TRIES@", str(TORN_RETRIES))
+        .replace(
+            "@AWK@",
+            AWK_PROGRAM.strip("\n").replace("@LOST@", str(GPU_LOST_STATUS)).replace("@TORN@", str(TORN_STATUS)),
+        )
         .replace("@NODE@", node.name)
     )
     return head + "".join(line + "\n" for line in data_records(node))

@@ -85,10 +85,11 @@ def mig_mode_text(gpu: SmiGpu, *, partial: bool = False) -> str:
 
 
 def gpu_rows(gpu: SmiGpu, *, partial: bool = False) -> tuple[str, str, str]:
-    """A GPU's three table lines; in MIG mode ECC shows ``On`` and utilisation ``N/A``, as on real GPUs;
+    """A GPU's three table lines; ``Volatile Uncorr. ECC`` is the volatile uncorrectable (DRAM) error count, in MIG
+    mode ``On``, and utilisation ``N/A`` there, as on real GPUs;
     ``partial`` (only some MIG devices visible) also hides the memory, as NVML does in such a container."""
     mig_on = gpu.mig_enabled or partial
-    ecc = "On" if mig_on else "0"
+    ecc = "On" if mig_on else str(gpu.health.ecc_dbe_volatile)
     util = "N/A" if mig_on else "0%"
     memory = f"{'N/A':>23}" if partial else f"{gpu.used_mib:>8}MiB / {gpu.memory_mib:>6}MiB"
     return (

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fakegpu.sharing.catalog import CATALOG
+from fakegpu.sharing.gpu_condition import HEALTHY_CONDITION, GpuCondition, strike
+from fakegpu.sharing.gpu_faults import parse_fault_text
 from fakegpu.sharing.mig_parted import choose_generated
 from fakegpu.sharing.node import Node, build_node
 from fakegpu.sharing.node_spec import parse_gpus_shorthand, parse_node_spec
@@ -24,8 +26,8 @@ def node(gpus: str = "8xh100-80gb", layout: str | None = None) -> Node:
     return build_node(spec, NODE, source="test", mig_choices=choices)
 
 
-def spec_node(*gpus: dict[str, Any]) -> Node:
-    return build_node(parse_node_spec({"gpus": list(gpus)}, "test"), NODE, source="test")
+def spec_node(*gpus: dict[str, Any], **spec: Any) -> Node:
+    return build_node(parse_node_spec({"gpus": list(gpus), **spec}, "test"), NODE, source="test")
 
 
 def smi_node(gpus: str = "8xh100-80gb", layout: str | None = None) -> SmiNode:
@@ -59,3 +61,13 @@ def out(node: SmiNode, *argv: str, visible: str | None = None) -> str:
     result = smi(node, *argv, visible=visible)
     assert result.status == 0, result
     return result.stdout
+
+
+def struck(node_: Node, *faults: tuple[int, str]) -> SmiNode:
+    """``node_`` as nvidia-smi shows it after ``faults`` (GPU index, ``gpu-fault`` text), struck in order."""
+    conditions: dict[str, GpuCondition] = {}
+    for index, text in faults:
+        gpu = node_.gpus[index]
+        before = conditions.get(gpu.uuid, HEALTHY_CONDITION)
+        conditions[gpu.uuid], _ = strike(before, parse_fault_text(text, "test"), gpu.model)
+    return from_node(node_, conditions=conditions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from fakegpu.telemetry.nvidia_smi.devices import (
     to_json,
     visible_devices,
 )
+from fakegpu.telemetry.nvidia_smi.gpu_health import HEALTHY
 from tests.unit.nvidia_smi.helpers import mixed, node, smi_node
 
 
@@ -60,6 +62,20 @@ def test_json_round_trip_is_lossless_and_plain_json():
     assert from_json(doc) == node
 
 
+def test_a_version_1_devices_json_reads_as_healthy_gpus():
+    """Version 2 added each GPU's ``health``; a file a version-1 daemon wrote still renders, fault-free (and
+    without clocks, which version 1 did not carry)."""
+    doc = to_json(mixed())
+    assert doc["version"] == 2 and all("health" in g for g in doc["gpus"])
+    doc["version"] = 1
+    for g in doc["gpus"]:
+        del g["health"]
+    old = mixed()
+    assert from_json(doc) == dataclasses.replace(
+        old, gpus=tuple(dataclasses.replace(g, health=HEALTHY) for g in old.gpus)
+    )
+
+
 def test_topology_and_mig_profiles_come_from_the_node_and_survive_devices_json():
     """``topo -m`` and ``mig -lgip`` read them: NUMA node, NVLink peers and their link count, the board's
     GPU-instance profiles with the IDs nvidia-smi shows."""
@@ -85,7 +101,9 @@ def test_topology_and_mig_profiles_come_from_the_node_and_survive_devices_json()
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=2), "expected kind"),
+        (lambda d: d.update(version=3), "expected kind"),
+        (lambda d: d["gpus"][0]["health"].update(eccDbeVolatile=-1), "gpus[0].health.eccDbeVolatile: expected int"),
+        (lambda d: d["gpus"][0]["health"].update(slowdowns=["hot"]), "gpus[0].health.slowdowns: unknown"),
         (lambda d: d["gpus"][0].pop("uuid"), "gpus[0]: missing field 'uuid'"),
         (lambda d: d["gpus"][0].update(memoryMiB="80GB"), "gpus[0].memoryMiB: expected int"),
         (lambda d: d["gpus"][0]["migDevices"][0].update(giId=True), "migDevices[0].giId: expected int"),

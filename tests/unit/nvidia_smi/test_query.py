@@ -151,7 +151,10 @@ def test_every_field_of_help_query_gpu_is_accepted_with_its_header():
     values = row.split(", ")
     assert len(values) == len(FIELDS) == 212
     assert values[0] == QTS and values[3] == "1" and values[4] == "NVIDIA H100 80GB HBM3"
-    assert values[header.split(", ").index("clocks_event_reasons.active")] == "[N/A]"  # not modelled
+    assert values[header.split(", ").index("clocks_event_reasons.active")] == "0x0000000000000001"  # idle
+    assert values[header.split(", ").index("clocks_event_reasons.sync_boost")] == "Not Active"
+    assert values[header.split(", ").index("encoder.stats.averageFps")] == "0"
+    assert values[header.split(", ").index("inforom.img")] == "[N/A]"  # not modelled
 
 
 @pytest.mark.parametrize(
@@ -182,7 +185,7 @@ def test_telegrafs_query_works():
     text = out(node_, f"--query-gpu={TELEGRAF}", "--format=noheader,nounits,csv")
     assert text.splitlines() == [
         f"[N/A], 23034, 0, 22600, P8, {29 + 3 * i}, NVIDIA L4, {g.uuid}, Default, 0, 0, {i}, {p}, 4, 16, 0, 0, 0, "
-        "[N/A], [N/A], [N/A], [N/A]"
+        "2040, 2040, [N/A], [N/A]"  # the L4's published boost clock; memory and video clocks not modelled
         for i, (g, p) in enumerate(zip(node_.gpus, ("11.27", "12.14"), strict=True))
     ]
 

@@ -28,7 +28,7 @@ from fakegpu.telemetry.nvidia_smi.shell_script import (
     data_records,
     render_script,
 )
-from tests.unit.nvidia_smi.helpers import QTS, TS, mixed, node, smi_node
+from tests.unit.nvidia_smi.helpers import QTS, TS, mixed, node, smi_node, struck
 
 
 def _found(*names: str) -> str | None:
@@ -75,6 +75,8 @@ def nodes() -> dict[str, SmiNode]:
         "dynamic": from_node(node("2xa100-40gb", "all-balanced"), dynamic_mig=True),
         "topology": from_node(build_node(parse_node_spec(TOPOLOGY, "test"), "node-a", source="test")),
         "mps": exclusive_first(smi_node("2xh100-80gb")),
+        "faults": struck(node("3xh100-80gb"), (0, "ecc-uncorrectable count=2"), (0, "thermal"), (1, "off-bus")),
+        "v100-faults": struck(node("2xv100-32gb"), (0, "ecc-uncorrectable"), (1, "power"), (1, "fabric")),
     }
 
 
@@ -229,7 +231,9 @@ PRIMARY = COMBOS[0]
 """dash with the first awk found: every node, every argument list, every selection."""
 
 
-@pytest.mark.parametrize("name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic", "topology", "mps"])
+@pytest.mark.parametrize(
+    "name", ["h100x8", "a100x2", "t4", "h100-1g", "mixed", "dynamic", "topology", "mps", "faults", "v100-faults"]
+)
 def test_script_equals_the_python_renderer(name, nodes, scripts, tmp_path):
     node = nodes[name]
     cases = [(argv, env) for argv in ARGVS[:5] + SUBCOMMAND_ARGVS for env in visible_cases(node)]
@@ -333,8 +337,9 @@ def test_dynamic_mig_templates_keep_the_script_small(nodes):
 def test_topo_and_mig_keep_the_script_small():
     """``topo -m`` and ``mig`` share templates like the table does: an 8x H100 all-1g.10gb node's script was
     87,506 bytes before them and is about 95,100 with them (the awk code, the fixed boxes and the legend;
-    one ``-lgip`` template for eight identical GPUs)."""
-    assert len(render_script(smi_node("8xh100-80gb", "all-1g.10gb"))) < 96_000
+    one ``-lgip`` template for eight identical GPUs). The fault readings (``-q``'s clocks event reasons, ECC
+    errors, remapped rows, clocks and fabric; their query values) add about 4,300 bytes per GPU: 129,835."""
+    assert len(render_script(smi_node("8xh100-80gb", "all-1g.10gb"))) < 131_000
     records = data_records(smi_node("8xh100-80gb", "all-1g.10gb"))
     assert sum(r.startswith(("TP\t", "TG\t", "TC\t")) for r in records) == 7 * 3 + 2 + 2
 
@@ -358,10 +363,11 @@ def test_the_script_runs_by_its_shebang_from_path(nodes, scripts, tmp_path):
 def test_the_script_embeds_fragments_safely(nodes):
     script = render_script(nodes["mixed"])
     assert script.startswith("#!/bin/sh\n")
-    head, _, data = script.partition("\nexit\nFAKEGPU_NVIDIA_SMI_DATA\n")
-    assert head.endswith('"$0"') and data.count("\n") == len(data_records(nodes["mixed"]))
+    head, _, data = script.partition('\nexit "$status"\nFAKEGPU_NVIDIA_SMI_DATA\n')
+    assert '"$0"' in head and data.count("\n") == len(data_records(nodes["mixed"]))
     records = data_records(nodes["mixed"])
-    assert all(line.count("\t") >= 2 for line in records)
+    assert all(line.count("\t") >= 2 for line in records[1:-1])
+    assert records[0].startswith("V\t") and records[-1] == "Z" + records[0][1:]
     assert "python" not in script.lower()
 
 
