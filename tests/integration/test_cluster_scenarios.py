@@ -5,7 +5,7 @@ Follows what a real Kubernetes v1.36.2 cluster showed for fakegpu's daemons: ``a
 entries ``claim:<name>`` and ``nvidia.com/gpu`` (kubernetes ``pkg/kubelet/cm/dra/manager.go`` and
 ``pkg/kubelet/cm/devicemanager/manager.go`` ``UpdateAllocatedResourcesStatus``, v1.36), and NVIDIA's DRA
 driver's health taints (kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_health.go``
-@ v0.4.1).
+@ 15a116f).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ async def dra_node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraNod
 
 async def test_a_gpu_lost_under_a_running_dra_pod(apiserver: FakeApiServer, dra_node: DraNode):
     """The pod's claim turns Unhealthy in its status and its device is tainted gpu.nvidia.com/gpu-lost
-    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go @ v0.4.1; KEP-4680 as a
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go @ 15a116f; KEP-4680 as a
     real Kubernetes v1.36.2 kubelet writes it)."""
     scenario = load_cluster_scenario(SCENARIOS / "gpu-lost-under-dra-pod.yaml")
     ran = await run(scenario, apiserver, admin_socket=str(dra_node.admin_socket))
@@ -138,8 +138,8 @@ async def plugin_node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[Dra
 
 async def test_b_uncorrectable_ecc_on_one_gpu_of_a_time_sliced_node(apiserver: FakeApiServer, plugin_node: DraNode):
     """The pod's replica turns Unhealthy and allocatable nvidia.com/gpu drops by the GPU's 4 replicas (8 -> 4):
-    NVIDIA/k8s-device-plugin internal/rm/health.go @ v0.20.0 marks every replica of the GPU (the fix of #1929)
-    and XID 94 is not an ignored one."""
+    XID 94 is a critical XID, not one of the ignored application XIDs (NVIDIA/k8s-device-plugin
+    internal/rm/health.go @ 02597b9), and every replica of the GPU goes, as with the fix of #1929 (PR #1930)."""
     scenario = load_cluster_scenario(SCENARIOS / "ecc-on-time-sliced-gpu.yaml")
     ran = await run(scenario, apiserver, admin_socket=str(plugin_node.admin_socket))
     assert ran.status == EXIT_PASS, ran.out
@@ -186,7 +186,7 @@ FLEET_SCALE = 200.0
 async def test_d_five_percent_of_a_1000_gpu_fleet_fail_over_ten_minutes(apiserver: FakeApiServer):
     """50 of 1000 GPUs fall off the bus one at a time on the fleet library's schedule (its ScaledClock): each one's
     device is tainted gpu.nvidia.com/xid=79 (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/
-    device_health.go @ v0.4.1), and the nodes without a fault are never written."""
+    device_health.go @ 15a116f), and the nodes without a fault are never written."""
     scenario = load_cluster_scenario(SCENARIOS / "fleet-five-percent-failing.yaml")
     ran = await run(scenario, apiserver, time_scale=FLEET_SCALE)
     assert ran.status == EXIT_PASS, ran.out

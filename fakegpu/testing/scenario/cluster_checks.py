@@ -8,7 +8,7 @@ Shapes followed: ``status.containerStatuses[].allocatedResourcesStatus`` (KEP-46
 pkg/apis/core/types.go ``ResourceStatus``/``ResourceHealth`` at v1.36.0), a claim's
 ``status.allocation.devices.results[]`` and a slice device's ``taints`` (resource.k8s.io/v1, KEP-5055),
 NVIDIA's ComputeDomain ``status.status`` (kubernetes-sigs/dra-driver-nvidia-gpu api/nvidia.com/resource/
-v1beta1/computedomain.go at v0.4.1).
+v1beta1/computedomain.go at commit 61de3f2).
 """
 
 from __future__ import annotations
