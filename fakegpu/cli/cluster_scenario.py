@@ -206,6 +206,7 @@ _FLEET_FIELDS = {
     "--fault-cliques": "cliques",
     "--fault-fraction": "fraction",
     "--fault-over": "over",
+    "--fault-gpus": "gpus",
 }
 """The fleet library names the ``virtual-nodes`` flag of a bad target; a scenario names the step's field."""
 
@@ -230,6 +231,7 @@ def fleet_plan(
                 cliques=tuple(f.cliques or ()),
                 fraction=f.fraction,
                 seed=f.seed,
+                gpus=tuple(f.gpus) if f.gpus is not None else None,
             )
             return plan_fleet_faults(nodes, targets, fault=f.gpu_fault, over=f.over)
         r = step.fleet_recover
@@ -239,6 +241,7 @@ def fleet_plan(
             racks=tuple(str(n) for n in r.racks or ()),
             cliques=tuple(r.cliques or ()),
             fraction=1.0 if every else None,
+            gpus=tuple(r.gpus) if r.gpus is not None else None,
         )
         return plan_fleet_faults(nodes, targets, recover=r.how)
     except SpecError as exc:

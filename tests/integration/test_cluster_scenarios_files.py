@@ -70,6 +70,18 @@ BAD = [
         "steps[1].fleet_fault.fraction: Input should be less than or equal to 1",
     ),
     (
+        "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: gpu-lost, fraction: 0.5, gpus: [0]}\n",
+        "steps[1].fleet_fault.gpus: cannot be combined with --fault-fraction",
+    ),
+    (
+        "steps:\n  - virtual_nodes: --count 2 --gpus 2xh100-80gb\n  - fleet_fault: {fault: gpu-lost, nodes: [x]}\n",
+        "steps[1].fleet_fault.nodes: no virtual node 'x' in this fleet",
+    ),
+    (
+        "steps:\n  - virtual_nodes: --count 2\n  - fleet_recover: {gpus: [0]}\n",
+        "steps[1].fleet_recover: gpus narrows a target",
+    ),
+    (
         "steps:\n  - virtual_nodes: --count 2\n  - fleet_fault: {fault: boiling, fraction: 0.5}\n",
         "steps[1].fleet_fault.fault: fault: unknown fault kind 'boiling'",
     ),

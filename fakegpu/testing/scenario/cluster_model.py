@@ -128,6 +128,8 @@ class FleetTarget(_Model):
 
 
 class FleetFaultArgs(FleetTarget):
+    gpus: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
+    """The GPU indices of each targeted node (default all; not with ``fraction``, which picks GPUs)."""
     fault: str
     """The fault in its command-line form (``ecc-uncorrectable count=2``), as ``virtual-nodes --fault`` takes it."""
     over: ScenarioSeconds = 0.0
@@ -158,6 +160,7 @@ class FleetRecoverArgs(_Model):
     pod: str | None = Field(None, min_length=1)
     racks: list[int] | None = Field(None, min_length=1)
     cliques: list[str] | None = Field(None, min_length=1)
+    gpus: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
     how: Literal["thermal", "power", "fabric", "reset", "all"] = "reset"
 
     @model_validator(mode="after")
@@ -165,6 +168,8 @@ class FleetRecoverArgs(_Model):
         given = [n for n in ("nodes", "pod", "racks", "cliques") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ValueError(f"give at most one of nodes, pod, racks, cliques (found {', '.join(given)})")
+        if self.gpus is not None and not given:
+            raise ValueError("gpus narrows a target: give nodes, pod, racks or cliques with it")
         return self
 
 
