@@ -348,6 +348,11 @@ async def test_a_fleet_fault_on_1000_nodes_costs_at_most_ten_calls_per_faulted_n
         assert not any(
             r.method != "GET" and not any(n in r.path for n in faulted) for r in requests if "/nodes/" in r.path
         )
+        first = len(server.requests)
+        one = (*fleet, "--fault", "thermal", "--fault-nodes", "fakegpu-virtual-0500")
+        assert await run_virtual_nodes(parse(*one), client=client, out=out, err=err) == 0
+        paths = [r.path for r in server.requests[first:]]
+        assert len(paths) <= 5, f"one node: discovery, its get and patch (no slice to change), {paths}"
     finally:
         await client.close()
         server.stop()
