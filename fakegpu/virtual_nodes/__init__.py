@@ -11,6 +11,7 @@ object and how to bring an existing one in line), ``slice_template`` (a pool's R
 each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-extended`` pool needs),
 ``cost_estimate`` (what a plan adds to the API server and etcd, before it is written), ``api`` (counted API
 calls, and the server's version), ``controller`` (bring up, adopt, delete),
-``watcher`` (keep them as planned) and ``report`` (what happened). The command line is
+``watcher`` (keep them as planned), ``report`` (what happened), ``node_faults`` (what a node's recorded GPU
+faults leave it showing) and ``fleet_faults`` (faults across the fleet: targets, schedule, writing them). The command line is
 ``fakegpu.cli.virtual_nodes_command``.
 """
