@@ -52,7 +52,9 @@ KINDS: dict[str, tuple[dict[str, str] | None, int, str]] = {
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    yield from strict_apiserver()
+    for server in strict_apiserver():
+        server.stamp_taint_times = True  # as a real API server stamps them
+        yield server
 
 
 @pytest.fixture
