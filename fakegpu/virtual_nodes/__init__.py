@@ -12,6 +12,6 @@ each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-
 ``cost_estimate`` (what a plan adds to the API server and etcd, before it is written), ``api`` (counted API
 calls, and the server's version), ``controller`` (bring up, adopt, delete),
 ``watcher`` (keep them as planned), ``report`` (what happened), ``node_faults`` (what a node's recorded GPU
-faults leave it showing) and ``fleet_faults`` (faults across the fleet: targets, schedule, writing them). The command line is
-``fakegpu.cli.virtual_nodes_command``.
+faults leave it showing) and ``fleet_faults`` (faults across the fleet: targets, schedule, writing them).
+The command line is ``fakegpu.cli.virtual_nodes_command``.
 """

@@ -10,11 +10,12 @@ over ``over`` seconds: one GPU at a time, the i-th of n at ``i * over / n`` (5 %
 faults, one every 12 s).
 
 :func:`apply_plan` writes it with a :class:`fakegpu.virtual_nodes.controller.VirtualNodeController` (after its
-``discover``): per hit, the Node is read, its ``fakegpu.io/gpu-faults`` record changed, and the node brought
-in line by the controller's own per-node step (``sync``): the annotation (and labels) in one patch, the
-status in another (device-plugin mode), the node's slices replaced (DRA modes, when the taints change).
-Healthy nodes are never read nor written. A :class:`Clock` paces the schedule (:class:`ScaledClock` runs it N
-times faster for tests and CI); ``stop`` ends it between two hits.
+``discover``; :func:`fleet_controller` makes one): per hit, the Node and its slices are read (each node, or the
+fleet in pages when a fault hits so many nodes at once that this costs fewer calls), its ``fakegpu.io/gpu-
+faults`` record changed, and the node brought in line by the controller's own per-node step (``sync``): the
+annotation (and labels) in one patch, the status in another (device-plugin mode), the node's slices replaced
+(DRA modes, when the taints change). Healthy nodes are never written. A :class:`Clock` paces the schedule
+(:class:`ScaledClock` runs it N times faster for tests and CI); ``stop`` ends it between two hits.
 
 Recovery (``recover``) removes recorded faults from the targeted GPUs, as the real device's way back
 (``fakegpu.sharing.gpu_faults.FAULT_KINDS``) allows:
@@ -40,14 +41,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from lightkube import AsyncClient
+
 from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.slice_digest import SliceKey
 from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_KEY_PAGE
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.gpu_condition import RESET_ENDS
 from fakegpu.sharing.gpu_faults import KINDS, GpuFault
-from fakegpu.virtual_nodes.api import ApiCallError
-from fakegpu.virtual_nodes.controller import OWNED, VirtualNodeController
+from fakegpu.virtual_nodes.api import Api, ApiCallError
+from fakegpu.virtual_nodes.controller import OWNED, Settings, VirtualNodeController
 from fakegpu.virtual_nodes.node_manifest import is_ours
 from fakegpu.virtual_nodes.pools import VirtualNode
 
@@ -313,6 +316,21 @@ class FaultReport:
         if self.stopped:
             head += " (stopped before the end of the schedule)"
         return [head, *(f"error: node {name}: {why}" for name, why in sorted(self.problems.items()))]
+
+
+async def fleet_controller(
+    client: AsyncClient,
+    nodes: Sequence[VirtualNode],
+    settings: Settings,
+    say: Callable[[str], None] = lambda line: None,
+    *,
+    retry_pause: float = 0.2,
+) -> VirtualNodeController:
+    """A controller of the fleet ``nodes`` (as ``fakegpu.virtual_nodes.pools.build_virtual_nodes`` built it, with
+    the bring-up's settings) on ``client``, its slice layout discovered: what :func:`apply_plan` writes with."""
+    controller = VirtualNodeController(Api(client, backoff=retry_pause), nodes, settings, say)
+    await controller.discover()
+    return controller
 
 
 async def _until(clock: Clock, seconds: float, stop: asyncio.Event | None) -> None:

@@ -18,9 +18,14 @@ from fakegpu.dra.health_taints import TAINT_KEY_GPU_LOST, TAINT_KEY_XID
 from fakegpu.sharing.fault_record import FAULTS_ANNOTATION, decode_faults
 from fakegpu.sharing.gpu_faults import parse_fault_text
 from fakegpu.sharing.labels import CLIQUE_LABEL, TIMESTAMP_LABEL
-from fakegpu.virtual_nodes.api import Api
 from fakegpu.virtual_nodes.controller import VirtualNodeController
-from fakegpu.virtual_nodes.fleet_faults import FaultReport, FaultTargets, apply_plan, plan_fleet_faults
+from fakegpu.virtual_nodes.fleet_faults import (
+    FaultReport,
+    FaultTargets,
+    apply_plan,
+    fleet_controller,
+    plan_fleet_faults,
+)
 from fakegpu.virtual_nodes.pools import build_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
@@ -275,12 +280,11 @@ class StepClock:
 
 
 async def controller_for(client: AsyncClient, *argv: str) -> tuple[VirtualNodeController, list[Any]]:
+    """The library's way in, as the cluster scenarios take it: the fleet from the flags, then its controller."""
     args = parse(*argv)
     settings = settings_from_args(args, env={})
     nodes, _ = build_virtual_nodes(pools_from_args(args, env={}), settings.name_prefix, None)
-    controller = VirtualNodeController(Api(client, backoff=0.01), nodes, settings, lambda line: None)
-    await controller.discover()
-    return controller, nodes
+    return await fleet_controller(client, nodes, settings, retry_pause=0.01), nodes
 
 
 async def test_a_schedule_over_time_writes_one_gpu_per_step_on_its_clock(server, client, run):
