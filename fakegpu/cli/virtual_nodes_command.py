@@ -560,7 +560,8 @@ async def _run_faults(
 ) -> int:
     """``--fault`` / ``--recover``: the plan from the pool flags (no server asked), then its hits written on
     schedule until done or Ctrl-C; only the targeted nodes are read and written."""
-    nodes, _ = build_virtual_nodes(pools_from_args(args), settings.name_prefix, None)
+    timestamp = None if args.no_timestamp else int(time.time())  # a stored one is kept, as on a re-run
+    nodes, _ = build_virtual_nodes(pools_from_args(args), settings.name_prefix, timestamp)
     plan = fault_plan_from_args(args, nodes)
     say(plan.describe())
     warning = gate_warning(plan, nodes, settings.feature_gates)

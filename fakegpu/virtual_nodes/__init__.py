@@ -13,7 +13,7 @@ each node's derived from them), ``extended_classes`` (the DeviceClasses a ``dra-
 calls, and the server's version), ``controller`` (bring up, adopt, delete),
 ``watcher`` (keep them as planned), ``imex_daemons`` (with ``--watch``, the nodes' IMEX daemons: node
 labels and ComputeDomainClique entries), ``imex_claims`` (the compute-domain claims a node would prepare),
-``node_faults`` (what a node's recorded GPU faults change), ``fleet_faults`` (faults across the fleet: plan and
-schedule) and ``report`` (what happened). The command line is
+``node_faults`` (what a node's recorded GPU faults change), ``fleet_faults`` (faults across the fleet: targets,
+schedule, writing them) and ``report`` (what happened). The command line is
 ``fakegpu.cli.virtual_nodes_command``.
 """

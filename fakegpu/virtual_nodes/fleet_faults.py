@@ -10,11 +10,12 @@ over ``over`` seconds: one GPU at a time, the i-th of n at ``i * over / n`` (5 %
 faults, one every 12 s).
 
 :func:`apply_plan` writes it with a :class:`fakegpu.virtual_nodes.controller.VirtualNodeController` (after its
-``discover``): per hit, the Node is read, its ``fakegpu.io/gpu-faults`` record changed, and the node brought
-in line by the controller's own per-node step (``sync``): the annotation (and labels) in one patch, the
-status in another (device-plugin mode), the node's slices replaced (DRA modes, when the taints change).
-Healthy nodes are never read nor written. A :class:`Clock` paces the schedule (:class:`ScaledClock` runs it N
-times faster for tests and CI); ``stop`` ends it between two hits.
+``discover``; :func:`fleet_controller` makes one): per hit, the Node and its slices are read (each node, or the
+fleet in pages when a fault hits so many nodes at once that this costs fewer calls), its ``fakegpu.io/gpu-
+faults`` record changed, and the node brought in line by the controller's own per-node step (``sync``): the
+annotation (and labels) in one patch, the status in another (device-plugin mode), the node's slices replaced
+(DRA modes, when the taints change). Healthy nodes are never written. A :class:`Clock` paces the schedule
+(:class:`ScaledClock` runs it N times faster for tests and CI); ``stop`` ends it between two hits.
 
 Recovery (``recover``) removes recorded faults from the targeted GPUs, as the real device's way back
 (``fakegpu.sharing.gpu_faults.FAULT_KINDS``) allows:
@@ -38,15 +39,18 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
+
+from lightkube import AsyncClient
 
 from fakegpu.dra.feature_gates import NVML_DEVICE_HEALTH_CHECK, FeatureGates
 from fakegpu.dra.slice_digest import SliceKey
+from fakegpu.kube.page_sizes import NODE_PAGE, SLICE_KEY_PAGE
 from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.gpu_condition import RESET_ENDS
 from fakegpu.sharing.gpu_faults import KINDS, GpuFault
-from fakegpu.virtual_nodes.api import ApiCallError
-from fakegpu.virtual_nodes.controller import VirtualNodeController
+from fakegpu.virtual_nodes.api import Api, ApiCallError
+from fakegpu.virtual_nodes.controller import OWNED, Settings, VirtualNodeController
 from fakegpu.virtual_nodes.node_manifest import is_ours
 from fakegpu.virtual_nodes.pools import VirtualNode
 
@@ -67,6 +71,7 @@ MAX_TIME_SCALE: Final = 100_000.0
 _RACK_VALUE = re.compile(r"rack-([0-9]+)")
 
 NodeFaults = dict[int, tuple[GpuFault, ...]]
+JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,21 @@ class FaultReport:
         return [head, *(f"error: node {name}: {why}" for name, why in sorted(self.problems.items()))]
 
 
+async def fleet_controller(
+    client: AsyncClient,
+    nodes: Sequence[VirtualNode],
+    settings: Settings,
+    say: Callable[[str], None] = lambda line: None,
+    *,
+    retry_pause: float = 0.2,
+) -> VirtualNodeController:
+    """A controller of the fleet ``nodes`` (as ``fakegpu.virtual_nodes.pools.build_virtual_nodes`` built it, with
+    the bring-up's settings) on ``client``, its slice layout discovered: what :func:`apply_plan` writes with."""
+    controller = VirtualNodeController(Api(client, backoff=retry_pause), nodes, settings, say)
+    await controller.discover()
+    return controller
+
+
 async def _until(clock: Clock, seconds: float, stop: asyncio.Event | None) -> None:
     """Sleep ``seconds`` of the clock, or less if ``stop`` is set meanwhile."""
     if seconds <= 0:
@@ -351,14 +371,52 @@ async def apply_plan(
         if stop is not None and stop.is_set():
             report.stopped = True
             break
-        await asyncio.gather(*(_apply_hit(controller, plan, hit, report) for hit in hits))
+        read = await _read_fleet(controller, {h.node for h in hits}) if _listing_pays(controller, hits) else None
+        await asyncio.gather(*(_apply_hit(controller, plan, hit, report, read) for hit in hits))
     return report
 
 
-async def _apply_hit(controller: VirtualNodeController, plan: FleetFaultPlan, hit: Hit, report: FaultReport) -> None:
+Read = tuple[dict[str, JSON], dict[str, list[SliceKey]]]
+"""What one read of the fleet gave: the targeted Nodes (absent: not in the cluster) and their slices."""
+
+
+def _listing_pays(controller: VirtualNodeController, hits: Sequence[Hit]) -> bool:
+    """Whether reading the whole fleet in pages costs fewer calls than reading each hit node (a get, and a
+    list of its slices in the DRA modes): a fault on many nodes at once reads the fleet, one on a few nodes
+    reads just them."""
+    nodes = list(controller.nodes.values())
+    pages = math.ceil(len(nodes) / NODE_PAGE)
+    if controller.options is not None:
+        slices = sum(controller.template(v).count for v in nodes if v.publishes_slices)
+        pages += max(1, math.ceil(slices / SLICE_KEY_PAGE))
+    each = sum(1 + controller.nodes[h.node].publishes_slices for h in hits if h.node in controller.nodes)
+    return pages < each
+
+
+async def _read_fleet(controller: VirtualNodeController, names: set[str]) -> Read:
+    """The virtual Nodes named and every slice of theirs, in pages (as bring-up reads them)."""
+    found: dict[str, JSON] = {}
+    async for page in controller.api.node_pages(labels=OWNED):
+        found.update({n["metadata"]["name"]: n for n in page if n["metadata"]["name"] in names})
+    slices: dict[str, list[SliceKey]] = collections.defaultdict(list)
+    if controller.options is not None:
+        async for keys in controller.api.slice_pages(controller.options.api_version):
+            for key in keys:
+                if key.node in names:
+                    slices[key.node].append(key)
+    return found, slices
+
+
+async def _apply_hit(
+    controller: VirtualNodeController, plan: FleetFaultPlan, hit: Hit, report: FaultReport, read: Read | None
+) -> None:
     async with controller.limit.slot():
         try:
-            outcome = await write_node_faults(controller, hit.node, plan.change(hit.gpus))
+            if read is None:
+                outcome = await write_node_faults(controller, hit.node, plan.change(hit.gpus))
+            else:
+                obj, slices = read[0].get(hit.node), read[1].get(hit.node, [])
+                outcome = await write_node_faults(controller, hit.node, plan.change(hit.gpus), obj, slices)
         except ApiCallError as exc:
             outcome = "failed"
             report.problems[hit.node] = str(exc)
@@ -370,12 +428,17 @@ async def _apply_hit(controller: VirtualNodeController, plan: FleetFaultPlan, hi
 
 
 async def write_node_faults(
-    controller: VirtualNodeController, name: str, change: Callable[[NodeFaults], NodeFaults]
+    controller: VirtualNodeController,
+    name: str,
+    change: Callable[[NodeFaults], NodeFaults],
+    obj: JSON | None = None,
+    slices: list[SliceKey] | None = None,
 ) -> str:
-    """Read node ``name``, change its fault record with ``change`` and bring the node in line with it: one get,
-    one list of its slices (DRA modes), one or two patches and the slices that change. ``written``,
-    ``unchanged`` or ``missing``."""
-    obj = await controller.api.get_node(name)
+    """Change node ``name``'s fault record with ``change`` and bring the node in line with it: one get and one
+    list of its slices (DRA modes) unless the caller read them (``obj`` and ``slices``, a fleet read), one or two
+    patches, and its slices replaced when their taints change. ``written``, ``unchanged`` or ``missing``."""
+    if slices is None:
+        obj = await controller.api.get_node(name)
     if obj is None or not is_ours(obj) or name not in controller.bases:
         return "missing"
     controller.adopt_faults(obj)
@@ -385,11 +448,10 @@ async def write_node_faults(
         return "unchanged"
     controller.set_faults(name, after)
     node = controller.nodes[name]
-    slices: list[SliceKey] = []
-    if controller.options is not None and node.publishes_slices:
+    if slices is None and controller.options is not None and node.publishes_slices:
         slices, _ = await controller.api.list_slices(
             controller.options.api_version, fields=controller.slice_fields(name)
         )
     counts: collections.Counter[str] = collections.Counter()
-    await controller.sync(node, obj, slices, may_create=False, counts=counts)
+    await controller.sync(node, obj, slices or [], may_create=False, counts=counts)
     return "written"

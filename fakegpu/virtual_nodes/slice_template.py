@@ -120,6 +120,7 @@ class PoolTemplate:
 
     def __init__(self, nodes: Sequence[VirtualNode], options: SliceOptions) -> None:
         self.options = options
+        self._faulted: dict[str, tuple[VirtualNode, tuple[str, ...] | None]] = {}
         nodes = [without_faults(n) for n in nodes[:2]]
         first = nodes[0]
         self._ids_len = len(identity(first))
@@ -145,8 +146,21 @@ class PoolTemplate:
     def _direct(self, node: VirtualNode) -> bool:
         """Whether the node's slices are built from its own inventory: a pool whose cut did not hold, or a node
         whose faults taint devices its pool's do not have."""
+        if self._pieces is None:
+            return True
         options = self.options
-        return self._pieces is None or (options.health_taints and options.taints_supported and taints_changed(node))
+        if not (node.faults and options.health_taints and options.taints_supported):
+            return False
+        return self._own(node) is not None
+
+    def _own(self, node: VirtualNode) -> tuple[str, ...] | None:
+        """The specs of a node with faults that taint devices (None for one whose faults taint none), built
+        once per planned node (a fault run asks for them several times)."""
+        cached = self._faulted.get(node.name)
+        if cached is None or cached[0] is not node:
+            specs = tuple(_text(s) for s in direct_specs(node, self.options)) if taints_changed(node) else None
+            cached = self._faulted[node.name] = (node, specs)
+        return cached[1]
 
     def count_of(self, node: VirtualNode) -> int:
         """How many slices the node has (a node whose devices carry taints may need more: a slice holds fewer
@@ -161,7 +175,11 @@ class PoolTemplate:
 
     def specs(self, node: VirtualNode) -> tuple[str, ...]:
         ids = identity(node)
-        if self._pieces is None or len(ids) != self._ids_len or self._direct(node):
+        if self._pieces is not None and self._direct(node):
+            own = self._own(node)
+            assert own is not None
+            return own
+        if self._pieces is None or len(ids) != self._ids_len:
             return tuple(_text(s) for s in direct_specs(node, self.options))
         return tuple(_join(p, ids) for p in self._pieces)
 

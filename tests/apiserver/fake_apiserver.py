@@ -718,6 +718,9 @@ class FakeApiServer:
         self.allow_unconditional_update = allow_unconditional_update
         self.watch_poll_interval = watch_poll_interval
         self.validate_schema = validate_schema
+        self.stamp_taint_times = False
+        """Default a device taint's ``timeAdded`` on writes, as a real API server does (``_default_taint_times``);
+        off unless a test turns it on, since the tests that compare taints exactly predate it."""
         if history_limit < 1:
             raise ValueError(f"history_limit must be at least 1, got {history_limit}")
 
@@ -1519,7 +1522,8 @@ class FakeApiServer:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(obj, None, _version_of(obj["apiVersion"]), self.feature_gates)
-                _default_taint_times(obj)
+                if self.stamp_taint_times:
+                    _default_taint_times(obj)
             errors = self._validation_errors(rtype, obj)
             if errors:
                 raise self._invalid(rtype, obj, errors)
@@ -1619,7 +1623,8 @@ class FakeApiServer:
                     new.pop("status", None)
             if rtype is RESOURCE_SLICES:
                 val.drop_disabled_slice_fields(new, old, _version_of(new["apiVersion"]), self.feature_gates)
-                _default_taint_times(new)
+                if self.stamp_taint_times:
+                    _default_taint_times(new)
         errors = val.validate_immutable(rtype.plural, new, old)
         if rtype.group in CUSTOM_GROUPS:
             schema = crd_schema.custom_schemas()[rtype.plural]
