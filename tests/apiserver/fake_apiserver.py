@@ -718,9 +718,8 @@ class FakeApiServer:
         self.allow_unconditional_update = allow_unconditional_update
         self.watch_poll_interval = watch_poll_interval
         self.validate_schema = validate_schema
-        self.stamp_taint_times = False
-        """Default a device taint's ``timeAdded`` on writes, as a real API server does (``_default_taint_times``);
-        off unless a test turns it on, since the tests that compare taints exactly predate it."""
+        self.stamp_taint_times = True
+        """Default a device taint's ``timeAdded`` on writes, as a real API server does (``_default_taint_times``)."""
         if history_limit < 1:
             raise ValueError(f"history_limit must be at least 1, got {history_limit}")
 

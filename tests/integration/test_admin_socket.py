@@ -44,6 +44,7 @@ from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
+from tests.slice_taints import as_sent
 
 GPU = "nvidia.com/gpu"
 ROOT = Path(__file__).resolve().parents[2]
@@ -791,7 +792,7 @@ async def test_dra_health_by_device_name_taints_the_published_device(dra_admin):
 
     def taints() -> dict[str, Any]:
         return {
-            d["name"]: d.get("taints")
+            d["name"]: as_sent(d.get("taints"))
             for s in apiserver.objects("resourceslices")
             for d in s["spec"].get("devices", [])
         }

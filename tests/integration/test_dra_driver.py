@@ -33,6 +33,7 @@ from tests.claim_builders import allocated_claim, gpu_config, opaque_config
 from tests.dra_kubelet_client import get_info, health_stream, prepare, prepare_v1beta1, unprepare
 from tests.eventually import eventually
 from tests.integration.started_dra_drivers import StartedDrivers
+from tests.slice_taints import as_sent
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
@@ -274,7 +275,7 @@ async def test_non_fatal_xids_and_a_lost_gpu_taint_as_nvidia_does(apiserver, mak
     driver.live.inject_xid("0", 43)
 
     def taints() -> dict[str, Any]:
-        return {d["name"]: d.get("taints") for s in slices(apiserver) for d in s["spec"]["devices"]}
+        return {d["name"]: as_sent(d.get("taints")) for s in slices(apiserver) for d in s["spec"]["devices"]}
 
     await eventually(lambda: taints()["gpu-0"], "gpu-0 tainted", 3.0)
     assert taints() == {"gpu-0": [{"key": "gpu.nvidia.com/xid", "value": "43", "effect": "None"}], "gpu-1": None}

@@ -23,6 +23,7 @@ from fakegpu.testing.scenario import EXIT_BAD_FILE, EXIT_FAIL, EXIT_PASS, run_fi
 from fakegpu.testing.scenario.model import parse_scenario
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
+from tests.slice_taints import as_sent
 
 HEADER = "name: gpu-faults\nissue: example/repo#24\ndescription: GPU fault steps\n"
 GPU = "nvidia.com/gpu"
@@ -168,7 +169,7 @@ async def test_gpu_fault_steps_reach_a_live_dra_daemon(dra_daemon, root):
     assert "off-bus on GPU 1: XID 79 fatal: 1 device(s) unhealthy" in out
 
     def taints() -> list[object]:
-        return [d.get("taints") for s in apiserver.objects("resourceslices") for d in s["spec"]["devices"]]
+        return [as_sent(d.get("taints")) for s in apiserver.objects("resourceslices") for d in s["spec"]["devices"]]
 
     await eventually(lambda: taints()[1], "gpu-1 tainted", 3.0)
     assert taints() == [None, [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]]

@@ -57,9 +57,7 @@ KINDS: dict[str, tuple[dict[str, str] | None, int, str]] = {
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    for server in strict_apiserver():
-        server.stamp_taint_times = True  # as a real API server stamps them
-        yield server
+    yield from strict_apiserver()
 
 
 @pytest.fixture
