@@ -13,6 +13,7 @@ from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
 from fakegpu.sharing.node import PhysicalGpu
 
@@ -50,7 +51,8 @@ def find_gpu(live: LiveInventory, gpu: str) -> PhysicalGpu:
         if gpu in (str(g.index), g.uuid):
             return g
     have = {0: "no GPUs", 1: "GPU 0"}.get(len(gpus), f"GPUs 0-{len(gpus) - 1}")
-    raise AdminError(f"no GPU with index or UUID {gpu!r}: this node has {have} (give a GPU, not a MIG device)")
+    named = shorten(repr(gpu), 60)
+    raise AdminError(f"no GPU with index or UUID {named}: this node has {have} (give a GPU, not a MIG device)")
 
 
 def off_bus(live: LiveInventory, gpu: str) -> list[str]:

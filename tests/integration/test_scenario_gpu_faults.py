@@ -89,7 +89,7 @@ async def test_the_embedded_runner_strikes_recovers_and_waits_for_the_kubelet(ro
             "  - gpu_fault: {gpu: 9, kind: off-bus}\n",
             "steps[0].gpu_fault: no GPU with index or UUID '9': this node has GPUs 0-1",
         ),
-        ("  - recover: {gpu: 0, what: fabric}\n", "steps[0].recover: GPU 0 has no fabric fault to recover"),
+        ("  - recover: {gpu: 0, what: fabric}\n", "steps[0].recover: GPU 0 has no fabric fault"),
     ],
 )
 async def test_a_step_naming_what_the_node_lacks_is_a_bad_file(root, steps, error):
