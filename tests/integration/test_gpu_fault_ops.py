@@ -444,6 +444,22 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     assert "GPU 6: faults none; readings normal; XIDs 13 application\n" in out
 
 
+async def test_ctl_status_shows_why_a_gpu_is_gone_before_its_last_xid(plugin):
+    """A GPU lost after an uncorrectable ECC error is shown lost, not by the XID 63 it last reported; one off the
+    bus is shown so; the other GPUs are out because NVML's event wait failed for all (NVIDIA/k8s-device-plugin
+    ``internal/rm/health.go`` @ 02597b9 marks every device when the wait returns an error)."""
+    _node, sock = await plugin("4xh100-80gb")
+    await ctl("--socket", str(sock), "gpu-fault", "ecc-uncorrectable", "--gpu", "1")
+    await ctl("--socket", str(sock), "gpu-fault", "off-bus", "--gpu", "2")
+    await ctl("--socket", str(sock), "gpu-fault", "gpu-lost", "--gpu", "1")
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
+    assert rows["1"].endswith("Unhealthy (lost, XID 63)")
+    assert rows["2"].endswith("Unhealthy (off the bus, XID 79)")
+    assert rows["0"].endswith("Unhealthy (a GPU of the node lost)")
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "error"),
     [
@@ -461,7 +477,7 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
             ["gpu-fault", "power", "--gpu", "0", "--watts", "-5"],
             2,
             "gpu-fault: --watts: must be greater than 0, found -5.0",
-        ),  # noqa: E501
+        ),
         (["gpu-fault", "power", "--gpu", "0", "--watts", "inf"], 2, "gpu-fault: --watts: must be less than or equal"),
         (["gpu-fault", "nvlink", "--gpu", "0", "--link", "99"], 2, "gpu-fault: --link: must be less than or equal"),
         (["gpu-fault", "xid", "--gpu", "0", "--xid", "0"], 2, "gpu-fault: --xid: must be greater than or equal to 1"),
