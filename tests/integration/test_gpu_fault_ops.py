@@ -141,8 +141,10 @@ FATAL_ON_THE_GPU = [
 @pytest.mark.parametrize(("fault", "xids"), FATAL_ON_THE_GPU, ids=str)
 async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset_does_not_heal(plugin, fault, xids):
     """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` @ 02597b9: the kind's XIDs are critical-error events
-    not in the ignored list, so the GPU's devices (every time-sliced replica) go Unhealthy in ListAndWatch; a
-    GPU reset ends the fault on the GPU but the plugin never sends Healthy again."""
+    not in the ignored list, so the GPU's devices go Unhealthy in ListAndWatch; a GPU reset ends the fault on
+    the GPU but the plugin never sends Healthy again. Every time-sliced replica goes as with the fix of #1929
+    (PR #1930, merged after v0.20.1); v0.20.x keeps one device per GPU (``parentToDeviceMap``) and marks one,
+    which ``--bug-compat health-one-device-per-gpu`` reproduces (tests/integration/test_bug_modes.py)."""
     node, sock = await plugin("2xh100-80gb", config=TIME_SLICED)
     gpu1 = node.inventory.node.gpus[1].uuid
     answer = await admin_call(sock, "gpu-fault", gpu="1", **fault)
