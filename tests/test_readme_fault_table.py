@@ -96,3 +96,14 @@ def test_each_row_says_what_the_code_does(tmp_path: Path, kind: str) -> None:
     assert row["DRA taint / health stream"] == dra
     assert row["recovery"] == f"{facts.recovery}: {facts.recovery_text}"
     assert all(row[c] for c in ("nvidia-smi", "DCGM", "node events", "ComputeDomain"))
+
+
+@pytest.mark.parametrize("kind", ["off-bus", "gpu-lost"])
+def test_the_nvidia_smi_cell_of_an_unreachable_gpu_says_the_error_line_is_the_whole_output(kind: str) -> None:
+    """fakegpu's nvidia-smi prints only the error line when a GPU is unreachable, the other GPUs not reported
+    (tests/unit/nvidia_smi/test_faults.py, after real multi-GPU hosts); the README must not say the line
+    stands in place of one GPU's report."""
+    row = dict(zip(HEADER.strip("| ").split(" | "), next(r for r in table_rows() if r[0] == f"`{kind}`"), strict=True))
+    cell = row["nvidia-smi"]
+    assert "in place of the GPU" not in cell
+    assert "only NVIDIA's error line" in cell or "the whole output" in cell
