@@ -50,7 +50,7 @@ def device_plugin_cell(tmp_path: Path, kind: str, xid: int | None = None) -> str
     if set(changed) == every:
         return "every device of the node Unhealthy"
     assert set(changed) == of_gpu, changed
-    return "the GPU's devices (every replica, MIG device) Unhealthy"
+    return "the GPU's devices (every replica, MIG device: NVIDIA's fix of #1929) Unhealthy"
 
 
 def dra_cell(tmp_path: Path, kind: str, xid: int | None = None) -> str:
@@ -84,7 +84,8 @@ def test_the_table_has_one_row_per_kind_in_the_models_order() -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_row_says_what_the_code_does(tmp_path: Path, kind: str) -> None:
-    """The device plugin cell follows NVIDIA/k8s-device-plugin ``internal/rm/health.go`` @ 02597b9, the DRA cell
+    """The device plugin cell follows NVIDIA/k8s-device-plugin ``internal/rm/health.go`` @ 02597b9 with the fix
+    of #1929 (PR #1930, after v0.20.1: every device of the GPU, not one per ``parentToDeviceMap``), the DRA cell
     kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_health.go`` @ 15a116f, as the
     daemons implement them; a change to either (or to a kind's XIDs) makes the README's row untrue here."""
     row = dict(zip(HEADER.strip("| ").split(" | "), next(r for r in table_rows() if r[0] == f"`{kind}`"), strict=True))
@@ -95,3 +96,14 @@ def test_each_row_says_what_the_code_does(tmp_path: Path, kind: str) -> None:
     assert row["DRA taint / health stream"] == dra
     assert row["recovery"] == f"{facts.recovery}: {facts.recovery_text}"
     assert all(row[c] for c in ("nvidia-smi", "DCGM", "node events", "ComputeDomain"))
+
+
+@pytest.mark.parametrize("kind", ["off-bus", "gpu-lost"])
+def test_the_nvidia_smi_cell_of_an_unreachable_gpu_says_the_error_line_is_the_whole_output(kind: str) -> None:
+    """fakegpu's nvidia-smi prints only the error line when a GPU is unreachable, the other GPUs not reported
+    (tests/unit/nvidia_smi/test_faults.py, after real multi-GPU hosts); the README must not say the line
+    stands in place of one GPU's report."""
+    row = dict(zip(HEADER.strip("| ").split(" | "), next(r for r in table_rows() if r[0] == f"`{kind}`"), strict=True))
+    cell = row["nvidia-smi"]
+    assert "in place of the GPU" not in cell
+    assert "only NVIDIA's error line" in cell or "the whole output" in cell

@@ -130,7 +130,8 @@ def gpu_fault(live: LiveInventory, face: GpuFaultFace, gpu: str, fault: GpuFault
 def recover(live: LiveInventory, face: GpuFaultFace, gpu: str, what: str) -> dict[str, Any]:
     """The real device's way back: ``thermal``, ``power`` or ``fabric`` (the cause cleared) or ``reset`` (a GPU
     reset). Refused for a kind that does not recover that way, a cause the GPU does not have, or a reset of a
-    GPU NVML cannot reach. Health is left as NVIDIA's plugins leave it."""
+    GPU NVML cannot reach; a reset of a GPU without a fault is done (a reset is always possible) and ends
+    nothing. Health is left as NVIDIA's plugins leave it."""
     if what not in RECOVERIES:
         raise AdminError(recovery_refusal(what))
     target = find_gpu(live, gpu)
@@ -140,7 +141,7 @@ def recover(live: LiveInventory, face: GpuFaultFace, gpu: str, what: str) -> dic
         raise AdminError(f"GPU {target.index} cannot be reset: {FAULT_KINDS[kind].recovery_text}")
     if what != "reset" and what not in before.kinds:
         have = ", ".join(before.kinds) or "none"
-        raise AdminError(f"GPU {target.index} has no {what} fault to recover (its faults: {have})")
+        raise AdminError(f"GPU {target.index} has no {what} fault (its faults: {have})")
     after = live.recover_gpu(target.uuid, what)
     ended = [k for k in before.kinds if k not in after.kinds]
     return {

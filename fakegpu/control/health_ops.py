@@ -13,6 +13,7 @@ from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
+from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
 from fakegpu.sharing.node import PhysicalGpu
 
@@ -50,7 +51,8 @@ def find_gpu(live: LiveInventory, gpu: str) -> PhysicalGpu:
         if gpu in (str(g.index), g.uuid):
             return g
     have = {0: "no GPUs", 1: "GPU 0"}.get(len(gpus), f"GPUs 0-{len(gpus) - 1}")
-    raise AdminError(f"no GPU with index or UUID {gpu!r}: this node has {have} (give a GPU, not a MIG device)")
+    named = shorten(repr(gpu), 60)
+    raise AdminError(f"no GPU with index or UUID {named}: this node has {have} (give a GPU, not a MIG device)")
 
 
 def off_bus(live: LiveInventory, gpu: str) -> list[str]:
@@ -78,10 +80,30 @@ def gpu_status(live: LiveInventory) -> list[dict[str, Any]]:
             "model": g.model.product_name,
             "healthy": g.uuid not in unhealthy,
             "xid": unhealthy.get(g.uuid),
+            "cause": unhealthy_cause(live, g.uuid),
             "mig_devices": len(g.mig_devices),
         }
         for g in live.inventory.node.gpus
     ]
+
+
+def unhealthy_cause(live: LiveInventory, gpu_uuid: str) -> str | None:
+    """What put the GPU out of service beyond its last XID: lost, off the bus, another GPU lost (NVML's event
+    wait fails for all), unmonitored, or its fabric; None for none. Status shows it before the XID, since a
+    lost GPU's last XID (63 of an earlier ECC fault, say) is not why it is gone."""
+    condition = live.condition(gpu_uuid)
+    kinds = {e.kind for e in live.health_events().get(gpu_uuid, ())}
+    if condition.lost:
+        return "lost"
+    if condition.off_bus:
+        return "off the bus"
+    if "gpu-lost" in kinds:
+        return "a GPU of the node lost"
+    if "unmonitored" in kinds:
+        return "unmonitored"
+    if condition.fabric_status is not None:
+        return "fabric " + condition.fabric_status
+    return None
 
 
 def _same(target: str) -> str:

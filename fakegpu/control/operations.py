@@ -23,7 +23,7 @@ from fakegpu.control.gpu_fault_ops import COUNTED_CALLS, KIND_LABELS
 from fakegpu.control.pods_text import render_pod, render_pods
 from fakegpu.control.status_text import render_status
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
-from fakegpu.sharing.errors import error_message
+from fakegpu.sharing.errors import error_message, shorten
 from fakegpu.sharing.faults import FaultSpec, FromText
 from fakegpu.sharing.gpu_condition import RECOVERIES, recovery_refusal
 from fakegpu.sharing.gpu_faults import KINDS, GpuFault
@@ -261,7 +261,13 @@ def _gpu_fault(_request: Request, result: Any) -> str:
 
 
 def _recover(_request: Request, result: Any) -> str:
-    line = f"GPU {result['gpu']}: {result['what']} done, ended {', '.join(result['ended']) or 'no fault'}"
+    """``GPU 2 reset: no fault to end``, ``GPU 3 reset: ended ecc-uncorrectable``, ``GPU 1: thermal fault
+    cleared``, then the faults left and whether the devices stay unhealthy."""
+    if result["what"] == "reset":
+        ended = f"ended {', '.join(result['ended'])}" if result["ended"] else "no fault to end"
+        line = f"GPU {result['gpu']} reset: {ended}"
+    else:
+        line = f"GPU {result['gpu']}: {result['what']} fault cleared"
     if result["remaining"]:
         line += f"; still {', '.join(result['remaining'])}"
     if not result["healthy"]:
@@ -274,10 +280,26 @@ def _check_gpu_fault(request: Request) -> None:
     kind = request.get("kind")
     if kind not in KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of: {', '.join(KINDS)}")
+    if kind == "xid" and request.get("xid") is None:
+        raise ValueError("an xid fault needs the XID: --xid N")
     try:
         GpuFault.model_validate({k: v for k, v in request.items() if k in GpuFault.model_fields})
     except ValidationError as exc:
-        raise ValueError(error_message(exc.errors(include_url=False)[0])) from None
+        raise ValueError(_option_error(exc.errors(include_url=False)[0])) from None
+
+
+def _option_error(err: Any) -> str:
+    """A field's error as the option that set it: ``--watts: must be greater than 0, found -5.0``; an error
+    of the whole fault (a field the kind does not take) as the model says it."""
+    loc = err.get("loc") or ()
+    if not loc or not isinstance(loc[0], str):
+        return error_message(err)
+    flag = "--uncontained" if loc[0] == "contained" else "--" + loc[0].replace("_", "-")
+    msg = str(err["msg"])
+    text = "must be " + msg.removeprefix("Input should be ") if msg.startswith("Input should be ") else msg
+    if "input" in err and not isinstance(err["input"], (dict, list)):
+        text += f", found {shorten(repr(err['input']), 40)}"
+    return f"{flag}: {text}"
 
 
 def _check_recover(request: Request) -> None:

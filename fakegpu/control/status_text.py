@@ -8,10 +8,12 @@ from fakegpu.control.pods_text import render_pods
 from fakegpu.sharing.faults import FaultSpec
 
 
-def _health(healthy: bool, xid: int | None) -> str:
+def _health(healthy: bool, xid: int | None, cause: str | None = None) -> str:
+    """``Unhealthy (lost, XID 63)``: the cause first, then the last XID."""
     if healthy:
         return "Healthy"
-    return "Unhealthy" + (f" (XID {xid})" if xid is not None else "")
+    why = [w for w in (cause, None if xid is None else f"XID {xid}") if w]
+    return "Unhealthy" + (f" ({', '.join(why)})" if why else "")
 
 
 def _faults(faults: dict[str, Any]) -> list[str]:
@@ -37,7 +39,8 @@ def _faults(faults: dict[str, Any]) -> list[str]:
 def _gpus(gpus: list[dict[str, Any]]) -> list[str]:
     lines = [f"{'GPU':<4} {'UUID':<42} {'MODEL':<28} HEALTH"]
     for g in gpus:
-        lines.append(f"{g['index']:<4} {g['uuid']:<42} {g['model']:<28} {_health(g['healthy'], g['xid'])}")
+        health = _health(g["healthy"], g["xid"], g.get("cause"))
+        lines.append(f"{g['index']:<4} {g['uuid']:<42} {g['model']:<28} {health}")
     return lines
 
 

@@ -157,16 +157,23 @@ class LiveInventory:
                 first_per_gpu.setdefault(d.parent, d)
             devices = list(first_per_gpu.values())
             physical = physical[:1]
+        health = HEALTHY if healthy else UNHEALTHY
+        changed = [d.id for d in devices if self._health_of(d) != health]
         for d in devices:
-            self._overrides[d.id] = HEALTHY if healthy else UNHEALTHY
+            self._overrides[d.id] = health
         for uuid in physical:
             self._uuid_health[uuid] = (healthy, None if healthy else xid)
         self._changed()
-        return [d.id for d in devices]
+        return changed
+
+    def _health_of(self, device: Device) -> str:
+        """The health the device plugin advertises for ``device`` now."""
+        return self._overrides.get(device.id, device.health)
 
     def gpu_lost(self) -> list[str]:
         """NVML's ``ERROR_GPU_IS_LOST`` while waiting for events: the device plugin marks every device
-        unhealthy, the DRA driver taints every device ``gpu-lost``. Returns the advertised IDs."""
+        unhealthy, the DRA driver taints every device ``gpu-lost``. Returns the advertised IDs it made
+        unhealthy, not those that already were (as the DRA face reports only the health it changed)."""
         devices = [d for r in self._base.resources for d in r.devices]
         physical = [u for g in self._base.node.gpus for u in g.uuids]
         return self._lose_watch(devices, physical, HealthEvent("gpu-lost"))
@@ -176,13 +183,14 @@ class LiveInventory:
         its devices unhealthy, the DRA driver taints them ``unmonitored`` (effect None) and reports their
         health as unknown. The GPU counts as unhealthy here (``unhealthy()``) as the device plugin has it, so
         DCGM, ``fakegpu ctl health`` and the IMEX readiness see what its pods would. Returns the advertised
-        IDs the device plugin marked."""
+        IDs the device plugin newly marked."""
         devices, physical = self._targets(gpu_uuid)
         return self._lose_watch(devices, physical, HealthEvent("unmonitored"))
 
     def _lose_watch(self, devices: list[Device], physical: list[str], event: HealthEvent) -> list[str]:
         """Health events that mark devices unhealthy whatever the XID policy, keeping an XID already known."""
         unhealthy = self.unhealthy()
+        changed = [d.id for d in devices if self._health_of(d) != UNHEALTHY]
         for uuid in physical:
             self._events.setdefault(uuid, []).append(event)
         for d in devices:
@@ -190,7 +198,7 @@ class LiveInventory:
         for uuid in physical:
             self._uuid_health[uuid] = (False, unhealthy.get(uuid))
         self._changed()
-        return [d.id for d in devices]
+        return changed
 
     def health_events(self) -> dict[str, tuple[HealthEvent, ...]]:
         """Every GPU and MIG UUID's health events, oldest first (what the DRA driver's taints come from)."""

@@ -675,14 +675,17 @@ class FakeApiServer:
         nfd_crds: bool = False,
         namespaces_and_crds: bool = False,
         tls: bool = False,
+        events: bool = False,
     ) -> None:
         """With ``tls`` the server serves HTTPS with a CA of its own (:mod:`tests.apiserver.serving_tls`),
         which ``lightkube_config``, ``client`` and ``kubeconfig`` carry, so clients verify it as a real one;
         without, plain HTTP (cheaper for the tests that do not measure the client).
 
         ``nvidia_crds`` serves NVIDIA's ComputeDomain and ComputeDomainClique kinds, as a cluster with the
-        DRA driver's CRDs installed does. ``nfd_crds`` serves Node Feature Discovery's NodeFeature, checked
-        against its CRD's schema (:mod:`tests.apiserver.nodefeature_crd`), as a cluster running NFD does.
+        DRA driver's CRDs installed does, and core/v1 Events with them; ``events`` serves Events alone (a
+        server without them answers 404, which the daemons' Event writers must survive). ``nfd_crds`` serves
+        Node Feature Discovery's NodeFeature, checked against its CRD's schema
+        (:mod:`tests.apiserver.nodefeature_crd`), as a cluster running NFD does.
 
         ``validate_schema=False`` skips the kubernetes-validate schema check of written objects (the
         server's own rules in :mod:`tests.apiserver.k8s_validation` still run): it costs milliseconds per
@@ -752,6 +755,7 @@ class FakeApiServer:
             self._served[(NVIDIA_GROUP, NVIDIA_VERSION)] = {
                 t.plural: t for t in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES)
             }
+        if nvidia_crds or events:
             self._served[("", "v1")][EVENTS.plural] = EVENTS
         if nfd_crds:
             self._served[(NFD_GROUP, NFD_VERSION)] = {NODE_FEATURES.plural: NODE_FEATURES}

@@ -1,8 +1,9 @@
 """The fake API server in a process of its own, so that a benchmark's client process measures only itself.
 
-``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation] [--tls --kubeconfig PATH]``
+``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation] [--events] [--tls --kubeconfig PATH]``
 prints the server's URL on one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT); with
-``--tls`` it serves HTTPS with a CA of its own, which the kubeconfig it writes to PATH carries.
+``--tls`` it serves HTTPS with a CA of its own, which the kubeconfig it writes to PATH carries; with
+``--events`` it serves core/v1 Events, so the daemons' node Events can be rehearsed against it.
 :class:`ServerProcess` starts and stops one from Python and reads its request counts through
 ``GET /debug/fakegpu/counts``.
 """
@@ -36,7 +37,13 @@ class ServerProcess:
     points at it, with the CA when ``tls``) are set once it serves."""
 
     def __init__(
-        self, minor: int = 36, *, validate_schema: bool = True, history_limit: int = 1000, tls: bool = False
+        self,
+        minor: int = 36,
+        *,
+        validate_schema: bool = True,
+        history_limit: int = 1000,
+        tls: bool = False,
+        events: bool = False,
     ) -> None:
         self.args = [sys.executable, "-m", "tests.apiserver.standalone", "--minor", str(minor)]
         self.args += ["--history-limit", str(history_limit)]
@@ -44,6 +51,8 @@ class ServerProcess:
             self.args.append("--no-schema-validation")
         if tls:
             self.args.append("--tls")
+        if events:
+            self.args.append("--events")
         self.url = ""
         self.kubeconfig = Path()
         self._folder: tempfile.TemporaryDirectory[str] | None = None
@@ -136,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--history-limit", type=int, default=1000, help="watch events kept (default %(default)s)")
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a CA made at start")
+    parser.add_argument("--events", action="store_true", help="serve core/v1 Events (node fault Events)")
     parser.add_argument("--kubeconfig", help="write a kubeconfig for the server (with the CA under --tls) here")
     args = parser.parse_args(argv)
     done = threading.Event()
@@ -146,7 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     server = FakeApiServer(
-        f"1.{args.minor}", validate_schema=not args.no_schema_validation, history_limit=args.history_limit, tls=args.tls
+        f"1.{args.minor}",
+        validate_schema=not args.no_schema_validation,
+        history_limit=args.history_limit,
+        tls=args.tls,
+        events=args.events,
     )
     with server:
         if args.kubeconfig:

@@ -989,6 +989,20 @@ def test_standalone_server_process_serves_counts_and_stops() -> None:
     assert process is not None and process.returncode == 0  # stopped, and without server errors
 
 
+def test_standalone_server_serves_events_only_when_asked() -> None:
+    """Node fault Events can be rehearsed against the standalone server (``--events``); without it core/v1
+    Events answer 404, as the daemons' Event writers are tested to survive."""
+    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1", "namespace": "default"}}
+    event |= {"involvedObject": {"kind": "Node", "name": "n1"}, "reason": "GpuLostIsNotHealthy", "type": "Warning"}
+    path = "/api/v1/namespaces/default/events"
+    for events, code in ((True, 201), (False, 404)):
+        with (
+            ServerProcess(36, validate_schema=False, events=events) as server,
+            httpx2.Client(base_url=server.url, trust_env=False) as http,
+        ):
+            assert http.post(path, json=event).status_code == code
+
+
 async def test_writes_answer_with_metadata_alone_when_asked(server: FakeApiServer, client: AsyncClient) -> None:
     """As the real API server's create and update handlers do (``transformResponseObject``): an Accept of
     ``as=PartialObjectMetadata;g=meta.k8s.io;v=v1`` gets the metadata alone; without it, the whole object."""

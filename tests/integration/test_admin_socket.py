@@ -644,14 +644,20 @@ async def test_the_ctl_table_has_every_op_of_the_three_daemons_with_their_fields
             ["recover", "--gpu", "3", "reset"],
             {"what": "reset", "gpu": "3"},
             {"gpu": 3, "what": "reset", "ended": ["ecc-uncorrectable"], "remaining": [], "healthy": False, "note": ""},
-            "GPU 3: reset done, ended ecc-uncorrectable; its devices stay unhealthy (NVIDIA's plugins never mark an "
+            "GPU 3 reset: ended ecc-uncorrectable; its devices stay unhealthy (NVIDIA's plugins never mark an "
             "XID-unhealthy device healthy again)",
         ),
         (
             ["recover", "--gpu", "0", "thermal"],
             {"what": "thermal", "gpu": "0"},
             {"gpu": 0, "what": "thermal", "ended": ["thermal"], "remaining": ["power"], "healthy": True, "note": ""},
-            "GPU 0: thermal done, ended thermal; still power",
+            "GPU 0: thermal fault cleared; still power",
+        ),
+        (
+            ["recover", "--gpu", "2", "reset"],
+            {"what": "reset", "gpu": "2"},
+            {"gpu": 2, "what": "reset", "ended": [], "remaining": [], "healthy": True, "note": ""},
+            "GPU 2 reset: no fault to end",
         ),
         (["clear-faults", "Allocate"], {"method": "Allocate"}, 1, "cleared 1 planned fault(s)"),
         (["end-streams"], {}, 2, "ended 2 ListAndWatch stream(s)"),

@@ -5,7 +5,9 @@ Follows kubernetes ``pkg/kubelet/cm/devicemanager/manager.go`` ``UpdateAllocated
 ``pkg/kubelet/cm/dra/manager.go`` ``UpdateAllocatedResourcesStatus`` / ``HandleWatchResourcesStream`` (v1.36),
 ``pkg/kubelet/cm/dra/healthinfo.go`` (at commit 0062353), and what a real Kubernetes v1.36.2 kubelet wrote
 for fakegpu's device plugin and DRA driver (entry names, the CDI device ID as a DRA ``resourceID``, the
-driver's message).
+driver's message in ``message``). That reading's message, "XID 79", came from an older fakegpu; the message
+checked here is the one fakegpu sends now, NVIDIA's text from kubernetes-sigs/dra-driver-nvidia-gpu
+``cmd/gpu-kubelet-plugin/device_health_status.go`` @ bc3c4d8 (main): "critical XID 79 reported by NVML".
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ async def test_a_dra_claim_turns_unhealthy_in_the_pod_status_after_off_bus(node:
     (resource,) = entry["resources"]
     assert entry["name"] == "claim:g"
     assert resource["resourceID"] == cdi_id
-    assert "XID 79" in resource["message"]
+    assert resource["message"] == "critical XID 79 reported by NVML"
     # A health change the pod does not see (the other GPU) is looked at, and nothing is written for it.
     patches = status_patches(node.server)
     passes = node.writer.passes

@@ -141,8 +141,10 @@ FATAL_ON_THE_GPU = [
 @pytest.mark.parametrize(("fault", "xids"), FATAL_ON_THE_GPU, ids=str)
 async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset_does_not_heal(plugin, fault, xids):
     """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` @ 02597b9: the kind's XIDs are critical-error events
-    not in the ignored list, so the GPU's devices (every time-sliced replica) go Unhealthy in ListAndWatch; a
-    GPU reset ends the fault on the GPU but the plugin never sends Healthy again."""
+    not in the ignored list, so the GPU's devices go Unhealthy in ListAndWatch; a GPU reset ends the fault on
+    the GPU but the plugin never sends Healthy again. Every time-sliced replica goes as with the fix of #1929
+    (PR #1930, merged after v0.20.1); v0.20.x keeps one device per GPU (``parentToDeviceMap``) and marks one,
+    which ``--bug-compat health-one-device-per-gpu`` reproduces (tests/integration/test_bug_modes.py)."""
     node, sock = await plugin("2xh100-80gb", config=TIME_SLICED)
     gpu1 = node.inventory.node.gpus[1].uuid
     answer = await admin_call(sock, "gpu-fault", gpu="1", **fault)
@@ -302,6 +304,26 @@ async def test_dra_gpu_lost_taints_every_device(dra):
         stream.cancel()
 
 
+async def test_both_faces_answer_only_the_devices_a_fault_changed(plugin, dra):
+    """An answer lists what this fault changed, on both faces alike: a second off-bus of the same GPU changes
+    no device, and a GPU lost after it changes only the devices still healthy (NVIDIA/k8s-device-plugin
+    ``internal/rm/health.go`` @ 02597b9 sends a device already unhealthy again but the kubelet's health does
+    not move; the DRA driver's stream, kubernetes-sigs/dra-driver-nvidia-gpu ``device_health.go`` @ 15a116f,
+    reports a device whose health changed)."""
+    node, sock = await plugin("4xh100-80gb", config=TIME_SLICED)
+    uuids = [g.uuid for g in node.inventory.node.gpus]
+    first = await admin_call(sock, "gpu-fault", gpu="3", kind="off-bus")
+    assert sorted(first["changed"]) == [f"{uuids[3]}::0", f"{uuids[3]}::1"]
+    again = await admin_call(sock, "gpu-fault", gpu="3", kind="off-bus")
+    assert again["changed"] == []
+    lost = await admin_call(sock, "gpu-fault", gpu="0", kind="gpu-lost")
+    assert sorted(lost["changed"]) == sorted(f"{u}::{r}" for u in uuids[:3] for r in (0, 1))
+    _apiserver, _driver, dra_sock = dra
+    assert (await admin_call(dra_sock, "gpu-fault", gpu="1", kind="off-bus"))["changed"] == ["gpu-1"]
+    assert (await admin_call(dra_sock, "gpu-fault", gpu="1", kind="off-bus"))["changed"] == []
+    assert (await admin_call(dra_sock, "gpu-fault", gpu="0", kind="gpu-lost"))["changed"] == ["gpu-0"]
+
+
 @pytest.mark.parametrize("kind", ["thermal", "power", "fabric"])
 async def test_dra_thermal_power_and_fabric_taint_nothing(dra, kind):
     """NVIDIA's DRA driver reads only XID critical-error events (``device_health.go`` @ 15a116f): these kinds
@@ -362,7 +384,7 @@ async def test_bad_gpu_faults_and_recoveries_are_one_line_refusals(plugin):
         ({"op": "gpu-fault", "gpu": "9", "kind": "thermal"}, "no GPU with index or UUID '9': this node has GPUs 0-7"),
         ({"op": "gpu-fault", "gpu": "0", "kind": "thermal", "xid": 3}, "xid does not apply to a thermal fault"),
         ({"op": "gpu-fault", "gpu": "0", "kind": "xid"}, "an xid fault needs the XID"),
-        ({"op": "recover", "gpu": "0", "what": "thermal"}, "GPU 0 has no thermal fault to recover (its faults: none)"),
+        ({"op": "recover", "gpu": "0", "what": "thermal"}, "GPU 0 has no thermal fault (its faults: none)"),
         ({"op": "recover", "gpu": "0", "what": "ecc-uncorrectable"}, "ends with a GPU reset: recover 'reset'"),
         ({"op": "recover", "gpu": "0", "what": "gpu-lost"}, "a gpu-lost fault does not recover: none without a reboot"),
     ]
@@ -414,7 +436,7 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     code, out, _ = await ctl("--socket", str(sock), "recover", "--gpu", "3", "reset")
     assert (code, out) == (
         0,
-        "GPU 3: reset done, ended ecc-uncorrectable; its devices stay unhealthy (NVIDIA's plugins never mark an "
+        "GPU 3 reset: ended ecc-uncorrectable; its devices stay unhealthy (NVIDIA's plugins never mark an "
         "XID-unhealthy device healthy again)\n",
     )
     code, out, _ = await ctl("--socket", str(sock), "status")
@@ -422,6 +444,22 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     await ctl("--socket", str(sock), "xid", "6", "13")
     code, out, _ = await ctl("--socket", str(sock), "status")
     assert "GPU 6: faults none; readings normal; XIDs 13 application\n" in out
+
+
+async def test_ctl_status_shows_why_a_gpu_is_gone_before_its_last_xid(plugin):
+    """A GPU lost after an uncorrectable ECC error is shown lost, not by the XID 63 it last reported; one off the
+    bus is shown so; the other GPUs are out because NVML's event wait failed for all (NVIDIA/k8s-device-plugin
+    ``internal/rm/health.go`` @ 02597b9 marks every device when the wait returns an error)."""
+    _node, sock = await plugin("4xh100-80gb")
+    await ctl("--socket", str(sock), "gpu-fault", "ecc-uncorrectable", "--gpu", "1")
+    await ctl("--socket", str(sock), "gpu-fault", "off-bus", "--gpu", "2")
+    await ctl("--socket", str(sock), "gpu-fault", "gpu-lost", "--gpu", "1")
+    code, out, _ = await ctl("--socket", str(sock), "status")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
+    assert rows["1"].endswith("Unhealthy (lost, XID 63)")
+    assert rows["2"].endswith("Unhealthy (off the bus, XID 79)")
+    assert rows["0"].endswith("Unhealthy (a GPU of the node lost)")
 
 
 @pytest.mark.parametrize(
@@ -436,8 +474,23 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
         (["gpu-fault", "fabric", "--gpu", "0", "--status", "BROKEN"], 2, "gpu-fault: unknown fabric status 'BROKEN'"),
         (["recover", "--gpu", "0", "off-bus"], 2, "recover: an off-bus fault does not recover: none without a reboot"),
         (["gpu-fault", "xid", "--gpu", "9", "--xid", "79"], 1, "no GPU with index or UUID '9': this node has GPUs 0-7"),
-        (["recover", "--gpu", "0", "power"], 1, "GPU 0 has no power fault to recover (its faults: none)"),
+        (["recover", "--gpu", "0", "power"], 1, "GPU 0 has no power fault (its faults: none)"),
+        (
+            ["gpu-fault", "power", "--gpu", "0", "--watts", "-5"],
+            2,
+            "gpu-fault: --watts: must be greater than 0, found -5.0",
+        ),
+        (["gpu-fault", "power", "--gpu", "0", "--watts", "inf"], 2, "gpu-fault: --watts: must be less than or equal"),
+        (["gpu-fault", "nvlink", "--gpu", "0", "--link", "99"], 2, "gpu-fault: --link: must be less than or equal"),
+        (["gpu-fault", "xid", "--gpu", "0", "--xid", "0"], 2, "gpu-fault: --xid: must be greater than or equal to 1"),
+        (["gpu-fault", "ecc-correctable", "--gpu", "0", "--count", "0"], 2, "gpu-fault: --count: must be greater"),
+        (["gpu-fault", "thermal", "--gpu", "0", "--after-calls", "-1"], 2, "gpu-fault: --after-calls: must be greater"),
+        (["gpu-fault", "thermal", "--gpu", "0", "--temperature", "5000"], 2, "gpu-fault: --temperature: must be less"),
+        (["gpu-fault", "xid", "--gpu", "2"], 2, "gpu-fault: an xid fault needs the XID: --xid N"),
+        (["gpu-fault", "thermal", "--gpu", "7" * 100_000], 1, "no GPU with index or UUID '7777"),
+        (["recover", "--gpu", "0", "thermal"], 1, "GPU 0 has no thermal fault (its faults: none)"),
     ],
+    ids=lambda v: str(v)[:60],
 )
 async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error):
     """Bad usage (a kind or a field the fault model refuses) exits 2 before anything is sent; what only the
@@ -446,6 +499,7 @@ async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error)
     got, out, err = await ctl("--socket", str(sock), *argv)
     assert (got, out) == (code, "")
     assert err.startswith(f"fakegpu: error: {error}") and err.count("\n") == 1, err
+    assert len(err) < 300, "a bad value is shortened, not echoed whole"
 
 
 async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin):

@@ -126,7 +126,9 @@ async def test_the_dra_driver_records_a_fault_and_its_recovery_from_any_path(api
         assert cool["type"] == "Normal" and cool["message"].endswith("thermal recovered: the cause cleared")
         # Armed to strike after a call (after_calls): recorded when it strikes, not when it is armed.
         live.strike_gpu("1", GpuFault(kind="ecc-uncorrectable", after_calls=1))
-        await asyncio.sleep(0)
+        # A barrier: a fault struck after the arming is recorded after anything the arming would have recorded.
+        live.strike_gpu("0", GpuFault(kind="power"))
+        await eventually(lambda: node_events(apiserver, "GpuPowerWatchIsNotHealthy"), "the later fault's Event")
         assert not node_events(apiserver, "GpuMemWatchIsNotHealthy")
         live.note_call()
         await eventually(lambda: node_events(apiserver, "GpuMemWatchIsNotHealthy"), "the armed fault's Event")

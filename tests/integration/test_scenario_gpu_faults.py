@@ -83,6 +83,19 @@ async def test_the_embedded_runner_strikes_recovers_and_waits_for_the_kubelet(ro
     assert "power on GPU 0: no health change" in lines[5]
 
 
+async def test_a_step_reports_only_the_devices_it_changed(root):
+    """A second XID on a GPU already unhealthy changes no device (NVIDIA/k8s-device-plugin
+    ``internal/rm/health.go`` @ 02597b9 resends it Unhealthy; the kubelet's health does not move), and the step
+    says so rather than calling a critical XID ignored."""
+    path = scenario(root, "  - xid: {gpu: 1, xid: 79}\n  - xid: {gpu: 1, xid: 48}\n  - xid: {gpu: 0, xid: 13}\n")
+    status, out, err = await run(path)
+    assert (status, err) == (EXIT_PASS, ""), out + err
+    lines = out.splitlines()
+    assert "1 device(s) unhealthy" in lines[2]
+    assert "no device changed (already unhealthy)" in lines[3]
+    assert "ignored by the XID policy" in lines[4]
+
+
 @pytest.mark.parametrize(
     ("steps", "error"),
     [
@@ -90,7 +103,7 @@ async def test_the_embedded_runner_strikes_recovers_and_waits_for_the_kubelet(ro
             "  - gpu_fault: {gpu: 9, kind: off-bus}\n",
             "steps[0].gpu_fault: no GPU with index or UUID '9': this node has GPUs 0-1",
         ),
-        ("  - recover: {gpu: 0, what: fabric}\n", "steps[0].recover: GPU 0 has no fabric fault to recover"),
+        ("  - recover: {gpu: 0, what: fabric}\n", "steps[0].recover: GPU 0 has no fabric fault"),
     ],
 )
 async def test_a_step_naming_what_the_node_lacks_is_a_bad_file(root, steps, error):

@@ -48,7 +48,7 @@ class SmiHealth:
     fabric_state: str = NA
     fabric_status: str = NA
     unreachable: bool = False
-    """Off the bus or lost: nvidia-smi prints an error line instead of the GPU."""
+    """Off the bus or lost: nvidia-smi prints only its error line, no GPU reported."""
 
     @property
     def reasons_mask(self) -> int:

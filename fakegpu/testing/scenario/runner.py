@@ -257,7 +257,10 @@ class ScenarioRun:
                     changed = await node.inject_xid(x.target, x.xid)
                 except UnknownDeviceError as exc:
                     raise BadReference(str(exc)) from None
-                return f"{len(changed)} device(s) unhealthy" if changed else "ignored by the XID policy"
+                if changed:
+                    return f"{len(changed)} device(s) unhealthy"
+                critical = node.live.xid_policy.is_critical(x.xid)
+                return "no device changed (already unhealthy)" if critical else "ignored by the XID policy"
             case HealthStep(health=h):
                 try:
                     changed = await node.set_health(h.target, h.healthy)
