@@ -204,6 +204,13 @@ async def test_a_fault_on_a_node_outside_the_domain_writes_nothing(fleet):
     rack0, rack1 = fleet.rack("rack-0"), fleet.rack("rack-1")
     await run_workers(fleet, uid, rack0)
     await eventually(lambda: fleet.status() == "Ready", "the domain Ready", detail=fleet.domain)
+
+    def labelled() -> bool:
+        nodes = [fleet.server.get_object("nodes", name) for name in rack0[:4]]
+        return all(n is not None and LABEL in n["metadata"]["labels"] for n in nodes)
+
+    # The label patches race the clique write: count patches once all four are in.
+    await eventually(labelled, "the domain's four nodes labelled")
     writes, node_patches = fleet.clique_writes(), fleet.server.count("patch", "nodes")
 
     await fleet.set_faults(rack1[0], "gpu-lost")
