@@ -15,7 +15,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,50 +29,19 @@ from fakegpu.control.operations import BY_NAME, OPERATIONS, options_of
 from fakegpu.control.protocol import AdminError, op_fields, takes_model
 from fakegpu.control.server import AdminServer
 from fakegpu.dra.admin_ops import HEALTH_GATE_OFF, dra_ops
-from fakegpu.dra.daemon import DraDriver, DraSettings
-from fakegpu.dra.feature_gates import parse_feature_gates
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.kubelet.admin_ops import kubelet_ops
 from fakegpu.kubelet.emulator import KubeletEmulator
-from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.unix_socket import SocketPathError
 from fakegpu.sharing.faults import FaultSpec
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from fakegpu.testing.fake_node import FakeNode
-from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import prepare
 from tests.eventually import eventually
+from tests.integration.conftest import ADMIN_NODE as NODE
 from tests.slice_taints import as_sent
 
 GPU = "nvidia.com/gpu"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-async def serve(root: Path) -> AsyncIterator[Callable[..., Awaitable[Path]]]:
-    """``path = await serve(ops)``: an AdminServer on a fresh socket, stopped when the test ends."""
-    servers: list[AdminServer] = []
-
-    async def start(ops: Mapping[str, Any], **kwargs: Any) -> Path:
-        server = AdminServer(root / f"admin{len(servers)}.sock", ops, **kwargs)
-        servers.append(server)
-        await server.start()
-        return server.path
-
-    yield start
-    for server in servers:
-        await server.stop()
-
-
-@pytest.fixture
-async def plugin_admin(fakegpu_node, serve) -> Callable[..., Awaitable[tuple[FakeNode, Path]]]:
-    async def make(*args: Any, **kwargs: Any) -> tuple[FakeNode, Path]:
-        node: FakeNode = await fakegpu_node(*args, **kwargs)
-        return node, await serve(device_plugin_ops(node.live, node.plugins, node.calls))
-
-    return make
 
 
 async def raw(path: Path, payload: bytes) -> dict[str, Any]:
@@ -749,30 +718,7 @@ async def test_ctl_without_a_daemon_and_with_bad_usage(root):
 
 # --- DRA -----------------------------------------------------------------------------------------------
 
-NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
-
-
-@pytest.fixture
-async def dra_admin(root, serve, request) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
-    """A DRA driver with NVIDIA's NVMLDeviceHealthCheck gate on (``indirect`` False: off) and its admin socket."""
-    apiserver = FakeApiServer("1.36").start()
-    apiserver.add_node(NODE)
-    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
-    gate = getattr(request, "param", True)
-    driver = DraDriver(
-        live,
-        KubeletPaths(root / "kubelet"),
-        DraSettings(cdi_root=root / "cdi", feature_gates=parse_feature_gates(f"NVMLDeviceHealthCheck={gate}")),
-        apiserver.client,
-    )
-    await driver.start()
-    try:
-        await driver.wait_published()
-        yield apiserver, driver, await serve(dra_ops(driver))
-    finally:
-        await driver.stop()
-        apiserver.stop()
 
 
 async def test_dra_fault_makes_node_prepare_resources_fail(dra_admin):

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -24,71 +23,16 @@ import pytest
 
 from fakegpu.control.client import admin_call
 from fakegpu.control.protocol import AdminError
-from fakegpu.control.server import AdminServer
-from fakegpu.dra.admin_ops import dra_ops
-from fakegpu.dra.daemon import DraDriver, DraSettings
-from fakegpu.dra.feature_gates import parse_feature_gates
-from fakegpu.fakeplugin.admin_ops import device_plugin_ops
 from fakegpu.kubeletapi.drahealth.v1alpha1 import api_pb2 as health_pb2
-from fakegpu.runtime.kubelet_paths import KubeletPaths
-from fakegpu.sharing.inputs import InventoryInputs, load_inventory
-from fakegpu.sharing.live_inventory import LiveInventory
-from fakegpu.testing.fake_node import FakeNode
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.claim_builders import allocated_claim
 from tests.dra_kubelet_client import health_stream, prepare, unprepare
 from tests.eventually import eventually
+from tests.integration.conftest import ADMIN_NODE as NODE
 
 GPU = "nvidia.com/gpu"
-NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
 TIME_SLICED = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": GPU, "replicas": 2}]}}}
-
-
-@pytest.fixture
-async def serve(root: Path) -> AsyncIterator[Callable[[Mapping[str, Any]], Awaitable[Path]]]:
-    servers: list[AdminServer] = []
-
-    async def start(ops: Mapping[str, Any]) -> Path:
-        server = AdminServer(root / f"admin{len(servers)}.sock", ops)
-        servers.append(server)
-        await server.start()
-        return server.path
-
-    yield start
-    for server in servers:
-        await server.stop()
-
-
-@pytest.fixture
-async def plugin(fakegpu_node, serve) -> Callable[..., Awaitable[tuple[FakeNode, Path]]]:
-    async def make(*args: Any, **kwargs: Any) -> tuple[FakeNode, Path]:
-        node: FakeNode = await fakegpu_node(*args, **kwargs)
-        return node, await serve(device_plugin_ops(node.live, node.plugins, node.calls))
-
-    return make
-
-
-@pytest.fixture
-async def dra(root, serve, request) -> AsyncIterator[tuple[FakeApiServer, DraDriver, Path]]:
-    """A DRA driver on 2 H100s with NVMLDeviceHealthCheck on (``indirect`` False: off) and its admin socket."""
-    apiserver = FakeApiServer("1.36").start()
-    apiserver.add_node(NODE)
-    live = LiveInventory(load_inventory(InventoryInputs(node_name=NODE, gpus=("2xh100-80gb",))))
-    gate = getattr(request, "param", True)
-    driver = DraDriver(
-        live,
-        KubeletPaths(root / "kubelet"),
-        DraSettings(cdi_root=root / "cdi", feature_gates=parse_feature_gates(f"NVMLDeviceHealthCheck={gate}")),
-        apiserver.client,
-    )
-    await driver.start()
-    try:
-        await driver.wait_published()
-        yield apiserver, driver, await serve(dra_ops(driver))
-    finally:
-        await driver.stop()
-        apiserver.stop()
 
 
 def taints(server: FakeApiServer) -> dict[str, list[str]]:
@@ -139,13 +83,15 @@ FATAL_ON_THE_GPU = [
 
 
 @pytest.mark.parametrize(("fault", "xids"), FATAL_ON_THE_GPU, ids=str)
-async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset_does_not_heal(plugin, fault, xids):
+async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset_does_not_heal(
+    plugin_admin, fault, xids
+):
     """NVIDIA/k8s-device-plugin ``internal/rm/health.go`` @ 02597b9: the kind's XIDs are critical-error events
     not in the ignored list, so the GPU's devices go Unhealthy in ListAndWatch; a GPU reset ends the fault on
     the GPU but the plugin never sends Healthy again. Every time-sliced replica goes as with the fix of #1929
     (PR #1930, merged after v0.20.1); v0.20.x keeps one device per GPU (``parentToDeviceMap``) and marks one,
     which ``--bug-compat health-one-device-per-gpu`` reproduces (tests/integration/test_bug_modes.py)."""
-    node, sock = await plugin("2xh100-80gb", config=TIME_SLICED)
+    node, sock = await plugin_admin("2xh100-80gb", config=TIME_SLICED)
     gpu1 = node.inventory.node.gpus[1].uuid
     answer = await admin_call(sock, "gpu-fault", gpu="1", **fault)
     assert [x["xid"] for x in answer["xids"]] == xids
@@ -166,10 +112,10 @@ async def test_a_fatal_kind_makes_every_replica_of_the_gpu_unhealthy_and_a_reset
     assert node.live.condition(gpu1).kinds == ()
 
 
-async def test_uncorrectable_ecc_before_ampere_is_xid_48_and_63(plugin):
+async def test_uncorrectable_ecc_before_ampere_is_xid_48_and_63(plugin_admin):
     """Boards before Ampere retire pages: a double-bit ECC error is XID 48 (NVIDIA's XID catalogue), critical
     for NVIDIA's health checker (``internal/rm/health.go`` @ 02597b9)."""
-    node, sock = await plugin("2xt4")
+    node, sock = await plugin_admin("2xt4")
     answer = await admin_call(sock, "gpu-fault", gpu="0", kind="ecc-uncorrectable")
     assert answer["xids"] == [{"xid": 48, "class": "fatal"}, {"xid": 63, "class": "fatal"}]
     assert "retired pages 0 single-bit, 1 double-bit (retirement pending)" in answer["condition"]
@@ -177,10 +123,10 @@ async def test_uncorrectable_ecc_before_ampere_is_xid_48_and_63(plugin):
 
 
 @pytest.mark.parametrize("fault", [{"kind": "thermal"}, {"kind": "power", "watts": 690.0}, {"kind": "fabric"}])
-async def test_thermal_power_and_fabric_leave_device_plugin_health_alone_and_clear(plugin, fault):
+async def test_thermal_power_and_fabric_leave_device_plugin_health_alone_and_clear(plugin_admin, fault):
     """NVIDIA's device plugin reads only XID events (``internal/rm/health.go`` @ 02597b9): a hot GPU, a power
     excursion or a fabric registration error change no device's health. Their cause clears (``recover``)."""
-    node, sock = await plugin("2xh100-80gb")
+    node, sock = await plugin_admin("2xh100-80gb")
     answer = await admin_call(sock, "gpu-fault", gpu="0", **fault)
     assert (answer["xids"], answer["changed"]) == ([], [])
     gpu0 = node.inventory.node.gpus[0].uuid
@@ -193,10 +139,10 @@ async def test_thermal_power_and_fabric_leave_device_plugin_health_alone_and_cle
     assert node.live.conditions() == {}
 
 
-async def test_gpu_lost_on_one_gpu_makes_every_device_of_the_node_unhealthy(plugin):
+async def test_gpu_lost_on_one_gpu_makes_every_device_of_the_node_unhealthy(plugin_admin):
     """``internal/rm/health.go`` @ 02597b9: an error waiting for events (``ERROR_GPU_IS_LOST``) marks every
     device unhealthy, not only the lost GPU's; nothing recovers it."""
-    node, sock = await plugin("2xh100-80gb")
+    node, sock = await plugin_admin("2xh100-80gb")
     answer = await admin_call(sock, "gpu-fault", gpu="1", kind="gpu-lost")
     assert sorted(answer["changed"]) == sorted(g.uuid for g in node.inventory.node.gpus)
     await node.kubelet.wait_for(lambda: node.allocatable() == {GPU: 0}, what="every device to go")
@@ -204,10 +150,10 @@ async def test_gpu_lost_on_one_gpu_makes_every_device_of_the_node_unhealthy(plug
         await admin_call(sock, "recover", gpu="1", what="reset")
 
 
-async def test_application_xids_and_dp_disable_healthchecks_keep_devices_healthy_and_say_the_class(plugin):
+async def test_application_xids_and_dp_disable_healthchecks_keep_devices_healthy_and_say_the_class(plugin_admin):
     """The XID's class under NVIDIA's lists: 13 is an application error (ignored by default), 79 with
     ``DP_DISABLE_HEALTHCHECKS=79`` is ignored by config; neither changes health."""
-    node, sock = await plugin("2xh100-80gb", env={"DP_DISABLE_HEALTHCHECKS": "79"})
+    node, sock = await plugin_admin("2xh100-80gb", env={"DP_DISABLE_HEALTHCHECKS": "79"})
     app = await admin_call(sock, "gpu-fault", gpu="0", kind="xid", xid=13)
     config = await admin_call(sock, "gpu-fault", gpu="1", kind="off-bus")
     assert (app["xids"], app["changed"]) == ([{"xid": 13, "class": "application"}], [])
@@ -216,11 +162,11 @@ async def test_application_xids_and_dp_disable_healthchecks_keep_devices_healthy
     assert node.allocatable() == {GPU: 2}
 
 
-async def test_after_calls_strikes_with_the_nth_allocate_that_uses_the_gpu(plugin):
+async def test_after_calls_strikes_with_the_nth_allocate_that_uses_the_gpu(plugin_admin):
     """ "Fail after N calls" as NVIDIA's mock NVML counts them (NVIDIA/k8s-test-infra
     ``pkg/gpu/mocknvml/engine/failure_injector.go`` @ 08a563f: per device, trips when the device has seen
     ``after_calls`` calls): here each Allocate that uses the GPU is a call; the second one strikes."""
-    node, sock = await plugin("1xh100-80gb", config=TIME_SLICED)
+    node, sock = await plugin_admin("1xh100-80gb", config=TIME_SLICED)
     gpu0 = node.inventory.node.gpus[0].uuid
     armed = await admin_call(sock, "gpu-fault", gpu="0", kind="ecc-uncorrectable", after_calls=2)
     assert (armed["armed"], armed["calls_left"]) == (True, 2)
@@ -249,12 +195,12 @@ TAINTED = [
 
 
 @pytest.mark.parametrize(("fault", "taint", "message"), TAINTED, ids=str)
-async def test_dra_taints_the_gpu_streams_it_unhealthy_and_keeps_both_after_a_reset(dra, fault, taint, message):
+async def test_dra_taints_the_gpu_streams_it_unhealthy_and_keeps_both_after_a_reset(dra_admin, fault, taint, message):
     """kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/device_health.go`` @ 15a116f: the kind's
     first XID taints the device ``gpu.nvidia.com/xid`` NoSchedule and a later XID of the same key does not
     replace it (``AddOrUpdateTaint``); the health stream says Unhealthy with NVIDIA's message. A reset removes
     neither (the taint stays until the driver restarts)."""
-    apiserver, driver, sock = dra
+    apiserver, driver, sock = dra_admin
     async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
         stream = health_stream(channel)
         await stream_until(stream, lambda r: len(r) == 2, "both GPUs")
@@ -274,10 +220,10 @@ async def test_dra_taints_the_gpu_streams_it_unhealthy_and_keeps_both_after_a_re
         stream.cancel()
 
 
-async def test_dra_application_xid_taints_none_and_streams_healthy_with_a_message(dra):
+async def test_dra_application_xid_taints_none_and_streams_healthy_with_a_message(dra_admin):
     """``device_health.go`` @ 15a116f ``IsEventNonFatal``: a skipped XID taints with effect None; the stream
     keeps the device Healthy and says the XID was non-fatal."""
-    apiserver, driver, sock = dra
+    apiserver, driver, sock = dra_admin
     async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
         stream = health_stream(channel)
         answer = await admin_call(sock, "gpu-fault", gpu="0", kind="xid", xid=13)
@@ -288,10 +234,10 @@ async def test_dra_application_xid_taints_none_and_streams_healthy_with_a_messag
         stream.cancel()
 
 
-async def test_dra_gpu_lost_taints_every_device(dra):
+async def test_dra_gpu_lost_taints_every_device(dra_admin):
     """``device_health.go`` @ 15a116f: ``ERROR_GPU_IS_LOST`` from the event wait taints every device
     ``gpu.nvidia.com/gpu-lost`` NoSchedule, and the stream reports them Unhealthy."""
-    apiserver, driver, sock = dra
+    apiserver, driver, sock = dra_admin
     async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
         stream = health_stream(channel)
         answer = await admin_call(sock, "gpu-fault", gpu="0", kind="gpu-lost")
@@ -304,13 +250,13 @@ async def test_dra_gpu_lost_taints_every_device(dra):
         stream.cancel()
 
 
-async def test_both_faces_answer_only_the_devices_a_fault_changed(plugin, dra):
+async def test_both_faces_answer_only_the_devices_a_fault_changed(plugin_admin, dra_admin):
     """An answer lists what this fault changed, on both faces alike: a second off-bus of the same GPU changes
     no device, and a GPU lost after it changes only the devices still healthy (NVIDIA/k8s-device-plugin
     ``internal/rm/health.go`` @ 02597b9 sends a device already unhealthy again but the kubelet's health does
     not move; the DRA driver's stream, kubernetes-sigs/dra-driver-nvidia-gpu ``device_health.go`` @ 15a116f,
     reports a device whose health changed)."""
-    node, sock = await plugin("4xh100-80gb", config=TIME_SLICED)
+    node, sock = await plugin_admin("4xh100-80gb", config=TIME_SLICED)
     uuids = [g.uuid for g in node.inventory.node.gpus]
     first = await admin_call(sock, "gpu-fault", gpu="3", kind="off-bus")
     assert sorted(first["changed"]) == [f"{uuids[3]}::0", f"{uuids[3]}::1"]
@@ -318,17 +264,17 @@ async def test_both_faces_answer_only_the_devices_a_fault_changed(plugin, dra):
     assert again["changed"] == []
     lost = await admin_call(sock, "gpu-fault", gpu="0", kind="gpu-lost")
     assert sorted(lost["changed"]) == sorted(f"{u}::{r}" for u in uuids[:3] for r in (0, 1))
-    _apiserver, _driver, dra_sock = dra
+    _apiserver, _driver, dra_sock = dra_admin
     assert (await admin_call(dra_sock, "gpu-fault", gpu="1", kind="off-bus"))["changed"] == ["gpu-1"]
     assert (await admin_call(dra_sock, "gpu-fault", gpu="1", kind="off-bus"))["changed"] == []
     assert (await admin_call(dra_sock, "gpu-fault", gpu="0", kind="gpu-lost"))["changed"] == ["gpu-0"]
 
 
 @pytest.mark.parametrize("kind", ["thermal", "power", "fabric"])
-async def test_dra_thermal_power_and_fabric_taint_nothing(dra, kind):
+async def test_dra_thermal_power_and_fabric_taint_nothing(dra_admin, kind):
     """NVIDIA's DRA driver reads only XID critical-error events (``device_health.go`` @ 15a116f): these kinds
     publish no taint and stream no change (the fabric error reaches the ComputeDomain's IMEX daemons instead)."""
-    apiserver, driver, sock = dra
+    apiserver, driver, sock = dra_admin
     generation = driver.publisher.generation
     async with grpc.aio.insecure_channel(f"unix://{driver.plugin.dra_socket}") as channel:
         stream = health_stream(channel)
@@ -346,10 +292,10 @@ async def test_dra_thermal_power_and_fabric_taint_nothing(dra, kind):
         stream.cancel()
 
 
-async def test_dra_after_calls_counts_claims_prepared_on_the_gpu(dra):
+async def test_dra_after_calls_counts_claims_prepared_on_the_gpu(dra_admin):
     """``after_calls`` on the DRA face: each claim prepared on the GPU is a call (NVIDIA's mock NVML counts a
     device's own calls, ``failure_injector.go`` @ 08a563f); a claim on the other GPU does not count."""
-    apiserver, driver, sock = dra
+    apiserver, driver, sock = dra_admin
     await admin_call(sock, "gpu-fault", gpu="1", kind="xid", xid=48, after_calls=2)
     refs = []
     for name, device in (("a", "gpu-1"), ("b", "gpu-0"), ("c", "gpu-1")):
@@ -364,11 +310,11 @@ async def test_dra_after_calls_counts_claims_prepared_on_the_gpu(dra):
     await eventually(lambda: taints(apiserver)["gpu-1"] == ["gpu.nvidia.com/xid=48:NoSchedule"], "the strike", 3.0)
 
 
-@pytest.mark.parametrize("dra", [False], indirect=True)
-async def test_dra_without_the_health_gate_a_fault_still_reaches_the_gpu_and_says_so(dra):
+@pytest.mark.parametrize("dra_admin", [False], indirect=True)
+async def test_dra_without_the_health_gate_a_fault_still_reaches_the_gpu_and_says_so(dra_admin):
     """Without NVMLDeviceHealthCheck NVIDIA's driver watches no health, but the GPU still has the fault
     (nvidia-smi and DCGM read it): the op is done, not refused, and says no taint follows."""
-    _apiserver, driver, sock = dra
+    _apiserver, driver, sock = dra_admin
     answer = await admin_call(sock, "gpu-fault", gpu="0", kind="ecc-uncorrectable")
     assert answer["changed"] == []
     assert answer["note"] == "no taints or health stream: feature gate NVMLDeviceHealthCheck is off"
@@ -378,8 +324,8 @@ async def test_dra_without_the_health_gate_a_fault_still_reaches_the_gpu_and_say
 # --- refusals ------------------------------------------------------------------------------------------
 
 
-async def test_bad_gpu_faults_and_recoveries_are_one_line_refusals(plugin):
-    _node, sock = await plugin("8xh100-80gb")
+async def test_bad_gpu_faults_and_recoveries_are_one_line_refusals(plugin_admin):
+    _node, sock = await plugin_admin("8xh100-80gb")
     cases: list[tuple[dict[str, Any], str]] = [
         ({"op": "gpu-fault", "gpu": "9", "kind": "thermal"}, "no GPU with index or UUID '9': this node has GPUs 0-7"),
         ({"op": "gpu-fault", "gpu": "0", "kind": "thermal", "xid": 3}, "xid does not apply to a thermal fault"),
@@ -413,8 +359,8 @@ async def ctl(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_ctl_gpu_fault_recover_and_status(plugin):
-    node, sock = await plugin("8xh100-80gb")
+async def test_ctl_gpu_fault_recover_and_status(plugin_admin):
+    node, sock = await plugin_admin("8xh100-80gb")
     gpu3 = node.inventory.node.gpus[3].uuid
     code, out, err = await ctl("--socket", str(sock), "gpu-fault", "ecc-uncorrectable", "--gpu", "3", "--count", "2")
     assert (code, err) == (0, "")
@@ -446,11 +392,11 @@ async def test_ctl_gpu_fault_recover_and_status(plugin):
     assert "GPU 6: faults none; readings normal; XIDs 13 application\n" in out
 
 
-async def test_ctl_status_shows_why_a_gpu_is_gone_before_its_last_xid(plugin):
+async def test_ctl_status_shows_why_a_gpu_is_gone_before_its_last_xid(plugin_admin):
     """A GPU lost after an uncorrectable ECC error is shown lost, not by the XID 63 it last reported; one off the
     bus is shown so; the other GPUs are out because NVML's event wait failed for all (NVIDIA/k8s-device-plugin
     ``internal/rm/health.go`` @ 02597b9 marks every device when the wait returns an error)."""
-    _node, sock = await plugin("4xh100-80gb")
+    _node, sock = await plugin_admin("4xh100-80gb")
     await ctl("--socket", str(sock), "gpu-fault", "ecc-uncorrectable", "--gpu", "1")
     await ctl("--socket", str(sock), "gpu-fault", "off-bus", "--gpu", "2")
     await ctl("--socket", str(sock), "gpu-fault", "gpu-lost", "--gpu", "1")
@@ -492,21 +438,21 @@ async def test_ctl_status_shows_why_a_gpu_is_gone_before_its_last_xid(plugin):
     ],
     ids=lambda v: str(v)[:60],
 )
-async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin, argv, code, error):
+async def test_ctl_bad_gpu_faults_are_one_line_errors(plugin_admin, argv, code, error):
     """Bad usage (a kind or a field the fault model refuses) exits 2 before anything is sent; what only the
     daemon knows (its GPUs, their faults) is its refusal, exit 1; both one line."""
-    _node, sock = await plugin("8xh100-80gb")
+    _node, sock = await plugin_admin("8xh100-80gb")
     got, out, err = await ctl("--socket", str(sock), *argv)
     assert (got, out) == (code, "")
     assert err.startswith(f"fakegpu: error: {error}") and err.count("\n") == 1, err
     assert len(err) < 300, "a bad value is shortened, not echoed whole"
 
 
-async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin):
+async def test_an_rpc_fault_with_after_lets_calls_pass_then_fails_the_kubelets_admission(plugin_admin):
     """ "Fail after N calls" for an RPC, as nvml-mock's ``after_calls`` counts calls before it trips
     (NVIDIA/k8s-test-infra ``pkg/gpu/mocknvml/engine/failure_injector.go`` @ 08a563f): the first Allocate
     passes, the second fails with the kubelet's admission error, the third passes again."""
-    node, sock = await plugin("4xt4")
+    node, sock = await plugin_admin("4xt4")
     planned = await admin_call(sock, "fault", method="Allocate", after=1, code="INTERNAL", message="late failure")
     assert (planned["after"], planned["times"]) == (1, 1)
     code, out, _ = await ctl("--socket", str(sock), "status")
