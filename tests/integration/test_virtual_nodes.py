@@ -7,7 +7,7 @@ import dataclasses
 import io
 import math
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -23,7 +23,7 @@ from fakegpu.kube.client import IN_CLUSTER
 from fakegpu.sharing.labels import TIMESTAMP_LABEL
 from fakegpu.virtual_nodes import api as virtual_nodes_api
 from tests.apiserver.fake_apiserver import FakeApiServer
-from tests.integration.virtual_nodes_harness import Run, parse, strict_apiserver
+from tests.integration.virtual_nodes_harness import Run, command_runner, parse, strict_apiserver
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 KWOK = {"kwok.x-k8s.io/node": "fake"}
@@ -42,13 +42,8 @@ async def client(server: FakeApiServer) -> AsyncIterator[AsyncClient]:
 
 
 @pytest.fixture
-def run(client: AsyncClient):
-    async def go(*argv: str) -> Run:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run_virtual_nodes(parse(*argv), client=client, out=out, err=err, retry_pause=0.01)
-        return Run(code, out.getvalue(), err.getvalue())
-
-    return go
+def run(client: AsyncClient) -> Callable[..., Awaitable[Run]]:
+    return command_runner(client)
 
 
 def writes(server: FakeApiServer) -> int:

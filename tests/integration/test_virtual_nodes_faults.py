@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,7 +30,7 @@ from fakegpu.virtual_nodes.pools import build_virtual_nodes
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
 from tests.integration.test_virtual_nodes import slices_of
-from tests.integration.virtual_nodes_harness import Run, parse, strict_apiserver
+from tests.integration.virtual_nodes_harness import Run, command_runner, parse, strict_apiserver
 
 GATE = ("--feature-gates", "NVMLDeviceHealthCheck=true")
 DRA = ("--count", "3", "--gpus", "8xh100-80gb", "--gpu-mode", "dra", "--no-timestamp", *GATE)
@@ -68,13 +68,8 @@ async def client(server: FakeApiServer) -> AsyncIterator[AsyncClient]:
 
 
 @pytest.fixture
-def run(client: AsyncClient) -> Any:
-    async def go(*argv: str) -> Run:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run_virtual_nodes(parse(*argv), client=client, out=out, err=err, retry_pause=0.01)
-        return Run(code, out.getvalue(), err.getvalue())
-
-    return go
+def run(client: AsyncClient) -> Callable[..., Awaitable[Run]]:
+    return command_runner(client)
 
 
 def versions(server: FakeApiServer) -> dict[str, str]:

@@ -8,18 +8,16 @@ too (``LONG``), so the same situations take a second or two.
 
 from __future__ import annotations
 
-import io
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx2
 import pytest
 from lightkube import AsyncClient
 
-from fakegpu.cli.virtual_nodes_command import run_virtual_nodes
 from fakegpu.kube.lean_requests import LongCall
 from tests.apiserver.fake_apiserver import FakeApiServer
-from tests.integration.virtual_nodes_harness import Run, parse, strict_apiserver
+from tests.integration.virtual_nodes_harness import Run, command_runner, strict_apiserver
 
 OLD_TIMEOUT = 0.25
 """The client's usual timeouts in these tests (lightkube's default is 10 s)."""
@@ -41,13 +39,8 @@ async def client(server: FakeApiServer) -> AsyncIterator[AsyncClient]:
 
 
 @pytest.fixture
-def run(client: AsyncClient):
-    async def go(*argv: str) -> Run:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run_virtual_nodes(parse(*argv), client=client, out=out, err=err, retry_pause=0.01, long_call=LONG)
-        return Run(code, out.getvalue(), err.getvalue())
-
-    return go
+def run(client: AsyncClient) -> Callable[..., Awaitable[Run]]:
+    return command_runner(client, long_call=LONG)
 
 
 def leave_slices_behind(server: FakeApiServer) -> int:
