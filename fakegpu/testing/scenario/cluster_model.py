@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fakegpu.sharing.errors import SpecError
 from fakegpu.sharing.gpu_faults import GpuFault, parse_fault_text
 from fakegpu.sharing.yaml_source import parse_yaml, read_text
-from fakegpu.testing.scenario.model import _error
+from fakegpu.testing.scenario.model import parse_header, parse_step_of
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ScenarioSeconds = Annotated[float, Field(ge=0, le=24 * 3600)]
@@ -349,32 +348,13 @@ def is_cluster_data(data: Any) -> bool:
     return isinstance(data, dict) and "cluster" in data
 
 
-def _parse_step(source: str, index: int, raw: Any) -> ClusterStep:
-    where = f"steps[{index}]"
-    if not isinstance(raw, dict) or len(raw) != 1:
-        raise SpecError(source, "a step is a mapping with exactly one key (its kind)", where)
-    kind = next(iter(raw))
-    model = CLUSTER_STEP_KINDS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        known = ", ".join(CLUSTER_STEP_KINDS)
-        raise SpecError(source, f"unknown step kind {kind!r} in a cluster scenario; expected one of: {known}", where)
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise _error(source, exc, ("steps", index)) from None
-
-
 def parse_cluster_scenario(data: Any, source: str) -> ClusterScenario:
     """The cluster scenario in ``data`` (a parsed file with a ``cluster`` key), validated."""
-    if not isinstance(data, dict):
-        raise SpecError(
-            source, f"expected a mapping at the top level of the scenario file, found {type(data).__name__}"
-        )
-    try:
-        header = ClusterHeader.model_validate(data)
-    except ValidationError as exc:
-        raise _error(source, exc) from None
-    steps = tuple(_parse_step(source, i, raw) for i, raw in enumerate(header.steps))
+    header = parse_header(data, source, ClusterHeader)
+    steps = tuple(
+        parse_step_of(source, i, raw, CLUSTER_STEP_KINDS, " in a cluster scenario")
+        for i, raw in enumerate(header.steps)
+    )
     return ClusterScenario(source, header.name, header.issue, header.description, header.cluster, steps)
 
 

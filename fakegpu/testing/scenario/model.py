@@ -11,9 +11,10 @@ daemon's face is known once it answers (``check_fault_rpcs``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -360,6 +361,10 @@ class Scenario:
 # -- loading ------------------------------------------------------------------------------------
 
 
+StepT = TypeVar("StepT", bound=BaseModel)
+HeaderT = TypeVar("HeaderT", bound=BaseModel)
+
+
 def _error(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()) -> SpecError:
     """pydantic's report as one line: ``file: steps[3].allocate.pod: message`` (several joined by ``; ``)."""
     parts = []
@@ -372,7 +377,9 @@ def _error(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()
     return SpecError(source, "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in parts))
 
 
-def parse_step(source: str, index: int, raw: Any) -> Step:
+def parse_step_of(source: str, index: int, raw: Any, kinds: Mapping[str, type[StepT]], scenario: str = "") -> StepT:
+    """Step ``index`` of a scenario file: a mapping with one key, its kind in ``kinds`` (node scenarios'
+    ``STEP_KINDS``, cluster scenarios' own table; ``scenario`` says which in the unknown-kind error)."""
     where = f"steps[{index}]"
     if not isinstance(raw, dict):
         raise SpecError(source, f"a step is a mapping with one key (its kind), found {type(raw).__name__}", where)
@@ -380,13 +387,29 @@ def parse_step(source: str, index: int, raw: Any) -> Step:
         keys = ", ".join(str(k) for k in raw) or "none"
         raise SpecError(source, f"a step has exactly one key (its kind), found {len(raw)}: {keys}", where)
     kind = next(iter(raw))
-    model = STEP_KINDS.get(kind) if isinstance(kind, str) else None
+    model = kinds.get(kind) if isinstance(kind, str) else None
     if model is None:
-        raise SpecError(source, f"unknown step kind {kind!r}; expected one of: {', '.join(STEP_KINDS)}", where)
+        raise SpecError(source, f"unknown step kind {kind!r}{scenario}; expected one of: {', '.join(kinds)}", where)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise _error(source, exc, ("steps", index)) from None
+
+
+def parse_header(data: Any, source: str, header: type[HeaderT]) -> HeaderT:
+    """A scenario file's top level (a mapping) validated as ``header``; its steps are parsed one by one after."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            source, f"expected a mapping at the top level of the scenario file, found {type(data).__name__}"
+        )
+    try:
+        return header.model_validate(data)
+    except ValidationError as exc:
+        raise _error(source, exc) from None
+
+
+def parse_step(source: str, index: int, raw: Any) -> Step:
+    return parse_step_of(source, index, raw, STEP_KINDS)
 
 
 def _rpc_refusal(rpc: str, face: FaultableRpcs) -> str | None:
@@ -413,14 +436,7 @@ def parse_scenario(data: Any, source: str, face: FaultableRpcs | None = DEVICE_P
     embedded runner drives), or not yet with None (a live daemon's face is known once it answers)."""
     if data is None:
         raise SpecError(source, "scenario file is empty")
-    if not isinstance(data, dict):
-        raise SpecError(
-            source, f"expected a mapping at the top level of the scenario file, found {type(data).__name__}"
-        )
-    try:
-        header = ScenarioHeader.model_validate(data)
-    except ValidationError as exc:
-        raise _error(source, exc) from None
+    header = parse_header(data, source, ScenarioHeader)
     steps = tuple(parse_step(source, i, raw) for i, raw in enumerate(header.steps))
     if header.expect_start_error is None and not steps:
         raise SpecError(source, "a scenario needs steps, or expect_start_error for a node that must fail", "steps")
