@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -459,7 +459,8 @@ async def run_virtual_nodes(
             say(f"error: the failed requests went to the {target}")
 
     controller = VirtualNodeController(api, nodes, settings, say)
-    try:
+
+    async def work() -> int:
         if args.delete:
             return await _delete_nodes(controller, err, say, say_target)
         ok = await _bring_up(controller, err, say, say_target)
@@ -467,6 +468,17 @@ async def run_virtual_nodes(
             resync = DEFAULT_RESYNC if args.resync_interval is None else args.resync_interval
             await _watch(controller, resync, stop, say, watching)
         return 0 if ok else 1
+
+    return await _on_the_server(work(), args, client, own_client, say)
+
+
+async def _on_the_server(
+    work: Awaitable[int], args: argparse.Namespace, client: AsyncClient, own_client: bool, say: Callable[[str], None]
+) -> int:
+    """``work``'s exit code, or 1 with one error line where the API server failed it (a kubeconfig problem
+    found on the way: a SpecError naming the file); the client closed after if the command made it."""
+    try:
+        return await work
     except (ApiCallError, DiscoveryError) as exc:
         say(f"error: {api_failure(exc, client_target(client))}")
         return 1
@@ -574,20 +586,15 @@ async def _run_faults(
     own_client = client is None
     client = client or _client(args.kubeconfig)
     controller = VirtualNodeController(Api(client, backoff=retry_pause, long_call=long_call), nodes, settings, say)
-    try:
+
+    async def work() -> int:
         report = await _apply_on_schedule(controller, plan, args.time_scale or 1.0, stop, err)
-    except (ApiCallError, DiscoveryError) as exc:
-        say(f"error: {api_failure(exc, client_target(client))}")
-        return 1
-    except KubeconfigError as exc:
-        raise SpecError(_kubeconfig_name(args.kubeconfig, client), str(exc)) from None
-    finally:
-        if own_client:
-            await client.close()
-    for line in report.lines(plan):
-        say(line)
-    say(calls_line(controller.api.calls))
-    return 0 if report.ok else 1
+        for line in report.lines(plan):
+            say(line)
+        say(calls_line(controller.api.calls))
+        return 0 if report.ok else 1
+
+    return await _on_the_server(work(), args, client, own_client, say)
 
 
 async def _apply_on_schedule(
