@@ -68,8 +68,8 @@ from fakegpu.testing.scenario.cluster_model import (
     NodeFaultStep,
     VirtualNodesStep,
     WaitStep,
-    cluster_step_kind,
 )
+from fakegpu.testing.scenario.model import step_kind
 from fakegpu.testing.scenario.output import EXIT_FAIL, EXIT_PASS, detail_lines, step_line
 from fakegpu.testing.scenario.run_count import RunCount
 from fakegpu.virtual_nodes.api import Api, ApiCallError
@@ -171,7 +171,7 @@ def check_cluster_scenario(scenario: ClusterScenario) -> None:
     on the fleet before any fleet is up; a ``node_fault`` without an admin socket."""
     fleet: FleetPlan | None = None
     for index, step in enumerate(scenario.steps):
-        where = f"steps[{index}].{cluster_step_kind(step)}"
+        where = f"steps[{index}].{step_kind(step)}"
         if isinstance(step, VirtualNodesStep):
             fleet = plan_fleet(step.virtual_nodes, scenario.path, where)
         elif isinstance(step, FleetFaultStep | FleetRecoverStep):
@@ -287,7 +287,7 @@ class ClusterScenarioRun:
             self.out.write(f"  scenario time runs {self.options.time_scale:g}x faster (--time-scale)\n")
         began = time.monotonic()
         for index, step in enumerate(s.steps):
-            kind = cluster_step_kind(step)
+            kind = step_kind(step)
             started = time.monotonic()
             try:
                 note = await self._execute(step)
@@ -384,7 +384,7 @@ class ClusterScenarioRun:
             node = str(((await self._pod(pod) or {}).get("spec") or {}).get("nodeName") or "")
             if node not in fleet.names:
                 raise StepFailed([f"expected pod {pod} on a node of the fleet, got {node or 'no node'}"])
-        plan = fleet_plan(step, fleet.nodes, self.scenario.path, cluster_step_kind(step), node)
+        plan = fleet_plan(step, fleet.nodes, self.scenario.path, step_kind(step), node)
         calls = sum(fleet.controller.api.calls.values())
         report = await apply_plan(fleet.controller, plan, clock=ScaledClock(self.options.time_scale))
         if not report.ok:

@@ -321,10 +321,6 @@ CLUSTER_STEP_KINDS: dict[str, type[ClusterStep]] = {
 }
 
 
-def cluster_step_kind(step: ClusterStep) -> str:
-    return next(iter(type(step).model_fields))
-
-
 class ClusterHeader(_Model):
     name: str = Field(min_length=1)
     issue: str = Field(min_length=1)

@@ -334,7 +334,8 @@ STEP_KINDS: dict[str, type[Step]] = {
 }
 
 
-def step_kind(step: Step) -> str:
+def step_kind(step: BaseModel) -> str:
+    """A parsed step's kind (its model's one field), for node and cluster scenarios alike."""
     return next(iter(type(step).model_fields))
 
 
