@@ -360,3 +360,21 @@ async def test_a_fleet_fault_on_1000_nodes_costs_at_most_ten_calls_per_faulted_n
     finally:
         await client.close()
         server.stop()
+
+
+async def test_a_gpu_fault_writes_the_gpu_pool_only_and_leaves_the_compute_domain_slice_alone(server, run):
+    """Each kubelet plugin publishes its own pool (kubernetes-sigs/dra-driver-nvidia-gpu
+    cmd/compute-domain-kubelet-plugin/driver.go @ 82a11c2 beside cmd/gpu-kubelet-plugin), and a pool's generation
+    is its own (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceslice/
+    resourceslicecontroller.go @ 6d8b41f): a GPU taint change leaves the compute-domain.nvidia.com slice as it is."""
+    assert (await run(*NVL72)).code == 0
+    node = "fakegpu-virtual-0001"
+    before = versions(server)
+    result = await run(*NVL72, "--fault", "xid,xid=79", "--fault-nodes", node, "--fault-gpus", "0")
+    assert result.code == 0, result.err
+    changed = written(before, versions(server))
+    drivers = {s["metadata"]["name"]: s["spec"]["driver"] for s in server.objects("resourceslices")}
+    assert {drivers[k.split("/", 1)[1]] for k in changed if k.startswith("resourceslices/")} == {"gpu.nvidia.com"}
+    assert f"nodes/{node}" in changed
+    again = await run(*NVL72)
+    assert again.code == 0 and "ResourceSlices: 0 created, 0 updated" in again.out, again.out
