@@ -123,10 +123,16 @@ class FleetFaultPlan:
         return f"{self.what()}: {self.gpu_count} GPU(s) of {self.node_count} node(s), {when}"
 
     def change(self, gpus: Sequence[int]) -> Callable[[NodeFaults], NodeFaults]:
-        """What a hit does to a node's record."""
+        """What a hit does to a node's record. A fault a GPU's record already holds is not added again: a re-run
+        with the same arguments changes nothing (and writes nothing), as every other re-run."""
         if self.fault is not None:
             fault = self.fault
-            return lambda faults: {**faults, **{i: (*faults.get(i, ()), fault) for i in gpus}}
+
+            def add(faults: NodeFaults) -> NodeFaults:
+                added = {i: (*faults.get(i, ()), fault) for i in gpus if fault not in faults.get(i, ())}
+                return {**faults, **added}
+
+            return add
         gone = RECOVERED_KINDS[self.recover or "all"]
         return lambda faults: {
             i: tuple(f for f in fs if not (i in gpus and f.kind in gone)) for i, fs in faults.items()

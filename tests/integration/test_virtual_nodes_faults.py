@@ -378,3 +378,19 @@ async def test_a_gpu_fault_writes_the_gpu_pool_only_and_leaves_the_compute_domai
     assert f"nodes/{node}" in changed
     again = await run(*NVL72)
     assert again.code == 0 and "ResourceSlices: 0 created, 0 updated" in again.out, again.out
+
+
+async def test_the_same_fault_run_again_changes_nothing_and_writes_nothing(server, run):
+    """A GPU's record holds a fault once, as NVIDIA's driver holds one taint per key and value on a device
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go @ v0.4.1): re-running a
+    --fault writes nothing, as every virtual-nodes re-run with the same arguments."""
+    assert (await run(*DRA)).code == 0
+    fault = (*DRA, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "2")
+    assert (await run(*fault)).code == 0
+    before, first = versions(server), len(server.requests)
+    again = await run(*fault)
+    assert again.code == 0 and "1 unchanged" in again.out, again.out
+    assert written(before, versions(server)) == set()
+    assert [r.method for r in server.requests[first:] if r.method != "GET"] == []
+    record = (server.get_object("nodes", TARGET) or {})["metadata"]["annotations"][FAULTS_ANNOTATION]
+    assert decode_faults(record, TARGET) == {2: (parse_fault_text("xid,xid=79", "t"),)}
