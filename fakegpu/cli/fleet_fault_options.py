@@ -1,7 +1,9 @@
 """``fakegpu virtual-nodes --fault`` and ``--recover``: the flags, and the plan they ask for.
 
 Every bad value is a one-line ``SpecError`` naming its flag (exit 2): an unknown kind or key, a GPU index out
-of range, a fraction outside (0, 1], a duration or time scale out of range, a target that names no node.
+of range, a fraction outside (0, 1], a duration or time scale out of range, a target that names no node. A run
+whose pool flags do not describe a targeted node as it was brought up (its labels, capacity or ResourceSlices
+would change) is refused with exit 2 too, one line naming the node, and writes nothing.
 """
 
 from __future__ import annotations

@@ -587,6 +587,8 @@ async def _run_faults(
     for line in report.lines(plan):
         say(line)
     say(calls_line(controller.api.calls))
+    if report.refused:  # the flags do not describe the fleet: a usage error, as a bad flag is
+        return 2
     return 0 if report.ok else 1
 
 

@@ -341,11 +341,11 @@ class VirtualNodeController:
                 existing = self.existing_of(again)
         raise AssertionError("unreachable")
 
-    def slices_as_planned(self, name: str, keys: Sequence[SliceKey]) -> bool:
+    def slices_as_planned(self, name: str, keys: Sequence[SliceKey], uid: str | None = None) -> bool:
         """Whether a node's stored slices need no write: the wish's digest on each of the planned number
-        of slices under the node's UID, and none of this tool's under another driver; none at all for a
-        node whose GPUs are capacity."""
-        uid = self.uids.get(name)
+        of slices under the node's UID (``uid``, or the one this run saw), and none of this tool's under another
+        driver; none at all for a node whose GPUs are capacity."""
+        uid = uid or self.uids.get(name)
         if uid is None or self.options is None:
             return False
         return all(plan.empty for _, plan in self._slice_plans(self.nodes[name], uid, self.relevant(keys)))

@@ -394,3 +394,41 @@ async def test_the_same_fault_run_again_changes_nothing_and_writes_nothing(serve
     assert [r.method for r in server.requests[first:] if r.method != "GET"] == []
     record = (server.get_object("nodes", TARGET) or {})["metadata"]["annotations"][FAULTS_ANNOTATION]
     assert decode_faults(record, TARGET) == {2: (parse_fault_text("xid,xid=79", "t"),)}
+
+
+async def test_a_fault_run_whose_pool_flags_differ_from_the_bring_up_is_refused_and_writes_nothing(server, run):
+    """A DRA node tainted with the NVMLDeviceHealthCheck gate keeps its taint when a thermal fault is run without
+    the gate (NVIDIA's driver publishes taints only with it: kubernetes-sigs/dra-driver-nvidia-gpu
+    cmd/gpu-kubelet-plugin/driver.go @ v0.4.1): the run is refused, naming the node, with exit 2."""
+    assert (await run(*DRA)).code == 0
+    assert (await run(*DRA, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")).code == 0
+    taints = device_taints(server, TARGET)
+    before, first = versions(server), len(server.requests)
+    plain = tuple(a for a in DRA if a not in GATE)
+    result = await run(*plain, "--fault", "thermal", "--fault-nodes", TARGET)
+    assert result.code == 2, result.out
+    errors = [line for line in (result.out + result.err).splitlines() if "error:" in line]
+    assert len(errors) == 1 and TARGET in errors[0] and "pool flags differ from its bring-up" in errors[0], errors
+    assert written(before, versions(server)) == set()
+    assert [r.method for r in server.requests[first:] if r.method != "GET"] == []
+    assert device_taints(server, TARGET) == taints != {}
+
+
+async def test_a_time_sliced_node_keeps_its_capacity_when_the_config_file_is_left_off(server, run, tmp_path):
+    """Follows NVIDIA/k8s-device-plugin api/config/v1/replicas.go @ v0.20.0 (time-slicing replicas multiply the
+    capacity): a fault run without the bring-up's --config-file would halve it; it is refused and writes nothing."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
+    assert (await run(*DEVICE_PLUGIN, "--config-file", str(config))).code == 0
+    assert gpu_status(server, TARGET) == ("16", "16")
+    before = versions(server)
+    result = await run(*DEVICE_PLUGIN, "--fault", "xid,xid=79", "--fault-nodes", TARGET)
+    assert result.code == 2 and "pool flags differ from its bring-up" in result.out + result.err, result.out
+    assert written(before, versions(server)) == set()
+    assert gpu_status(server, TARGET) == ("16", "16")
+    fault = ("--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")
+    result = await run(*DEVICE_PLUGIN, "--config-file", str(config), *fault)
+    assert result.code == 0, result.out + result.err
+    assert gpu_status(server, TARGET) == ("16", "14")
