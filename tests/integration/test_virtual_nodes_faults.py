@@ -432,3 +432,14 @@ async def test_a_time_sliced_node_keeps_its_capacity_when_the_config_file_is_lef
     result = await run(*DEVICE_PLUGIN, "--config-file", str(config), *fault)
     assert result.code == 0, result.out + result.err
     assert gpu_status(server, TARGET) == ("16", "14")
+
+
+async def test_a_device_plugin_fault_run_says_nothing_of_resource_slices_and_reads_none(server, run):
+    """A device-plugin node advertises its GPUs as capacity (NVIDIA/k8s-device-plugin @ v0.20.0), so its fault run
+    neither announces nor reads the DRA slice layout: a get and a patch or two of the node."""
+    assert (await run(*DEVICE_PLUGIN)).code == 0
+    first = len(server.requests)
+    result = await run(*DEVICE_PLUGIN, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")
+    assert result.code == 0, result.err
+    assert "ResourceSlices" not in result.out + result.err, result.out
+    assert not any("resource.k8s.io" in r.path for r in server.requests[first:])
