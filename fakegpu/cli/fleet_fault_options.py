@@ -1,13 +1,16 @@
 """``fakegpu virtual-nodes --fault`` and ``--recover``: the flags, and the plan they ask for.
 
 Every bad value is a one-line ``SpecError`` naming its flag (exit 2): an unknown kind or key, a GPU index out
-of range, a fraction outside (0, 1], a duration or time scale out of range, a target that names no node.
+of range, a fraction outside (0, 1], a duration or time scale out of range, a target that names no node. A run
+whose pool flags do not describe a targeted node as it was brought up (its labels, capacity or ResourceSlices
+would change) is refused with exit 2 too, one line naming the node, and writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Sequence
 
 from fakegpu.sharing.errors import SpecError
@@ -27,10 +30,18 @@ TARGET_FLAGS = ("fault_nodes", "fault_racks", "fault_cliques", "fault_fraction")
 DETAIL_FLAGS = ("fault_gpus", "fault_over", "fault_seed", "time_scale")
 
 
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+"""What argparse takes for a negative value rather than a flag (Python 3.13's own rule): so ``--fault-over -5s``
+reaches the range error, as ``--fault-over=-5s`` does, instead of argparse's "expected one argument"."""
+
+
 def add_fault_options(parser: argparse.ArgumentParser) -> None:
+    if hasattr(parser, "_negative_number_matcher"):  # argparse's rule for a value that starts with "-"
+        parser._negative_number_matcher = NEGATIVE_VALUE
     group = parser.add_argument_group(
-        "faults across the fleet: run with the pool flags of the bring-up; only the targeted nodes are read and "
-        "written, their faults recorded in the Node annotation fakegpu.io/gpu-faults (kept by re-runs and --watch)"
+        "faults across the fleet: run with the pool flags of the bring-up (a node they would change is refused, "
+        "exit 2); only the targeted nodes are read and written, their faults recorded in the Node annotation "
+        "fakegpu.io/gpu-faults (kept by re-runs and --watch; a fault a GPU already has is not added again)"
     )
     what = group.add_mutually_exclusive_group()
     what.add_argument(
@@ -39,7 +50,9 @@ def add_fault_options(parser: argparse.ArgumentParser) -> None:
         metavar="KIND[,KEY=VALUE...]",
         help=f"inject a GPU fault ({', '.join(KINDS)}), e.g. xid,xid=79 or ecc-uncorrectable,count=2: DRA nodes' "
         "devices get NVIDIA's taints (with the NVMLDeviceHealthCheck gate), device-plugin nodes lose the "
-        "unhealthy devices from allocatable",
+        "unhealthy devices from allocatable. Keys per kind: xid xid=N; ecc-uncorrectable count=N, "
+        "uncontained=true (XID 95, or contained=false); ecc-correctable count=N; thermal temperature=C; power "
+        "watts=W; nvlink link=L, count=N; fabric status=ERROR_...; off-bus and gpu-lost none",
     )
     what.add_argument(
         "--recover",

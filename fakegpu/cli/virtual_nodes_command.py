@@ -592,6 +592,8 @@ async def _run_faults(
         for line in report.lines(plan):
             say(line)
         say(calls_line(controller.api.calls))
+        if report.refused:  # the flags do not describe the fleet: a usage error, as a bad flag is
+            return 2
         return 0 if report.ok else 1
 
     return await _on_the_server(work(), args, client, own_client, say)
@@ -600,9 +602,11 @@ async def _run_faults(
 async def _apply_on_schedule(
     controller: VirtualNodeController, plan: FleetFaultPlan, scale: float, stop: asyncio.Event | None, err: TextIO
 ) -> FaultReport:
-    """Discover the slice layout, then the plan's hits with a progress line; Ctrl-C (or the caller's ``stop``)
-    ends the schedule between two hits."""
-    await controller.discover()
+    """Discover the slice layout (only when a targeted node publishes slices: a device-plugin fault writes
+    nothing DRA, and says nothing of it), then the plan's hits with a progress line; Ctrl-C (or the caller's
+    ``stop``) ends the schedule between two hits."""
+    if any(controller.nodes[h.node].publishes_slices for h in plan.hits if h.node in controller.nodes):
+        await controller.discover()
     report = FaultReport(len(plan.hits))
     own_stop = stop is None
     stop = stop or asyncio.Event()

@@ -223,6 +223,11 @@ def parse_fault_text(text: str, where: str) -> GpuFault:
         if not sep or not key:
             raise ValueError(f"{where}: expected key=value after the kind, found {pair!r}")
         fields[key.replace("-", "_")] = _value(raw)
+    if "uncontained" in fields:  # ctl's --uncontained, in the key=value form: the opposite of contained
+        uncontained = fields.pop("uncontained")
+        if "contained" in fields or not isinstance(uncontained, bool):
+            raise ValueError(f"{where}: uncontained: expected true or false, and not with contained")
+        fields["contained"] = not uncontained
     try:
         return GpuFault.model_validate(fields)
     except ValidationError as exc:

@@ -341,14 +341,14 @@ class VirtualNodeController:
                 existing = self.existing_of(again)
         raise AssertionError("unreachable")
 
-    def slices_as_planned(self, name: str, keys: Sequence[SliceKey]) -> bool:
+    def slices_as_planned(self, name: str, keys: Sequence[SliceKey], uid: str | None = None) -> bool:
         """Whether a node's stored slices need no write: the wish's digest on each of the planned number
-        of slices under the node's UID, and none of this tool's under another driver; none at all for a
-        node whose GPUs are capacity."""
-        uid = self.uids.get(name)
+        of slices under the node's UID (``uid``, or the one this run saw), and none of this tool's under another
+        driver; none at all for a node whose GPUs are capacity."""
+        uid = uid or self.uids.get(name)
         if uid is None or self.options is None:
             return False
-        return self._slice_plan(self.nodes[name], uid, self.relevant(keys)).empty
+        return all(plan.empty for _, plan in self._slice_plans(self.nodes[name], uid, self.relevant(keys)))
 
     def planned_slice(self, name: str, key: SliceKey) -> bool:
         """Whether one stored slice is part of the node's plan (its digest and owner): what a watch event
@@ -359,7 +359,7 @@ class VirtualNodeController:
             return False
         if key.driver not in slice_drivers(node, self.options):
             return False
-        return key.digest == self.template(node).digest(node) and key.owner_uid == uid
+        return key.digest == self.template(node).digest(node, key.driver) and key.owner_uid == uid
 
     async def _sync_slices(
         self, node: VirtualNode, uid: str, keys: Sequence[SliceKey], counts: collections.Counter[str]
@@ -370,10 +370,10 @@ class VirtualNodeController:
         current = self.relevant(keys)
         wrote = False
         for attempt in range(MAX_CONFLICT_RETRIES):
-            plan = self._slice_plan(node, uid, current)
-            if plan.empty:
+            plans = self._slice_plans(node, uid, current)
+            if all(plan.empty for _, plan in plans):
                 return wrote
-            replace, create, delete = self._slice_writes(node, uid, plan, options)
+            replace, create, delete = self._slice_writes(node, uid, plans, options)
             wrote = True
             try:
                 await self._write_slices(version, replace, create, delete, counts)
@@ -390,38 +390,61 @@ class VirtualNodeController:
             return True
         raise AssertionError("unreachable")
 
-    def _slice_plan(self, node: VirtualNode, uid: str, current: Sequence[SliceKey]) -> SliceWritePlan:
-        """The writes that bring the node's stored slices (``current``, the relevant ones) in line; none when
-        they hold the wish. Slices this tool published under another --driver-name, a compute-domain slice of a
-        node off the fabric, and every slice of a node whose GPUs are capacity (the device-plugin mode) are
-        deleted. A driver's slices of a node share node and pool name (one pool per node and driver, named after
-        the node, as the kubelet plugins build it): a slice with others is replaced, not updated."""
+    def _slice_plans(
+        self, node: VirtualNode, uid: str, current: Sequence[SliceKey]
+    ) -> list[tuple[str, SliceWritePlan]]:
+        """Per driver's pool, the writes that bring the node's stored slices (``current``, the relevant ones) in
+        line; none when they hold the wish. Each driver's slices are a pool of their own (one pool per node and
+        driver, named after the node, as the kubelet plugins build it), with their own digest and generation: a
+        GPU fault writes the gpu.nvidia.com pool only. Slices this tool published under another --driver-name,
+        a compute-domain slice of a node off the fabric, and every slice of a node whose GPUs are capacity (the
+        device-plugin mode) are deleted (with the GPU pool's writes). A slice of a pool with others is replaced,
+        not updated."""
         assert self.options is not None
         if not node.publishes_slices:
-            return plan_slice_writes(PoolWish((), frozenset(), "", uid), current)
+            return [("", plan_slice_writes(PoolWish((), frozenset(), "", uid), current))]
         template = self.template(node)
         wanted = wanted_drivers(node, self.options, template.count_of(node))
         drivers = slice_drivers(node, self.options)
-        return plan_slice_writes(PoolWish(wanted, drivers, template.digest(node), uid, (node.name, node.name)), current)
+        gpu = self.options.driver
+        plans = []
+        for driver in sorted(drivers, key=lambda d: d != gpu):
+            mine = [k for k in current if k.driver == driver or (driver == gpu and k.driver not in drivers)]
+            wish = PoolWish(
+                tuple(d for d in wanted if d == driver),
+                frozenset({driver}),
+                template.digest(node, driver),
+                uid,
+                (node.name, node.name),
+            )
+            plans.append((driver, plan_slice_writes(wish, mine)))
+        return plans
 
     def _slice_writes(
-        self, node: VirtualNode, uid: str, plan: SliceWritePlan, options: SliceOptions
+        self, node: VirtualNode, uid: str, plans: Sequence[tuple[str, SliceWritePlan]], options: SliceOptions
     ) -> tuple[list[SliceBody], list[SliceBody], list[str]]:
-        """The plan's writes as bodies: the slices to replace (named as the stored slices they update), those
+        """The plans' writes as bodies: the slices to replace (named as the stored slices they update), those
         to create, and the names of those to delete."""
-        if not plan.writes:
-            return [], [], list(plan.deletes)
-        objects = slice_bodies(node, options, self.template(node).wanted(node), plan.generation, uid)
+        deletes = [name for _, plan in plans for name in plan.deletes]
+        if not any(plan.writes for _, plan in plans):
+            return [], [], deletes
+        template = self.template(node)
+        generations = {driver: plan.generation for driver, plan in plans}
+        objects = slice_bodies(node, options, template.wanted(node), generations, uid)
+        at: dict[str, list[int]] = collections.defaultdict(list)
+        for index, driver in enumerate(wanted_drivers(node, options, template.count_of(node))):
+            at[driver].append(index)
         replace: list[SliceBody] = []
         create: list[SliceBody] = []
-        for write in plan.writes:
-            obj = objects[write.index]
-            if write.replaces is None:
-                create.append(obj)
-            else:
-                take_over(obj.metadata, write.replaces)
-                replace.append(obj)
-        return replace, create, list(plan.deletes)
+        for driver, plan in plans:
+            for write in plan.writes:
+                obj = objects[at[driver][write.index]]
+                if write.replaces is None:
+                    create.append(obj)
+                else:
+                    take_over(obj.metadata, write.replaces)
+                    replace.append(obj)
+        return replace, create, deletes
 
     async def _write_slices(
         self,

@@ -14,7 +14,10 @@ faults, one every 12 s).
 fleet in pages when a fault hits so many nodes at once that this costs fewer calls), its ``fakegpu.io/gpu-
 faults`` record changed, and the node brought in line by the controller's own per-node step (``sync``): the
 annotation (and labels) in one patch, the status in another (device-plugin mode), the node's slices replaced
-(DRA modes, when the taints change). Healthy nodes are never written. A :class:`Clock` paces the schedule
+(DRA modes, when the taints change). Healthy nodes are never written. A node stored otherwise than this run's
+pool flags plan it with the faults it records (its labels, capacity or slices: a bring-up with other flags, such
+as another ``--config-file`` or without the health gate) is refused, and nothing of that batch is written:
+writing would put this run's flags on it, silently. A :class:`Clock` paces the schedule
 (:class:`ScaledClock` runs it N times faster for tests and CI); ``stop`` ends it between two hits.
 
 Recovery (``recover``) removes recorded faults from the targeted GPUs, as the real device's way back
@@ -68,6 +71,8 @@ UNTAINTED_KINDS: Final = frozenset({"thermal", "power", "fabric"})
 MAX_OVER: Final = 7 * 24 * 3600.0
 """The longest schedule (a week): a typo guard."""
 MAX_TIME_SCALE: Final = 100_000.0
+OUTCOMES: Final = ("written", "unchanged", "missing", "refused", "failed")
+"""A node's outcomes in a fault run, as its report counts them."""
 _RACK_VALUE = re.compile(r"rack-([0-9]+)")
 
 NodeFaults = dict[int, tuple[GpuFault, ...]]
@@ -123,10 +128,16 @@ class FleetFaultPlan:
         return f"{self.what()}: {self.gpu_count} GPU(s) of {self.node_count} node(s), {when}"
 
     def change(self, gpus: Sequence[int]) -> Callable[[NodeFaults], NodeFaults]:
-        """What a hit does to a node's record."""
+        """What a hit does to a node's record. A fault a GPU's record already holds is not added again: a re-run
+        with the same arguments changes nothing (and writes nothing), as every other re-run."""
         if self.fault is not None:
             fault = self.fault
-            return lambda faults: {**faults, **{i: (*faults.get(i, ()), fault) for i in gpus}}
+
+            def add(faults: NodeFaults) -> NodeFaults:
+                added = {i: (*faults.get(i, ()), fault) for i in gpus if fault not in faults.get(i, ())}
+                return {**faults, **added}
+
+            return add
         gone = RECOVERED_KINDS[self.recover or "all"]
         return lambda faults: {
             i: tuple(f for f in fs if not (i in gpus and f.kind in gone)) for i, fs in faults.items()
@@ -301,9 +312,15 @@ class FaultReport:
     done: int = 0
     outcomes: dict[str, str] = field(default_factory=dict)
     """Per node: ``written``, ``unchanged`` (the record already said so), ``missing`` (no such virtual node in
-    the cluster) or ``failed``."""
+    the cluster), ``refused`` (stored as other pool flags plan it) or ``failed``."""
     problems: dict[str, str] = field(default_factory=dict)
     stopped: bool = False
+
+    @property
+    def refused(self) -> bool:
+        """Whether a node was refused: this run's pool flags are not its bring-up's (the schedule stops there,
+        before anything of that batch is written)."""
+        return "refused" in self.outcomes.values()
 
     @property
     def ok(self) -> bool:
@@ -311,7 +328,9 @@ class FaultReport:
 
     def lines(self, plan: FleetFaultPlan) -> list[str]:
         counts = collections.Counter(self.outcomes.values())
-        told = ", ".join(f"{counts[k]} {k}" for k in ("written", "unchanged", "missing", "failed") if counts[k])
+        told = ", ".join(
+            f"{counts[k]} {k}" for k in ("written", "unchanged", "missing", "refused", "failed") if counts[k]
+        )
         head = f"{plan.what()}: {self.done}/{self.total} hit(s) done, node(s): {told or 'none'}"
         if self.stopped:
             head += " (stopped before the end of the schedule)"
@@ -372,7 +391,10 @@ async def apply_plan(
             report.stopped = True
             break
         read = await _read_fleet(controller, {h.node for h in hits}) if _listing_pays(controller, hits) else None
-        await asyncio.gather(*(_apply_hit(controller, plan, hit, report, read) for hit in hits))
+        ready = await asyncio.gather(*(_prepare_hit(controller, plan, hit, report, read) for hit in hits))
+        if report.refused:  # every node of the batch checked first: a refusal writes none of them
+            break
+        await asyncio.gather(*(_write_hit(controller, r, report) for r in ready if r is not None))
     return report
 
 
@@ -407,36 +429,87 @@ async def _read_fleet(controller: VirtualNodeController, names: set[str]) -> Rea
     return found, slices
 
 
-async def _apply_hit(
+async def _prepare_hit(
     controller: VirtualNodeController, plan: FleetFaultPlan, hit: Hit, report: FaultReport, read: Read | None
-) -> None:
+) -> Prepared | None:
+    """Read (unless the fleet read holds it) and check one hit's node; None when there is nothing to write
+    (its outcome and any problem are in ``report``)."""
     async with controller.limit.slot():
         try:
             if read is None:
-                outcome = await write_node_faults(controller, hit.node, plan.change(hit.gpus))
+                ready = await prepare_node_faults(controller, hit.node, plan.change(hit.gpus))
             else:
                 obj, slices = read[0].get(hit.node), read[1].get(hit.node, [])
-                outcome = await write_node_faults(controller, hit.node, plan.change(hit.gpus), obj, slices)
+                ready = await prepare_node_faults(controller, hit.node, plan.change(hit.gpus), obj, slices)
+        except ApiCallError as exc:
+            ready = "failed"
+            report.problems[hit.node] = str(exc)
+    if isinstance(ready, Prepared):
+        return ready
+    if ready == "missing":
+        report.problems[hit.node] = "no such virtual node in the cluster (bring the fleet up first)"
+    if ready.startswith("refused"):
+        report.problems[hit.node] = ready.partition(": ")[2]
+        ready = "refused"
+    _note(report, hit.node, ready)
+    return None
+
+
+async def _write_hit(controller: VirtualNodeController, ready: Prepared, report: FaultReport) -> None:
+    async with controller.limit.slot():
+        try:
+            outcome = await write_prepared(controller, ready)
         except ApiCallError as exc:
             outcome = "failed"
-            report.problems[hit.node] = str(exc)
-    if outcome == "missing":
-        report.problems[hit.node] = "no such virtual node in the cluster (bring the fleet up first)"
-    if report.outcomes.get(hit.node) != "written":
-        report.outcomes[hit.node] = outcome
+            report.problems[ready.name] = str(exc)
+    _note(report, ready.name, outcome)
+
+
+def _note(report: FaultReport, node: str, outcome: str) -> None:
+    if report.outcomes.get(node) != "written":
+        report.outcomes[node] = outcome
     report.done += 1
 
 
-async def write_node_faults(
+@dataclass(frozen=True)
+class Prepared:
+    """A node whose record a hit changes, read and checked: what :func:`write_prepared` writes."""
+
+    name: str
+    obj: JSON
+    slices: list[SliceKey]
+    after: NodeFaults
+
+
+def _differs(controller: VirtualNodeController, name: str, obj: JSON, slices: list[SliceKey]) -> str | None:
+    """What of the stored node differs from this run's plan of it with the faults it records (None: nothing):
+    its labels, annotations, taints or status (capacity, allocatable), or its ResourceSlices. A difference means
+    this run's pool flags are not those of the node's bring-up; writing would put this run's flags on it."""
+    changes = controller.existing_of(obj).changes
+    parts = []
+    meta = (changes.node or {}).get("metadata") or {}
+    parts += [f"labels {', '.join(sorted(meta['labels']))}"] if meta.get("labels") else []
+    parts += [f"annotations {', '.join(sorted(meta['annotations']))}"] if meta.get("annotations") else []
+    parts += ["taints"] if (changes.node or {}).get("spec") else []
+    status = (changes.status or {}).get("status") or {}
+    parts += [" and ".join(sorted(status))] if status else []
+    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    if controller.options is not None and uid and not controller.slices_as_planned(name, slices, uid):
+        parts.append("ResourceSlices")
+    return "; ".join(parts) or None
+
+
+async def prepare_node_faults(
     controller: VirtualNodeController,
     name: str,
     change: Callable[[NodeFaults], NodeFaults],
     obj: JSON | None = None,
     slices: list[SliceKey] | None = None,
-) -> str:
-    """Change node ``name``'s fault record with ``change`` and bring the node in line with it: one get and one
-    list of its slices (DRA modes) unless the caller read them (``obj`` and ``slices``, a fleet read), one or two
-    patches, and its slices replaced when their taints change. ``written``, ``unchanged`` or ``missing``."""
+) -> Prepared | str:
+    """Read node ``name`` (one get and, in the DRA modes, one list of its slices, unless the caller read them:
+    ``obj`` and ``slices``, a fleet read) and work out its changed record; ``missing``, ``unchanged``, or
+    ``refused: <why>`` when the stored node is not what this run's pool flags plan with the faults it records
+    (see :func:`_differs`): nothing is written then."""
     if slices is None:
         obj = await controller.api.get_node(name)
     if obj is None or not is_ours(obj) or name not in controller.bases:
@@ -446,12 +519,38 @@ async def write_node_faults(
     after = {i: fs for i, fs in change(before).items() if fs}
     if after == before:
         return "unchanged"
-    controller.set_faults(name, after)
-    node = controller.nodes[name]
-    if slices is None and controller.options is not None and node.publishes_slices:
-        slices, _ = await controller.api.list_slices(
+    if slices is None and controller.options is not None and controller.nodes[name].publishes_slices:
+        listed, _ = await controller.api.list_slices(
             controller.options.api_version, fields=controller.slice_fields(name)
         )
+        slices = controller.relevant(listed)
+    slices = slices or []
+    differs = _differs(controller, name, obj, slices)
+    if differs is not None:
+        return (
+            f"refused: this run's pool flags differ from its bring-up (they would change its {differs}); run "
+            "--fault/--recover with the pool flags the fleet was brought up with; nothing written"
+        )
+    return Prepared(name, obj, slices, after)
+
+
+async def write_prepared(controller: VirtualNodeController, ready: Prepared) -> str:
+    """Set the prepared record and bring the node in line with it: one or two patches, and its slices replaced
+    when their taints change. ``written``."""
+    controller.set_faults(ready.name, ready.after)
     counts: collections.Counter[str] = collections.Counter()
-    await controller.sync(node, obj, slices or [], may_create=False, counts=counts)
+    await controller.sync(controller.nodes[ready.name], ready.obj, ready.slices, may_create=False, counts=counts)
     return "written"
+
+
+async def write_node_faults(
+    controller: VirtualNodeController,
+    name: str,
+    change: Callable[[NodeFaults], NodeFaults],
+    obj: JSON | None = None,
+    slices: list[SliceKey] | None = None,
+) -> str:
+    """:func:`prepare_node_faults`, then :func:`write_prepared` when there is something to write: ``written``,
+    ``unchanged``, ``missing`` or ``refused: <why>``."""
+    ready = await prepare_node_faults(controller, name, change, obj, slices)
+    return ready if isinstance(ready, str) else await write_prepared(controller, ready)

@@ -16,14 +16,16 @@ A node whose faults taint devices (``fakegpu.virtual_nodes.node_faults``) has sl
 from its inventory, as a pool whose cut does not hold is, and the template is cut from nodes without faults.
 
 The digest a node's slices are stamped with (``fakegpu.dra.slice_digest``) is that of the template and the
-node's identity, so a re-run knows a node's pool is as planned without building anything.
+node's identity, so a re-run knows a node's pool is as planned without building anything. Each driver's pool has
+its own digest and generation, as each kubelet plugin publishes its own pool: a GPU fault rewrites the
+gpu.nvidia.com pool and leaves the compute-domain.nvidia.com one as it is.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,11 +110,12 @@ def _join(pieces: Sequence[Piece], ids: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class NodeSlices:
-    """One node's wanted slices: their spec texts (with the generation mark), and the digest they are
-    stamped with."""
+    """One node's wanted slices: their spec texts (with the generation mark), and the digests they are
+    stamped with: the GPU pool's, and a fabric node's compute-domain pool's."""
 
     specs: tuple[str, ...]
     digest: str
+    cd_digest: str | None = None
 
 
 class PoolTemplate:
@@ -126,10 +129,12 @@ class PoolTemplate:
         self._ids_len = len(identity(first))
         self._pieces: list[list[Piece]] | None = [_cut(_text(s), identity(first)) for s in direct_specs(first, options)]
         self.count = len(self._pieces)
-        self.key = plan_digest(
-            ["".join(p if isinstance(p, str) else f"\x00{p}\x00" for p in pieces) for pieces in self._pieces]
-        )
-        """The digest of the template itself: with a node's identity, it names the node's wish."""
+        texts = ["".join(p if isinstance(p, str) else f"\x00{p}\x00" for p in pieces) for pieces in self._pieces]
+        fabric = first.inventory.node.fabric is not None
+        self.key = plan_digest(texts[:-1] if fabric else texts)
+        """The digest of the template's GPU pool: with a node's identity, it names the node's GPU wish."""
+        self.cd_key = plan_digest(texts[-1:]) if fabric else ""
+        """The same of its compute-domain pool (a fabric node's), which no fault changes."""
         self.derived = True
         """False when the pool's nodes are built one by one (the cut did not reproduce a second node)."""
         probe = nodes[1] if len(nodes) > 1 else None
@@ -167,11 +172,20 @@ class PoolTemplate:
         devices with taints)."""
         return len(self.specs(node)) if self._direct(node) else self.count
 
-    def digest(self, node: VirtualNode) -> str:
-        """The node's wish, without building it: the template's digest and the node's identity and prefix."""
+    def digest(self, node: VirtualNode, driver: str | None = None) -> str:
+        """The node's wish for one driver's pool (the GPU driver's unless ``driver`` is the compute-domain
+        one), without building it: the template's digest and the node's identity and prefix. The compute-domain
+        pool's does not depend on the node's faults, so a fault never rewrites it."""
+        prefix = prefix_label_value(node.prefix)
+        fabric = node.inventory.node.fabric is not None
+        if driver == COMPUTE_DOMAIN_DRIVER:
+            if self._pieces is None:
+                return plan_digest([prefix, *self.specs(node)[-1:]])
+            return plan_digest([self.cd_key, prefix, *identity(node)])
         if self._direct(node):
-            return plan_digest([prefix_label_value(node.prefix), *self.specs(node)])
-        return plan_digest([self.key, prefix_label_value(node.prefix), *identity(node)])
+            specs = self.specs(node)
+            return plan_digest([prefix, *(specs[:-1] if fabric else specs)])
+        return plan_digest([self.key, prefix, *identity(node)])
 
     def specs(self, node: VirtualNode) -> tuple[str, ...]:
         ids = identity(node)
@@ -184,7 +198,9 @@ class PoolTemplate:
         return tuple(_join(p, ids) for p in self._pieces)
 
     def wanted(self, node: VirtualNode) -> NodeSlices:
-        return NodeSlices(self.specs(node), self.digest(node))
+        fabric = node.inventory.node.fabric is not None
+        cd = self.digest(node, COMPUTE_DOMAIN_DRIVER) if fabric else None
+        return NodeSlices(self.specs(node), self.digest(node), cd)
 
 
 @dataclass(frozen=True)
@@ -214,11 +230,11 @@ class SliceBody:
 
 
 def slice_bodies(
-    node: VirtualNode, options: SliceOptions, wanted: NodeSlices, generation: int, node_uid: str
+    node: VirtualNode, options: SliceOptions, wanted: NodeSlices, generation: int | Mapping[str, int], node_uid: str
 ) -> list[SliceBody]:
-    """The node's slices to write, of pool ``generation``, owned by the Node, labelled as this tool's and
-    stamped with the wish's digest. A fabric node's last slice is its compute-domain one, named as that
-    driver's kubelet plugin names it."""
+    """The node's slices to write, of pool ``generation`` (one for every driver's pool, or per driver), owned by
+    the Node, labelled as this tool's and stamped with their pool's digest. A fabric node's last slice is its
+    compute-domain one, named as that driver's kubelet plugin names it."""
     inventory_node = node.inventory.node
     gpu_count = len(wanted.specs) - (1 if inventory_node.fabric is not None else 0)
     shells = [(options.driver, s) for s in slice_objects(inventory_node, options, [{}] * gpu_count, node_uid=node_uid)]
@@ -231,7 +247,9 @@ def slice_bodies(
     for (driver, shell), text in zip(shells, wanted.specs, strict=True):
         meta = shell["metadata"]
         meta["labels"] = dict(labels)
-        meta["annotations"] = {PLAN_ANNOTATION: wanted.digest}
-        spec = text.replace(_MARK_TEXT, f'"generation":{generation}', 1)
+        cd = driver == COMPUTE_DOMAIN_DRIVER
+        meta["annotations"] = {PLAN_ANNOTATION: wanted.cd_digest if cd and wanted.cd_digest else wanted.digest}
+        pool_generation = generation if isinstance(generation, int) else generation[driver]
+        spec = text.replace(_MARK_TEXT, f'"generation":{pool_generation}', 1)
         out.append(SliceBody(options.api_version, meta, spec, driver))
     return out

@@ -1,7 +1,7 @@
 """``fakegpu virtual-nodes --fault`` / ``--recover`` against the tests' API server: the targeted nodes' slices get
 NVIDIA's taints or their allocatable drops, nothing else is touched, recovery puts them back, re-runs and the
 watcher keep the faults, schedules run on their clock, and a fleet fault costs at most ten calls per faulted
-node."""
+node (ten writes with dynamic MIG)."""
 
 from __future__ import annotations
 
@@ -352,6 +352,119 @@ async def test_a_fleet_fault_on_1000_nodes_costs_at_most_ten_calls_per_faulted_n
         assert await run_virtual_nodes(parse(*one), client=client, out=out, err=err) == 0
         paths = [r.path for r in server.requests[first:]]
         assert len(paths) <= 5, f"one node: discovery, its get and patch (no slice to change), {paths}"
+    finally:
+        await client.close()
+        server.stop()
+
+
+async def test_a_gpu_fault_writes_the_gpu_pool_only_and_leaves_the_compute_domain_slice_alone(server, run):
+    """Each kubelet plugin publishes its own pool (kubernetes-sigs/dra-driver-nvidia-gpu
+    cmd/compute-domain-kubelet-plugin/driver.go @ 82a11c2 beside cmd/gpu-kubelet-plugin), and a pool's generation
+    is its own (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceslice/
+    resourceslicecontroller.go @ 6d8b41f): a GPU taint change leaves the compute-domain.nvidia.com slice as it is."""
+    assert (await run(*NVL72)).code == 0
+    node = "fakegpu-virtual-0001"
+    before = versions(server)
+    result = await run(*NVL72, "--fault", "xid,xid=79", "--fault-nodes", node, "--fault-gpus", "0")
+    assert result.code == 0, result.err
+    changed = written(before, versions(server))
+    drivers = {s["metadata"]["name"]: s["spec"]["driver"] for s in server.objects("resourceslices")}
+    assert {drivers[k.split("/", 1)[1]] for k in changed if k.startswith("resourceslices/")} == {"gpu.nvidia.com"}
+    assert f"nodes/{node}" in changed
+    again = await run(*NVL72)
+    assert again.code == 0 and "ResourceSlices: 0 created, 0 updated" in again.out, again.out
+
+
+async def test_the_same_fault_run_again_changes_nothing_and_writes_nothing(server, run):
+    """A GPU's record holds a fault once, as NVIDIA's driver holds one taint per key and value on a device
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go @ v0.4.1): re-running a
+    --fault writes nothing, as every virtual-nodes re-run with the same arguments."""
+    assert (await run(*DRA)).code == 0
+    fault = (*DRA, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "2")
+    assert (await run(*fault)).code == 0
+    before, first = versions(server), len(server.requests)
+    again = await run(*fault)
+    assert again.code == 0 and "1 unchanged" in again.out, again.out
+    assert written(before, versions(server)) == set()
+    assert [r.method for r in server.requests[first:] if r.method != "GET"] == []
+    record = (server.get_object("nodes", TARGET) or {})["metadata"]["annotations"][FAULTS_ANNOTATION]
+    assert decode_faults(record, TARGET) == {2: (parse_fault_text("xid,xid=79", "t"),)}
+
+
+async def test_a_fault_run_whose_pool_flags_differ_from_the_bring_up_is_refused_and_writes_nothing(server, run):
+    """A DRA node tainted with the NVMLDeviceHealthCheck gate keeps its taint when a thermal fault is run without
+    the gate (NVIDIA's driver publishes taints only with it: kubernetes-sigs/dra-driver-nvidia-gpu
+    cmd/gpu-kubelet-plugin/driver.go @ v0.4.1): the run is refused, naming the node, with exit 2."""
+    assert (await run(*DRA)).code == 0
+    assert (await run(*DRA, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")).code == 0
+    taints = device_taints(server, TARGET)
+    before, first = versions(server), len(server.requests)
+    plain = tuple(a for a in DRA if a not in GATE)
+    result = await run(*plain, "--fault", "thermal", "--fault-nodes", TARGET)
+    assert result.code == 2, result.out
+    errors = [line for line in (result.out + result.err).splitlines() if "error:" in line]
+    assert len(errors) == 1 and TARGET in errors[0] and "pool flags differ from its bring-up" in errors[0], errors
+    assert written(before, versions(server)) == set()
+    assert [r.method for r in server.requests[first:] if r.method != "GET"] == []
+    assert device_taints(server, TARGET) == taints != {}
+
+
+async def test_a_time_sliced_node_keeps_its_capacity_when_the_config_file_is_left_off(server, run, tmp_path):
+    """Follows NVIDIA/k8s-device-plugin api/config/v1/replicas.go @ v0.20.0 (time-slicing replicas multiply the
+    capacity): a fault run without the bring-up's --config-file would halve it; it is refused and writes nothing."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
+    assert (await run(*DEVICE_PLUGIN, "--config-file", str(config))).code == 0
+    assert gpu_status(server, TARGET) == ("16", "16")
+    before = versions(server)
+    result = await run(*DEVICE_PLUGIN, "--fault", "xid,xid=79", "--fault-nodes", TARGET)
+    assert result.code == 2 and "pool flags differ from its bring-up" in result.out + result.err, result.out
+    assert written(before, versions(server)) == set()
+    assert gpu_status(server, TARGET) == ("16", "16")
+    fault = ("--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")
+    result = await run(*DEVICE_PLUGIN, "--config-file", str(config), *fault)
+    assert result.code == 0, result.out + result.err
+    assert gpu_status(server, TARGET) == ("16", "14")
+
+
+async def test_a_device_plugin_fault_run_says_nothing_of_resource_slices_and_reads_none(server, run):
+    """A device-plugin node advertises its GPUs as capacity (NVIDIA/k8s-device-plugin @ v0.20.0), so its fault run
+    neither announces nor reads the DRA slice layout: a get and a patch or two of the node."""
+    assert (await run(*DEVICE_PLUGIN)).code == 0
+    first = len(server.requests)
+    result = await run(*DEVICE_PLUGIN, "--fault", "xid,xid=79", "--fault-nodes", TARGET, "--fault-gpus", "1")
+    assert result.code == 0, result.err
+    assert "ResourceSlices" not in result.out + result.err, result.out
+    assert not any("resource.k8s.io" in r.path for r in server.requests[first:])
+
+
+async def test_a_dynamic_mig_fleet_fault_writes_at_most_ten_times_per_faulted_node_and_spares_the_healthy():
+    """--mig-mode dynamic on 200 nodes (1000 take half a minute here): a faulted node's GPU pool (9 slices of 8
+    GPUs) is rewritten whole at a new pool generation, plus one Node patch: 10 writes per faulted node, none to
+    a healthy one, and a few shared reads of the fleet (docs/measurements.md: 10.07 calls per node on 1000).
+    NVIDIA's ResourceSlice controller updates one changed slice in place without a generation bump
+    (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceslice/resourceslicecontroller.go
+    @ 6d8b41f); fakegpu's one digest per pool cannot: README's Differences from NVIDIA says so."""
+    server = FakeApiServer("1.36", validate_schema=False).start()
+    client = server.client()
+    fleet = ("--count", "200", "--gpus", "8xh100-80gb", "--gpu-mode", "dra", "--mig-mode", "dynamic", *GATE)
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        assert await run_virtual_nodes(parse(*fleet, "--max-server-memory", "0"), client=client, out=out, err=err) == 0
+        before, first = versions(server), len(server.requests)
+        argv = (*fleet, "--fault", "ecc-uncorrectable", "--fault-fraction", "0.05", "--fault-seed", "11")
+        assert await run_virtual_nodes(parse(*argv), client=client, out=out, err=err) == 0, err.getvalue()
+        requests = server.requests[first:]
+        faulted = {
+            n["metadata"]["name"] for n in server.objects("nodes") if FAULTS_ANNOTATION in n["metadata"]["annotations"]
+        }
+        writes = [r for r in requests if r.method != "GET"]
+        assert len(writes) <= 10 * len(faulted), f"{len(writes)} writes for {len(faulted)} faulted nodes"
+        assert len(requests) - len(writes) <= 10, "the shared reads: discovery and the fleet read in pages"
+        owner = owners(server)
+        assert [k for k in written(before, versions(server)) if owner.get(k) not in faulted] == []
     finally:
         await client.close()
         server.stop()

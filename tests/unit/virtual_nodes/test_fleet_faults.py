@@ -220,6 +220,9 @@ def test_a_fault_on_dra_nodes_without_the_health_gate_is_warned_about():
             "--fault-over: expected a duration",
         ),
         (("--fault", "xid,xid=79", "--fault-fraction", "0.1", "--fault-over", "200h"), "at most 604800 seconds"),
+        (("--fault", "xid,xid=79", "--fault-fraction", "0.1", "--fault-over", "-5s"), "must be above 0"),
+        (("--fault", "xid,xid=79", "--fault-fraction", "0.1", "--fault-over=-5s"), "must be above 0"),
+        (("--fault", "ecc-uncorrectable,uncontained=yes", "--fault-fraction", "0.1"), "uncontained: expected true"),
         (
             ("--fault", "xid,xid=79", "--fault-fraction", "0.1", "--fault-over", "1m", "--time-scale", "0"),
             "--time-scale: must be from 1",
@@ -250,3 +253,13 @@ def test_the_record_annotation_is_the_shared_one():
     node = with_faults(fleet("--count", "1", *H100)[0], {2: (fault("fabric"),)})
     assert FAULTS_ANNOTATION == "fakegpu.io/gpu-faults"
     assert desired_node(node, NodeShape()).faults == '{"2":["fabric"]}'
+
+
+@pytest.mark.parametrize("text", ["ecc-uncorrectable,uncontained=true", "ecc-uncorrectable uncontained=true"])
+def test_uncontained_is_a_key_as_ctl_has_the_flag_and_round_trips(text):
+    """ctl's --uncontained in --fault's KIND,key=value form: the uncontained ECC error, XID 95 (NVIDIA's XID
+    catalogue, as fakegpu.sharing.gpu_faults.FAULT_KINDS records it); describe() reads back the same fault."""
+    parsed = parse_fault_text(text, "--fault")
+    assert parsed.contained is False
+    assert parse_fault_text(parsed.describe(), "--fault") == parsed
+    assert parse_fault_text("ecc-uncorrectable,uncontained=false", "--fault").contained is True
