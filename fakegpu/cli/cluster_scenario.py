@@ -116,7 +116,9 @@ class ClusterOptions:
     kubeconfig: str | None = None
     admin_socket: str | None = None
     time_scale: float = 1.0
-    """Scenario seconds per wall-clock second: ``wait``, ``within`` and a fleet fault's ``over`` are divided by it."""
+    """How much faster a fleet fault's schedule (its ``over``) runs than written. ``wait`` and ``within`` are not
+    scaled: they measure how long the cluster takes to react (a scheduler, a kubelet, a controller), which runs
+    at its own pace however fast the faults come."""
 
 
 # -- the virtual-nodes options of a step ---------------------------------------------------------------
@@ -269,9 +271,6 @@ class ClusterScenarioRun:
         """Ends the fleets' ``--watch`` loops when the scenario ends."""
         self.watches: list[asyncio.Task[None]] = []
 
-    def seconds(self, scenario_seconds: float) -> float:
-        return scenario_seconds / self.options.time_scale
-
     async def run(self) -> int:
         try:
             return await self._run()
@@ -284,7 +283,7 @@ class ClusterScenarioRun:
         self.out.write(f"scenario {s.name} ({s.issue}): {s.path}\n")
         self.out.write(f"  against the API server at {self.client.config.cluster.server}\n")
         if self.options.time_scale != 1:
-            self.out.write(f"  scenario time runs {self.options.time_scale:g}x faster (--time-scale)\n")
+            self.out.write(f"  fleet fault schedules run {self.options.time_scale:g}x faster (--time-scale)\n")
         began = time.monotonic()
         for index, step in enumerate(s.steps):
             kind = cluster_step_kind(step)
@@ -322,7 +321,7 @@ class ClusterScenarioRun:
             case NodeFaultStep(node_fault=args):
                 return await self._node_fault(args)
             case WaitStep(wait=seconds):
-                await asyncio.sleep(self.seconds(seconds))
+                await asyncio.sleep(seconds)
                 return ""
             case ExpectStep(expect=e):
                 return await self._expect(e)
@@ -425,7 +424,7 @@ class ClusterScenarioRun:
 
     # -- expect -------------------------------------------------------------------------------------
     async def _expect(self, expect: ExpectArgs) -> str:
-        timeout = self.seconds(expect.within)
+        timeout = expect.within
         started = time.monotonic()
         problems = await self.look(expect)
         while problems:

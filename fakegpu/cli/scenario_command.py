@@ -83,7 +83,8 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         type=_time_scale,
         default=1.0,
         metavar="F",
-        help="cluster scenarios: run scenario time F times faster (wait, within, a fleet fault's over); default 1",
+        help="cluster scenarios: run fleet fault schedules (a fleet_fault's over) F times faster; wait and within "
+        "are not scaled (the cluster reacts at its own pace); default 1",
     )
     listing = actions.add_parser("list", help="list scenario files with the issue each reproduces")
     listing.add_argument(

@@ -218,3 +218,26 @@ async def test_an_expectation_that_never_holds_fails_with_what_the_cluster_showe
         "          expected 1 device(s) of gpu.nvidia.com with a taint, got 0 of 16",
         "FAIL t after " + lines[-1].split("after ")[1],
     ]
+
+
+async def test_time_scale_speeds_the_fault_schedule_only_not_wait_or_within(apiserver: FakeApiServer):
+    """``--time-scale`` divides a fleet fault's ``over`` (the schedule, as ``virtual-nodes --time-scale`` does);
+    ``wait`` and ``within`` measure the cluster's reaction and keep their seconds: at 100x a 0.4 s wait still
+    takes 0.4 s and an expectation that never holds still waits its 0.4 s."""
+    body = {
+        "name": "t",
+        "issue": "a/b#1",
+        "description": "d",
+        "cluster": {},
+        "steps": [
+            {"virtual_nodes": "--count 2 --gpus 8xh100-80gb --gpu-mode dra --name-prefix t-"},
+            {"wait": 0.4},
+            {"expect": {"within": 0.4, "tainted_devices": {"count": 1, "node_prefix": "t-"}}},
+        ],
+    }
+    ran = await run(parse_cluster_scenario(body, "t.yaml"), apiserver, time_scale=100.0)
+    assert ran.status == EXIT_FAIL
+    assert "  fleet fault schedules run 100x faster (--time-scale)" in ran.out.splitlines()
+    (wait_line,) = [line for line in ran.out.splitlines() if " wait " in line]
+    assert int(wait_line.split()[-3]) >= 400, wait_line
+    assert "          waited 0.4 s for: 1 tainted device(s)" in ran.out.splitlines()
