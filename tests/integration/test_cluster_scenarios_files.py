@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli.cluster_scenario import check_cluster_scenario
+from fakegpu.cli.cluster_scenario import REFUSED_FLEET_FLAGS, check_cluster_scenario, plan_fleet
 from fakegpu.cli.main import main
 from fakegpu.testing.scenario.cluster_model import (
     CLUSTER_STEP_KINDS,
@@ -141,3 +141,13 @@ def test_an_api_server_that_is_gone_fails_the_step_in_one_line(tmp_path, capsys)
     assert lines[-3].split()[:2] == ["0", "apply"] and lines[-3].endswith("FAIL")
     assert lines[-2].strip().startswith("the API server failed: ")
     assert f"API server {url}" in lines[-2]
+
+
+def test_the_readme_names_exactly_the_virtual_nodes_options_a_step_refuses():
+    """scenarios/README.md's ``virtual_nodes`` row lists the options ``REFUSED_FLEET_FLAGS`` refuses, and no
+    other: ``--watch`` is taken (fabric-error-compute-domain-not-ready.yaml needs it for the IMEX daemons)."""
+    (row,) = [x for x in (SCENARIOS / "README.md").read_text().splitlines() if x.startswith("| `virtual_nodes` |")]
+    refused = row.split("refused: ", 1)[1].split(";", 1)[0]
+    assert set(re.findall(r"`(--[a-z-]+)`", refused)) == set(REFUSED_FLEET_FLAGS)
+    assert "`--watch` keeps the fleet" in row
+    plan_fleet("--count 2 --watch", "t.yaml", "steps[0].virtual_nodes")
