@@ -291,17 +291,16 @@ class ClusterScenarioRun:
             try:
                 note = await self._execute(step)
             except StepFailed as exc:
-                step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
-                detail_lines(self.out, exc.details)
-                self.out.write(f"FAIL {s.name} after {time.monotonic() - began:.2f} s\n")
-                return EXIT_FAIL
+                return self._failed(index, step, started, began, exc.details)
             except SpecError as exc:
                 raise SpecError(s.path, exc.message, f"steps[{index}].{kind}") from None
+            except NoDaemonError as exc:
+                # Exit 3 (the caller says how to start a daemon), but the step that met no daemon is shown.
+                self._failed(index, step, started, began, [str(exc)])
+                raise
             except (ApiError, ApiCallError, DiscoveryError, httpx2.HTTPError, OSError) as exc:
-                step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
-                detail_lines(self.out, [f"the API server failed: {api_failure(exc, client_target(self.client))}"])
-                self.out.write(f"FAIL {s.name} after {time.monotonic() - began:.2f} s\n")
-                return EXIT_FAIL
+                failure = f"the API server failed: {api_failure(exc, client_target(self.client))}"
+                return self._failed(index, step, started, began, [failure])
             text = describe_cluster_step(step)
             step_line(
                 self.out, str(index), kind, f"{text}: {note}" if note else text, time.monotonic() - started, "PASS"
@@ -309,6 +308,14 @@ class ClusterScenarioRun:
             self.count.steps_done += 1
         self.out.write(f"PASS {s.name}: {len(s.steps)} step(s) in {time.monotonic() - began:.2f} s\n")
         return EXIT_PASS
+
+    def _failed(self, index: int, step: ClusterStep, started: float, began: float, details: Sequence[str]) -> int:
+        """The failing step's FAIL line, why, and the scenario's FAIL line."""
+        kind = cluster_step_kind(step)
+        step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
+        detail_lines(self.out, details)
+        self.out.write(f"FAIL {self.scenario.name} after {time.monotonic() - began:.2f} s\n")
+        return EXIT_FAIL
 
     async def _execute(self, step: ClusterStep) -> str:
         match step:

@@ -10,6 +10,7 @@ import pytest
 
 from fakegpu.cli.cluster_scenario import REFUSED_FLEET_FLAGS, check_cluster_scenario, plan_fleet
 from fakegpu.cli.main import main
+from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.testing.scenario.cluster_model import (
     CLUSTER_STEP_KINDS,
     is_cluster_data,
@@ -151,3 +152,22 @@ def test_the_readme_names_exactly_the_virtual_nodes_options_a_step_refuses():
     assert set(re.findall(r"`(--[a-z-]+)`", refused)) == set(REFUSED_FLEET_FLAGS)
     assert "`--watch` keeps the fleet" in row
     plan_fleet("--count 2 --watch", "t.yaml", "steps[0].virtual_nodes")
+
+
+def test_no_daemon_on_the_admin_socket_shows_the_failing_step_then_exits_3(tmp_path, capsys):
+    """Exit 3 as ``fakegpu ctl`` has it, after the step line (FAIL) and its one-line reason on stdout."""
+    server = FakeApiServer().start()
+    try:
+        kubeconfig = server.kubeconfig(tmp_path / "kc.yaml")
+        path = tmp_path / "nodaemon.yaml"
+        socket = tmp_path / "none.sock"
+        path.write_text(HEADER + f"steps:\n  - node_fault: {{gpu: 0, kind: gpu-lost, socket: {socket}}}\n")
+        assert main(["scenario", "run", "--kubeconfig", str(kubeconfig), str(path)]) == EXIT_NO_DAEMON
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[-3].split()[:2] == ["0", "node_fault"] and lines[-3].endswith("FAIL"), out
+    assert lines[-2].strip() == f"no fakegpu daemon is listening on {socket}"
+    assert lines[-1].startswith("FAIL t after ")
+    assert f"no fakegpu daemon is listening on {socket}" in err
