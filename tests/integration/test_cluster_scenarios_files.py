@@ -13,6 +13,7 @@ from fakegpu.cli.main import main
 from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.testing.scenario.cluster_model import (
     CLUSTER_STEP_KINDS,
+    NodeFaultStep,
     is_cluster_data,
     load_cluster_scenario,
     read_scenario_data,
@@ -171,3 +172,17 @@ def test_no_daemon_on_the_admin_socket_shows_the_failing_step_then_exits_3(tmp_p
     assert lines[-2].strip() == f"no fakegpu daemon is listening on {socket}"
     assert lines[-1].startswith("FAIL t after ")
     assert f"no fakegpu daemon is listening on {socket}" in err
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.stem)
+def test_needs_says_how_to_clean_up_who_runs_it_and_names_shipped_files(path: Path):
+    """A real cluster's caveats where a user reads them: every file says how to remove what it leaves
+    (``--cleanup`` or the commands); one with a ``node_fault`` step says the runner runs as the daemon's user,
+    since the admin socket is owner-only; a file it names (``*.yaml``) is in the checkout."""
+    scenario = load_cluster_scenario(path)
+    needs = " ".join(scenario.cluster.needs.split())
+    assert "--cleanup" in needs
+    if any(isinstance(step, NodeFaultStep) for step in scenario.steps):
+        assert "as the daemon's user (root: the admin socket is owner-only)" in needs
+    for name in re.findall(r"[\w./-]+\.yaml", needs):
+        assert (ROOT / name).is_file(), f"{path.name} names {name}, which is not shipped"
