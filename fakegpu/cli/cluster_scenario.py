@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import shlex
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,7 +117,12 @@ class ClusterOptions:
     kubeconfig: str | None = None
     admin_socket: str | None = None
     time_scale: float = 1.0
-    """Scenario seconds per wall-clock second: ``wait``, ``within`` and a fleet fault's ``over`` are divided by it."""
+    """How much faster a fleet fault's schedule (its ``over``) runs than written. ``wait`` and ``within`` are not
+    scaled: they measure how long the cluster takes to react (a scheduler, a kubelet, a controller), which runs
+    at its own pace however fast the faults come."""
+    cleanup: bool = False
+    """Delete what the run created when it ends (``--cleanup``): a scenario's ``apply`` keeps objects that exist
+    and a fleet stays up, so without it a second run meets the first one's leftovers."""
 
 
 # -- the virtual-nodes options of a step ---------------------------------------------------------------
@@ -268,9 +274,9 @@ class ClusterScenarioRun:
         self.stop = asyncio.Event()
         """Ends the fleets' ``--watch`` loops when the scenario ends."""
         self.watches: list[asyncio.Task[None]] = []
-
-    def seconds(self, scenario_seconds: float) -> float:
-        return scenario_seconds / self.options.time_scale
+        self.created: list[tuple[Any, str, str | None]] = []
+        """The objects this run created (kind, name, namespace), for ``--cleanup``; kept ones are not ours."""
+        self.controllers: list[VirtualNodeController] = []
 
     async def run(self) -> int:
         try:
@@ -278,13 +284,50 @@ class ClusterScenarioRun:
         finally:
             self.stop.set()
             await asyncio.gather(*self.watches, return_exceptions=True)
+            if self.options.cleanup:
+                await self._cleanup()
+            elif self.created or self.controllers:
+                left = [f"{len(self.created)} object(s) created"] if self.created else []
+                left += [f"the virtual nodes of --name-prefix {c.settings.name_prefix}" for c in self.controllers]
+                self.out.write(f"  left in the cluster: {' and '.join(left)} (--cleanup deletes them)\n")
+
+    async def _cleanup(self) -> None:
+        """``--cleanup``: delete the objects this run created, newest first (a Namespace last), then each fleet
+        through the virtual-nodes library's delete (``virtual-nodes --delete`` with the step's prefix)."""
+        deleted, nodes, problems = 0, 0, []
+        for kind, name, namespace in reversed(self.created):
+            try:
+                await self.client.delete(kind, name, namespace=namespace)
+                deleted += 1
+            except ApiError as exc:
+                if exc.status.code != HTTPStatus.NOT_FOUND:
+                    problems.append(f"deleting {kind.__name__} {name}: {exc.status.message}")
+            except (httpx2.HTTPError, OSError) as exc:
+                problems.append(f"deleting {kind.__name__} {name}: {api_failure(exc, client_target(self.client))}")
+        for controller in self.controllers:
+            try:
+                report = await controller.delete_all()
+            except (ApiError, ApiCallError, DiscoveryError, httpx2.HTTPError, OSError) as exc:
+                failure = api_failure(exc, client_target(self.client))
+                problems.append(
+                    f"deleting the virtual nodes of --name-prefix {controller.settings.name_prefix}: {failure}"
+                )
+                continue
+            nodes += report.nodes_deleted
+            problems += [f"virtual node {name}: {problem}" for name, problem in report.problems.items()]
+        self.out.write(f"  cleanup: deleted {deleted} object(s) and {nodes} virtual node(s)\n")
+        detail_lines(self.out, problems)
 
     async def _run(self) -> int:
         s = self.scenario
         self.out.write(f"scenario {s.name} ({s.issue}): {s.path}\n")
         self.out.write(f"  against the API server at {self.client.config.cluster.server}\n")
+        if s.cluster.needs:
+            # What a real cluster must have (and who must run the runner): read before it runs, not after.
+            self.out.write(textwrap.fill(s.cluster.needs, 116, initial_indent="  needs: ", subsequent_indent="    "))
+            self.out.write("\n")
         if self.options.time_scale != 1:
-            self.out.write(f"  scenario time runs {self.options.time_scale:g}x faster (--time-scale)\n")
+            self.out.write(f"  fleet fault schedules run {self.options.time_scale:g}x faster (--time-scale)\n")
         began = time.monotonic()
         for index, step in enumerate(s.steps):
             kind = step_kind(step)
@@ -292,17 +335,16 @@ class ClusterScenarioRun:
             try:
                 note = await self._execute(step)
             except StepFailed as exc:
-                step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
-                detail_lines(self.out, exc.details)
-                self.out.write(f"FAIL {s.name} after {time.monotonic() - began:.2f} s\n")
-                return EXIT_FAIL
+                return self._failed(index, step, started, began, exc.details)
             except SpecError as exc:
                 raise SpecError(s.path, exc.message, f"steps[{index}].{kind}") from None
+            except NoDaemonError as exc:
+                # Exit 3 (the caller says how to start a daemon), but the step that met no daemon is shown.
+                self._failed(index, step, started, began, [str(exc)])
+                raise
             except (ApiError, ApiCallError, DiscoveryError, httpx2.HTTPError, OSError) as exc:
-                step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
-                detail_lines(self.out, [f"the API server failed: {api_failure(exc, client_target(self.client))}"])
-                self.out.write(f"FAIL {s.name} after {time.monotonic() - began:.2f} s\n")
-                return EXIT_FAIL
+                failure = f"the API server failed: {api_failure(exc, client_target(self.client))}"
+                return self._failed(index, step, started, began, [failure])
             text = describe_cluster_step(step)
             step_line(
                 self.out, str(index), kind, f"{text}: {note}" if note else text, time.monotonic() - started, "PASS"
@@ -310,6 +352,14 @@ class ClusterScenarioRun:
             self.count.steps_done += 1
         self.out.write(f"PASS {s.name}: {len(s.steps)} step(s) in {time.monotonic() - began:.2f} s\n")
         return EXIT_PASS
+
+    def _failed(self, index: int, step: ClusterStep, started: float, began: float, details: Sequence[str]) -> int:
+        """The failing step's FAIL line, why, and the scenario's FAIL line."""
+        kind = cluster_step_kind(step)
+        step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
+        detail_lines(self.out, details)
+        self.out.write(f"FAIL {self.scenario.name} after {time.monotonic() - began:.2f} s\n")
+        return EXIT_FAIL
 
     async def _execute(self, step: ClusterStep) -> str:
         match step:
@@ -322,7 +372,7 @@ class ClusterScenarioRun:
             case NodeFaultStep(node_fault=args):
                 return await self._node_fault(args)
             case WaitStep(wait=seconds):
-                await asyncio.sleep(self.seconds(seconds))
+                await asyncio.sleep(seconds)
                 return ""
             case ExpectStep(expect=e):
                 return await self._expect(e)
@@ -354,12 +404,15 @@ class ClusterScenarioRun:
             if exc.status.code == HTTPStatus.NOT_FOUND and body["kind"] == "Namespace":
                 return "not served"
             raise StepFailed([f"creating {body['kind']} {body['metadata']['name']}: {exc.status.message}"]) from None
+        namespace = None if body["kind"] in CLUSTER_WIDE else body["metadata"].get("namespace")
+        self.created.append((type(obj), body["metadata"]["name"], namespace))
         return "created"
 
     # -- faults -------------------------------------------------------------------------------------
     async def _virtual_nodes(self, options: str) -> str:
         plan = plan_fleet(options, self.scenario.path, "virtual_nodes")
         controller = VirtualNodeController(Api(self.client), plan.nodes, plan.settings, say=lambda line: None)
+        self.controllers.append(controller)
         await controller.discover()
         report = await controller.bring_up()
         if not report.ok:
@@ -425,7 +478,7 @@ class ClusterScenarioRun:
 
     # -- expect -------------------------------------------------------------------------------------
     async def _expect(self, expect: ExpectArgs) -> str:
-        timeout = self.seconds(expect.within)
+        timeout = expect.within
         started = time.monotonic()
         problems = await self.look(expect)
         while problems:

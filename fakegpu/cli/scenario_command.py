@@ -83,7 +83,14 @@ def add_scenario_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         type=_time_scale,
         default=1.0,
         metavar="F",
-        help="cluster scenarios: run scenario time F times faster (wait, within, a fleet fault's over); default 1",
+        help="cluster scenarios: run fleet fault schedules (a fleet_fault's over) F times faster; wait and within "
+        "are not scaled (the cluster reacts at its own pace); default 1",
+    )
+    run.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="cluster scenarios: when a scenario ends, delete the objects its apply steps created and its virtual "
+        "nodes (as virtual-nodes --delete); without it they stay, and a second run meets them",
     )
     listing = actions.add_parser("list", help="list scenario files with the issue each reproduces")
     listing.add_argument(
@@ -213,7 +220,7 @@ async def _run_mixed(
 ) -> int:
     """Files some of which are cluster scenarios: each run by its kind, the worst status returned, a summary
     line after several."""
-    options = ClusterOptions(args.kubeconfig, args.admin_socket, args.time_scale)
+    options = ClusterOptions(args.kubeconfig, args.admin_socket, args.time_scale, args.cleanup)
     statuses: list[int] = []
     for entry in entries:
         if isinstance(entry, Path) and _is_cluster_file(entry):

@@ -1,7 +1,10 @@
 """The fake API server in a process of its own, so that a benchmark's client process measures only itself.
 
 ``python -m tests.apiserver.standalone --minor 36 [--no-schema-validation] [--events] [--tls --kubeconfig PATH]``
-prints the server's URL on one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT); with
+prints the server's URL on one line of stdout and serves until its stdin closes (or SIGTERM/SIGINT), which
+suits a parent holding a pipe to it; with ``--until-signal`` it leaves stdin alone and serves until SIGTERM or
+SIGINT, which suits a shell's background job (``... --until-signal &``: a job reading the terminal is stopped,
+and one started from a script reads an empty stdin and would stop at once); with
 ``--tls`` it serves HTTPS with a CA of its own, which the kubeconfig it writes to PATH carries; with
 ``--events`` it serves core/v1 Events, so the daemons' node Events can be rehearsed against it.
 :class:`ServerProcess` starts and stops one from Python and reads its request counts through
@@ -147,6 +150,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a CA made at start")
     parser.add_argument("--events", action="store_true", help="serve core/v1 Events (node fault Events)")
     parser.add_argument("--kubeconfig", help="write a kubeconfig for the server (with the CA under --tls) here")
+    parser.add_argument(
+        "--until-signal",
+        action="store_true",
+        help="serve until SIGTERM or SIGINT, not reading stdin (run it in the background of a shell: ... &)",
+    )
     args = parser.parse_args(argv)
     done = threading.Event()
 
@@ -166,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.kubeconfig:
             server.kubeconfig(args.kubeconfig)
         print(server.url, flush=True)
-        # stdin closing (the parent ends or exits) is the other way to stop.
-        threading.Thread(target=_wait_for_eof, args=(done,), daemon=True).start()
+        if not args.until_signal:
+            # stdin closing (the parent ends or exits) is the other way to stop.
+            threading.Thread(target=_wait_for_eof, args=(done,), daemon=True).start()
         done.wait()
     if server.errors:
         print("\n".join(server.errors), file=sys.stderr)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lightkube.resources.core_v1 import Node
 
 from fakegpu.cli.cluster_scenario import ClusterOptions, run_cluster_scenario
 from fakegpu.control.server import AdminServer
@@ -211,10 +212,79 @@ async def test_an_expectation_that_never_holds_fails_with_what_the_cluster_showe
     ran = await run(parse_cluster_scenario(body, "t.yaml"), apiserver)
     assert ran.status == EXIT_FAIL
     lines = ran.out.splitlines()
-    assert lines[-5].split()[:2] == ["1", "expect"] and lines[-5].endswith("FAIL")
-    assert lines[-4:] == [
+    assert lines[-6].split()[:2] == ["1", "expect"] and lines[-6].endswith("FAIL")
+    assert lines[-5:] == [
         "          waited 0.3 s for: 1 tainted device(s)",
         "          last seen:",
         "          expected 1 device(s) of gpu.nvidia.com with a taint, got 0 of 16",
-        "FAIL t after " + lines[-1].split("after ")[1],
+        "FAIL t after " + lines[-2].split("after ")[1],
+        "  left in the cluster: the virtual nodes of --name-prefix t- (--cleanup deletes them)",
     ]
+
+
+async def test_time_scale_speeds_the_fault_schedule_only_not_wait_or_within(apiserver: FakeApiServer):
+    """``--time-scale`` divides a fleet fault's ``over`` (the schedule, as ``virtual-nodes --time-scale`` does);
+    ``wait`` and ``within`` measure the cluster's reaction and keep their seconds: at 100x a 0.4 s wait still
+    takes 0.4 s and an expectation that never holds still waits its 0.4 s."""
+    body = {
+        "name": "t",
+        "issue": "a/b#1",
+        "description": "d",
+        "cluster": {},
+        "steps": [
+            {"virtual_nodes": "--count 2 --gpus 8xh100-80gb --gpu-mode dra --name-prefix t-"},
+            {"wait": 0.4},
+            {"expect": {"within": 0.4, "tainted_devices": {"count": 1, "node_prefix": "t-"}}},
+        ],
+    }
+    ran = await run(parse_cluster_scenario(body, "t.yaml"), apiserver, time_scale=100.0)
+    assert ran.status == EXIT_FAIL
+    assert "  fleet fault schedules run 100x faster (--time-scale)" in ran.out.splitlines()
+    (wait_line,) = [line for line in ran.out.splitlines() if " wait " in line]
+    assert int(wait_line.split()[-3]) >= 400, wait_line
+    assert "          waited 0.4 s for: 1 tainted device(s)" in ran.out.splitlines()
+
+
+CLEANUP_BODY = {
+    "name": "c",
+    "issue": "a/b#1",
+    "description": "d",
+    "cluster": {"needs": "a cluster serving resource.k8s.io/v1"},
+    "steps": [
+        {
+            "virtual_nodes": "--count 2 --gpus 8xh100-80gb --gpu-mode dra --name-prefix c- "
+            "--feature-gates NVMLDeviceHealthCheck=true"
+        },
+        {
+            "apply": "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: one-gpu}\n"
+            "spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}}\n"
+        },
+        {"expect": {"within": 1, "tainted_devices": {"count": 0, "node_prefix": "c-"}}},
+        {"fleet_fault": {"fault": "off-bus", "fraction": 1.0}},
+        {"expect": {"within": 5, "tainted_devices": {"count": 16, "node_prefix": "c-"}}},
+    ],
+}
+
+
+async def test_cleanup_deletes_what_a_run_created_so_a_second_run_passes(apiserver: FakeApiServer):
+    """Without ``--cleanup`` a run leaves its fleet (faults and all) and its objects, says so, and a second run
+    fails at its first ``expect``; with it, the objects it created and its virtual nodes (the library's
+    ``virtual-nodes --delete``) are gone and the scenario runs again. Its ``needs`` is printed first."""
+    scenario = parse_cluster_scenario(CLEANUP_BODY, "c.yaml")
+    for _ in range(2):
+        cleaned = await run(scenario, apiserver, cleanup=True)
+        assert cleaned.status == EXIT_PASS, cleaned.out
+        assert "  needs: a cluster serving resource.k8s.io/v1" in cleaned.out.splitlines()[:3]
+        assert cleaned.out.splitlines()[-1] == "  cleanup: deleted 1 object(s) and 2 virtual node(s)"
+        client = apiserver.client()
+        nodes = [n.metadata.name async for n in client.list(Node) if n.metadata is not None]
+        await client.close()
+        assert [n for n in nodes if n and n.startswith("c-")] == []
+    first = await run(scenario, apiserver)
+    assert first.status == EXIT_PASS, first.out
+    assert first.out.splitlines()[-1] == (
+        "  left in the cluster: 1 object(s) created and the virtual nodes of --name-prefix c- (--cleanup deletes them)"
+    )
+    again = await run(scenario, apiserver)
+    assert again.status == EXIT_FAIL, again.out
+    assert "expected 0 device(s) of gpu.nvidia.com with a taint, got 16 of 16" in again.out

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cli.cluster_scenario import check_cluster_scenario
+from fakegpu.cli.cluster_scenario import REFUSED_FLEET_FLAGS, check_cluster_scenario, plan_fleet
 from fakegpu.cli.main import main
+from fakegpu.control.client import EXIT_NO_DAEMON
 from fakegpu.testing.scenario.cluster_model import (
     CLUSTER_STEP_KINDS,
+    NodeFaultStep,
     is_cluster_data,
     load_cluster_scenario,
     read_scenario_data,
@@ -141,3 +143,46 @@ def test_an_api_server_that_is_gone_fails_the_step_in_one_line(tmp_path, capsys)
     assert lines[-3].split()[:2] == ["0", "apply"] and lines[-3].endswith("FAIL")
     assert lines[-2].strip().startswith("the API server failed: ")
     assert f"API server {url}" in lines[-2]
+
+
+def test_the_readme_names_exactly_the_virtual_nodes_options_a_step_refuses():
+    """scenarios/README.md's ``virtual_nodes`` row lists the options ``REFUSED_FLEET_FLAGS`` refuses, and no
+    other: ``--watch`` is taken (fabric-error-compute-domain-not-ready.yaml needs it for the IMEX daemons)."""
+    (row,) = [x for x in (SCENARIOS / "README.md").read_text().splitlines() if x.startswith("| `virtual_nodes` |")]
+    refused = row.split("refused: ", 1)[1].split(";", 1)[0]
+    assert set(re.findall(r"`(--[a-z-]+)`", refused)) == set(REFUSED_FLEET_FLAGS)
+    assert "`--watch` keeps the fleet" in row
+    plan_fleet("--count 2 --watch", "t.yaml", "steps[0].virtual_nodes")
+
+
+def test_no_daemon_on_the_admin_socket_shows_the_failing_step_then_exits_3(tmp_path, capsys):
+    """Exit 3 as ``fakegpu ctl`` has it, after the step line (FAIL) and its one-line reason on stdout."""
+    server = FakeApiServer().start()
+    try:
+        kubeconfig = server.kubeconfig(tmp_path / "kc.yaml")
+        path = tmp_path / "nodaemon.yaml"
+        socket = tmp_path / "none.sock"
+        path.write_text(HEADER + f"steps:\n  - node_fault: {{gpu: 0, kind: gpu-lost, socket: {socket}}}\n")
+        assert main(["scenario", "run", "--kubeconfig", str(kubeconfig), str(path)]) == EXIT_NO_DAEMON
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[-3].split()[:2] == ["0", "node_fault"] and lines[-3].endswith("FAIL"), out
+    assert lines[-2].strip() == f"no fakegpu daemon is listening on {socket}"
+    assert lines[-1].startswith("FAIL t after ")
+    assert f"no fakegpu daemon is listening on {socket}" in err
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.stem)
+def test_needs_says_how_to_clean_up_who_runs_it_and_names_shipped_files(path: Path):
+    """A real cluster's caveats where a user reads them: every file says how to remove what it leaves
+    (``--cleanup`` or the commands); one with a ``node_fault`` step says the runner runs as the daemon's user,
+    since the admin socket is owner-only; a file it names (``*.yaml``) is in the checkout."""
+    scenario = load_cluster_scenario(path)
+    needs = " ".join(scenario.cluster.needs.split())
+    assert "--cleanup" in needs
+    if any(isinstance(step, NodeFaultStep) for step in scenario.steps):
+        assert "as the daemon's user (root: the admin socket is owner-only)" in needs
+    for name in re.findall(r"[\w./-]+\.yaml", needs):
+        assert (ROOT / name).is_file(), f"{path.name} names {name}, which is not shipped"

@@ -7,8 +7,9 @@ device in its ResourceSlice (KEP-5055), a ComputeDomain's ``status.status``, Pen
 condition, Node allocatable, the taints across a fleet. A file is a cluster scenario when it has a top-level
 ``cluster:`` mapping (what the cluster must have, said in ``needs``, and the namespace it works in).
 
-Every mistake is one ``SpecError`` naming the file, the step and the field, as in node scenarios. Durations
-(``wait``, ``within``, a fleet fault's ``over``) are scenario seconds: ``--time-scale`` runs them faster.
+Every mistake is one ``SpecError`` naming the file, the step and the field, as in node scenarios. Durations are
+seconds; ``--time-scale`` runs only a fleet fault's ``over`` (the fault schedule) faster: ``wait`` and
+``within`` measure the cluster's reaction, which no flag makes faster.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from fakegpu.testing.scenario.model import parse_header, parse_step_of
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ScenarioSeconds = Annotated[float, Field(ge=0, le=24 * 3600)]
-"""A duration in scenario time (divided by ``--time-scale`` when run)."""
+"""A duration in seconds (a fleet fault's ``over`` is divided by ``--time-scale`` when run)."""
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
 """KEP-4680's ``ResourceHealthStatus`` values (kubernetes pkg/apis/core/types.go, v1.36)."""
 APPLY_KINDS = (
@@ -284,7 +285,7 @@ CHECKS = (
 
 
 class ExpectArgs(_Model):
-    """What the cluster must show, polled until it all holds or ``within`` scenario seconds pass."""
+    """What the cluster must show, polled until it all holds or ``within`` seconds pass (never scaled)."""
 
     within: ScenarioSeconds = EXPECT_TIMEOUT
     pod_health: PodHealth | None = None
