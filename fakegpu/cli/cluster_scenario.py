@@ -355,7 +355,7 @@ class ClusterScenarioRun:
 
     def _failed(self, index: int, step: ClusterStep, started: float, began: float, details: Sequence[str]) -> int:
         """The failing step's FAIL line, why, and the scenario's FAIL line."""
-        kind = cluster_step_kind(step)
+        kind = step_kind(step)
         step_line(self.out, str(index), kind, describe_cluster_step(step), time.monotonic() - started, "FAIL")
         detail_lines(self.out, details)
         self.out.write(f"FAIL {self.scenario.name} after {time.monotonic() - began:.2f} s\n")
