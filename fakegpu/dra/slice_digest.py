@@ -1,9 +1,11 @@
 """A pool of ResourceSlices compared with the wish by a digest in its metadata, not by its devices.
 
-Every slice a publisher writes carries, in the annotation ``fakegpu.io/slice-plan``, the digest of the whole
-pool as wished (the slice specs without the pool generation, in order, and the owning Node's UID). Whether
+Every slice a publisher writes carries, in the annotation ``fakegpu.io/slice-plan``, a digest of the wish: the
+DRA daemon's publisher stamps every slice with that of the whole pool (the slice specs without the pool
+generation, in order, and the owning Node's UID); the virtual nodes stamp each slice with its own, so one
+changed slice is found and updated alone (``fakegpu.dra.slice_write_plan``). Whether
 the API server holds the wish is then a question about metadata only: as many slices as planned, of one
-generation, each with the digest and the owner. Nothing is rebuilt, sorted or serialised to answer it, so a
+generation, with the wished digests and the owner. Nothing is rebuilt, sorted or serialised to answer it, so a
 listed slice can be reduced to its ``SliceKey`` as soon as its page arrives and memory stays flat however
 large the fleet. What the server kept of a write does not matter either (it drops the fields of disabled
 feature gates): the annotation survives. A slice someone edits while keeping the annotation goes unnoticed;
@@ -78,9 +80,11 @@ def slice_key(obj: Any) -> SliceKey:
     )
 
 
-def holds_plan(keys: Sequence[SliceKey], digest: str, count: int, owner_uid: str | None) -> bool:
-    """Whether ``keys`` are one complete write of the wish ``digest``: ``count`` slices of one generation,
-    each stamped with the digest and controlled by ``owner_uid``."""
-    if len(keys) != count:
+def holds_slices(keys: Sequence[SliceKey], digests: Sequence[str], owner_uid: str | None) -> bool:
+    """Whether ``keys`` are one complete write of a pool whose slices are stamped ``digests`` (in any order):
+    as many slices, of one generation, each controlled by ``owner_uid``, their digests those wished."""
+    if len(keys) != len(digests):
         return False
-    return len({k.generation for k in keys}) <= 1 and all(k.digest == digest and k.owner_uid == owner_uid for k in keys)
+    if len({k.generation for k in keys}) > 1 or any(k.owner_uid != owner_uid for k in keys):
+        return False
+    return sorted(k.digest or "" for k in keys) == sorted(digests)

@@ -5,9 +5,15 @@ The DRA driver's publisher (``fakegpu.dra.slice_publisher``) and the virtual nod
 the I/O: each writer lists its slices, asks ``plan_slice_writes`` what to write, and does it with its own
 client. The rules:
 
-- Nothing is written when the stored slices hold the wish (``fakegpu.dra.slice_digest.holds_plan``: as many
-  as wished, of one generation, each stamped with the wish's digest and owned by the node) and none is of a
+- Nothing is written when the stored slices hold the wish (``fakegpu.dra.slice_digest.holds_slices``: as
+  many as wished, of one generation, stamped with the wished digests and owned by the node) and none is of a
   driver outside the pool's.
+- When the wish gives a digest per slice (``PoolWish.digests``) and the stored pool is complete (as many
+  slices as wished, of one generation, all owned by the node and of the pool's drivers) with exactly one
+  slice whose digest is not wished, that slice alone is updated in place at the same generation, as
+  Kubernetes' ResourceSlice controller does when no slice is added and at most one changes
+  (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceslice/
+  resourceslicecontroller.go @ 6d8b41f, "Kept generation because at most one update API call is necessary").
 - Otherwise every wished slice is written, with the pool generation one above the highest stored (or the
   writer's own last one, when it remembers a higher one), so a reader never mixes two writes of a pool.
 - A stored slice is reused (updated in place, keeping its name) for a wished slice of its own driver, the
@@ -30,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fakegpu.dra.slice_digest import SliceKey, holds_plan
+from fakegpu.dra.slice_digest import SliceKey, holds_slices
 
 
 @dataclass(frozen=True)
@@ -43,16 +49,26 @@ class PoolWish:
     """The drivers whose stored slices make up the pool (every one of ``wanted`` among them); a stored slice of
     another driver is deleted."""
     digest: str
-    """The wish's digest (``fakegpu.dra.slice_digest.plan_digest``), stamped on every slice written."""
+    """The wish's digest (``fakegpu.dra.slice_digest.plan_digest``), stamped on every slice written unless
+    ``digests`` gives each its own."""
     owner_uid: str | None
     """The UID of the Node that owns the slices."""
     pool: tuple[str, str] | None = None
     """(node name, pool name) a stored slice needs to be reused; None reuses any slice of the driver."""
+    digests: tuple[str, ...] | None = None
+    """Each wished slice's own digest, in ``wanted`` order, stamped on that slice instead of ``digest``: the
+    pool is then compared slice by slice, and one changed slice is updated alone. None: one digest for all."""
 
     def __post_init__(self) -> None:
         stray = sorted(set(self.wanted) - self.drivers)
         if stray:
             raise ValueError(f"wished slices of drivers {stray} outside the pool's drivers {sorted(self.drivers)}")
+        if self.digests is not None and len(self.digests) != len(self.wanted):
+            raise ValueError(f"{len(self.digests)} slice digests for {len(self.wanted)} wished slices")
+
+    def slice_digests(self) -> tuple[str, ...]:
+        """The digest each wished slice is stamped with."""
+        return self.digests if self.digests is not None else (self.digest,) * len(self.wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +116,12 @@ def plan_slice_writes(wish: PoolWish, stored: Sequence[SliceKey], *, last_genera
     foreign = [k.name for k in stored if k.driver not in wish.drivers]
     rest = [k for k in stored if k.driver in wish.drivers]
     generation = max([last_generation, *(k.generation for k in rest)])
-    if not foreign and holds_plan(rest, wish.digest, len(wish.wanted), wish.owner_uid):
+    if not foreign and holds_slices(rest, wish.slice_digests(), wish.owner_uid):
         return SliceWritePlan(generation, (), ())
+    if not foreign and wish.digests is not None:
+        single = _one_changed(wish, rest, generation)
+        if single is not None:
+            return single
     rest.sort(key=lambda k: k.name)
     reusable: dict[str, collections.deque[SliceKey]] = collections.defaultdict(collections.deque)
     for key in rest:
@@ -118,6 +138,30 @@ def plan_slice_writes(wish: PoolWish, stored: Sequence[SliceKey], *, last_genera
     kept = {w.replaces.name for w in replaces if w.replaces is not None}
     deletes = foreign + [k.name for k in rest if k.name not in kept]
     return SliceWritePlan(generation + 1, (*replaces, *creates), tuple(deletes))
+
+
+def _one_changed(wish: PoolWish, rest: Sequence[SliceKey], generation: int) -> SliceWritePlan | None:
+    """The in-place update of the one stored slice whose digest is not wished, at the stored generation; None
+    unless the stored pool is complete, of that one generation, owned by the node and reusable, with exactly one
+    slice changed (anything else is a new generation of the whole pool)."""
+    digests = wish.slice_digests()
+    if len(rest) != len(digests) or any(k.generation != generation or k.owner_uid != wish.owner_uid for k in rest):
+        return None
+    unmatched = collections.Counter(digests)
+    stale: list[SliceKey] = []
+    for key in sorted(rest, key=lambda k: k.name):
+        if key.digest is not None and unmatched[key.digest] > 0:
+            unmatched[key.digest] -= 1
+        else:
+            stale.append(key)
+    left = [d for d, n in unmatched.items() for _ in range(n)]
+    if len(stale) != 1 or len(left) != 1:
+        return None
+    (old,) = stale
+    index = digests.index(left[0])
+    if old.driver != wish.wanted[index] or (wish.pool is not None and (old.node, old.pool) != wish.pool):
+        return None
+    return SliceWritePlan(generation, (SliceWrite(index, old),), ())
 
 
 def take_over(metadata: dict[str, Any], stored: SliceKey) -> None:

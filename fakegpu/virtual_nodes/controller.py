@@ -359,7 +359,7 @@ class VirtualNodeController:
             return False
         if key.driver not in slice_drivers(node, self.options):
             return False
-        return key.digest == self.template(node).digest(node, key.driver) and key.owner_uid == uid
+        return key.digest in self.template(node).digests(node, key.driver) and key.owner_uid == uid
 
     async def _sync_slices(
         self, node: VirtualNode, uid: str, keys: Sequence[SliceKey], counts: collections.Counter[str]
@@ -398,8 +398,9 @@ class VirtualNodeController:
         driver, named after the node, as the kubelet plugins build it), with their own digest and generation: a
         GPU fault writes the gpu.nvidia.com pool only. Slices this tool published under another --driver-name,
         a compute-domain slice of a node off the fabric, and every slice of a node whose GPUs are capacity (the
-        device-plugin mode) are deleted (with the GPU pool's writes). A slice of a pool with others is replaced,
-        not updated."""
+        device-plugin mode) are deleted (with the GPU pool's writes). Slices are compared one by one (a digest
+        each): one changed slice of a complete pool is updated alone at the same generation, as Kubernetes'
+        ResourceSlice controller does; any other change writes the pool anew at the next generation."""
         assert self.options is not None
         if not node.publishes_slices:
             return [("", plan_slice_writes(PoolWish((), frozenset(), "", uid), current))]
@@ -416,6 +417,7 @@ class VirtualNodeController:
                 template.digest(node, driver),
                 uid,
                 (node.name, node.name),
+                template.digests(node, driver),
             )
             plans.append((driver, plan_slice_writes(wish, mine)))
         return plans

@@ -15,10 +15,13 @@ racks, and anything of a slice that names the clique must be cut there too.
 A node whose faults taint devices (``fakegpu.virtual_nodes.node_faults``) has slices of its own: they are built
 from its inventory, as a pool whose cut does not hold is, and the template is cut from nodes without faults.
 
-The digest a node's slices are stamped with (``fakegpu.dra.slice_digest``) is that of the template and the
-node's identity, so a re-run knows a node's pool is as planned without building anything. Each driver's pool has
-its own digest and generation, as each kubelet plugin publishes its own pool: a GPU fault rewrites the
-gpu.nvidia.com pool and leaves the compute-domain.nvidia.com one as it is.
+Each slice is stamped with a digest of its own (``fakegpu.dra.slice_digest``): that of its template text, its
+place and the node's identity, so a re-run knows a node's pool is as planned without building anything. A node
+with faults gets, for each slice its faults leave as the template's, the same digest as without them, and a
+digest of its own text for the others: a fault whose taints sit in one slice changes one digest, and that
+slice alone is updated, at the same pool generation (``fakegpu.dra.slice_write_plan``). Each driver's pool has
+its own generation, as each kubelet plugin publishes its own pool: a GPU fault writes the gpu.nvidia.com pool
+and leaves the compute-domain.nvidia.com one as it is.
 """
 
 from __future__ import annotations
@@ -110,12 +113,11 @@ def _join(pieces: Sequence[Piece], ids: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class NodeSlices:
-    """One node's wanted slices: their spec texts (with the generation mark), and the digests they are
-    stamped with: the GPU pool's, and a fabric node's compute-domain pool's."""
+    """One node's wanted slices: their spec texts (with the generation mark), and the digest each is stamped
+    with, in the same order (a fabric node's compute-domain slice last)."""
 
     specs: tuple[str, ...]
-    digest: str
-    cd_digest: str | None = None
+    digests: tuple[str, ...]
 
 
 class PoolTemplate:
@@ -131,8 +133,9 @@ class PoolTemplate:
         self.count = len(self._pieces)
         texts = ["".join(p if isinstance(p, str) else f"\x00{p}\x00" for p in pieces) for pieces in self._pieces]
         fabric = first.inventory.node.fabric is not None
-        self.key = plan_digest(texts[:-1] if fabric else texts)
-        """The digest of the template's GPU pool: with a node's identity, it names the node's GPU wish."""
+        self.keys = tuple(plan_digest([text]) for text in (texts[:-1] if fabric else texts))
+        """The digest of each of the template's GPU slices: with its place and a node's identity, it names that
+        slice of the node's wish."""
         self.cd_key = plan_digest(texts[-1:]) if fabric else ""
         """The same of its compute-domain pool (a fabric node's), which no fault changes."""
         self.derived = True
@@ -174,18 +177,37 @@ class PoolTemplate:
 
     def digest(self, node: VirtualNode, driver: str | None = None) -> str:
         """The node's wish for one driver's pool (the GPU driver's unless ``driver`` is the compute-domain
-        one), without building it: the template's digest and the node's identity and prefix. The compute-domain
-        pool's does not depend on the node's faults, so a fault never rewrites it."""
-        prefix = prefix_label_value(node.prefix)
-        fabric = node.inventory.node.fabric is not None
+        one), without building it: the digest of its slices' digests. The compute-domain pool's (one slice)
+        does not depend on the node's faults, so a fault never writes it."""
         if driver == COMPUTE_DOMAIN_DRIVER:
+            prefix = prefix_label_value(node.prefix)
             if self._pieces is None:
                 return plan_digest([prefix, *self.specs(node)[-1:]])
             return plan_digest([self.cd_key, prefix, *identity(node)])
-        if self._direct(node):
-            specs = self.specs(node)
-            return plan_digest([prefix, *(specs[:-1] if fabric else specs)])
-        return plan_digest([self.key, prefix, *identity(node)])
+        return plan_digest(self.digests(node))
+
+    def digests(self, node: VirtualNode, driver: str | None = None) -> tuple[str, ...]:
+        """The digest of each of the node's slices of one driver's pool (the GPU driver's unless ``driver`` is
+        the compute-domain one), in write order. A slice derived from the template: its template digest, place
+        and the node's identity and prefix; a slice of a node built directly: its place, the prefix and its
+        text, unless the text is the template's for the node (a faulted node's untouched slice), which keeps
+        the template's digest, so that a fault changes the digests of the slices it taints only."""
+        if driver == COMPUTE_DOMAIN_DRIVER:
+            return (self.digest(node, driver),)
+        prefix = prefix_label_value(node.prefix)
+        ids = identity(node)
+        if not self._direct(node):
+            return tuple(plan_digest([key, str(i), prefix, *ids]) for i, key in enumerate(self.keys))
+        specs = self.specs(node)
+        own = specs[:-1] if node.inventory.node.fabric is not None else specs
+        derived = self._pieces if self._pieces is not None and len(ids) == self._ids_len else []
+        out = []
+        for i, text in enumerate(own):
+            if i < len(self.keys) and i < len(derived) and text == _join(derived[i], ids):
+                out.append(plan_digest([self.keys[i], str(i), prefix, *ids]))
+            else:
+                out.append(plan_digest([str(i), prefix, text]))
+        return tuple(out)
 
     def specs(self, node: VirtualNode) -> tuple[str, ...]:
         ids = identity(node)
@@ -199,8 +221,8 @@ class PoolTemplate:
 
     def wanted(self, node: VirtualNode) -> NodeSlices:
         fabric = node.inventory.node.fabric is not None
-        cd = self.digest(node, COMPUTE_DOMAIN_DRIVER) if fabric else None
-        return NodeSlices(self.specs(node), self.digest(node), cd)
+        cd = (self.digest(node, COMPUTE_DOMAIN_DRIVER),) if fabric else ()
+        return NodeSlices(self.specs(node), (*self.digests(node), *cd))
 
 
 @dataclass(frozen=True)
@@ -233,7 +255,7 @@ def slice_bodies(
     node: VirtualNode, options: SliceOptions, wanted: NodeSlices, generation: int | Mapping[str, int], node_uid: str
 ) -> list[SliceBody]:
     """The node's slices to write, of pool ``generation`` (one for every driver's pool, or per driver), owned by
-    the Node, labelled as this tool's and stamped with their pool's digest. A fabric node's last slice is its
+    the Node, labelled as this tool's and each stamped with its own digest. A fabric node's last slice is its
     compute-domain one, named as that driver's kubelet plugin names it."""
     inventory_node = node.inventory.node
     gpu_count = len(wanted.specs) - (1 if inventory_node.fabric is not None else 0)
@@ -244,11 +266,10 @@ def slice_bodies(
         shells.append((COMPUTE_DOMAIN_DRIVER, cd_shell))
     labels = {OWNER_LABEL: OWNER_VALUE, PREFIX_LABEL: prefix_label_value(node.prefix)}
     out = []
-    for (driver, shell), text in zip(shells, wanted.specs, strict=True):
+    for (driver, shell), text, digest in zip(shells, wanted.specs, wanted.digests, strict=True):
         meta = shell["metadata"]
         meta["labels"] = dict(labels)
-        cd = driver == COMPUTE_DOMAIN_DRIVER
-        meta["annotations"] = {PLAN_ANNOTATION: wanted.cd_digest if cd and wanted.cd_digest else wanted.digest}
+        meta["annotations"] = {PLAN_ANNOTATION: digest}
         pool_generation = generation if isinstance(generation, int) else generation[driver]
         spec = text.replace(_MARK_TEXT, f'"generation":{pool_generation}', 1)
         out.append(SliceBody(options.api_version, meta, spec, driver))

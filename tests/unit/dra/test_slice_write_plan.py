@@ -252,3 +252,52 @@ def test_the_first_names_of_a_driver_are_reused_in_order_and_nothing_is_created_
         taken = [w.replaces.name for w in ours if w.replaces]
         assert taken == reusable[: len(taken)]
         assert len(taken) == min(len(ours), len(reusable))
+
+
+def per_slice(*digests: str, pool: bool = True) -> PoolWish:
+    """A wish whose slices carry a digest each (the virtual nodes'): compared slice by slice."""
+    return PoolWish((GPU,) * len(digests), frozenset({GPU}), "pool", UID, (NODE, NODE) if pool else None, digests)
+
+
+def test_one_changed_slice_is_updated_alone_at_the_same_generation():
+    """Follows kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceslice/
+    resourceslicecontroller.go @ 6d8b41f: no slice added and at most one changed keeps the pool generation and
+    updates that slice in place; the slices stored in any name order."""
+    stored = [
+        key("s-c", digest="c", generation=4),
+        key("s-a", digest="a", generation=4),
+        key("s-b", digest="b", generation=4),
+    ]
+    assert plan_slice_writes(per_slice("a", "b", "c"), stored).empty
+    plan = plan_slice_writes(per_slice("a", "B", "c"), stored)
+    assert reused(plan) == [(1, "s-b")] and plan.deletes == () and plan.generation == 4
+
+
+@pytest.mark.parametrize(
+    ("wished", "stored"),
+    [
+        (("a", "B", "C"), [key("s-a", digest="a"), key("s-b", digest="b"), key("s-c", digest="c")]),  # two changed
+        (("a", "b", "c"), [key("s-a", digest="a"), key("s-b", digest="b")]),  # one added
+        (("a", "b"), [key("s-a", digest="a"), key("s-b", digest="b"), key("s-c", digest="c")]),  # one removed
+        (("a", "B"), [key("s-a", digest="a"), key("s-b", digest="b", generation=0)]),  # a torn pool
+        (("a", "B"), [key("s-a", digest="a"), key("s-b", digest="b", owner="other")]),  # another owner's
+        (("a", "B"), [key("s-a", digest="a"), key("s-b", digest="b", node="node-b")]),  # of another pool
+        (("a", "B"), [key("s-a", digest="a"), key("s-b", OLD, digest="b")]),  # of another driver
+    ],
+)
+def test_any_other_change_writes_the_pool_anew_at_the_next_generation(wished, stored):
+    """The same controller bumps the generation and rewrites the pool for anything more than one update."""
+    plan = plan_slice_writes(per_slice(*wished), stored)
+    assert len(plan.writes) == len(wished) and plan.generation == 2
+
+
+def test_one_digest_for_the_pool_rewrites_it_whole():
+    """The DRA daemon's publisher stamps every slice with the pool's digest: a change rewrites the pool (the
+    controller's rule needs a per-slice comparison the publisher does not make)."""
+    plan = plan_slice_writes(wish(GPU, GPU, GPU, digest="d2"), [key("s-a"), key("s-b"), key("s-c")])
+    assert len(plan.replaces) == 3 and plan.generation == 2
+
+
+def test_slice_digests_must_match_the_wished_slices():
+    with pytest.raises(ValueError, match="2 slice digests for 1 wished slices"):
+        PoolWish((GPU,), frozenset({GPU}), "pool", UID, None, ("a", "b"))
