@@ -13,7 +13,6 @@ from typing import Any
 
 from fakegpu.control.protocol import AdminError, Op
 from fakegpu.sharing.bug_modes import OFF_THE_BUS_XID
-from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.live_inventory import LiveInventory, UnknownDeviceError
 from fakegpu.sharing.node import PhysicalGpu
 
@@ -46,13 +45,10 @@ def inject_xid(live: LiveInventory, target: str, xid: int) -> list[str]:
 
 def find_gpu(live: LiveInventory, gpu: str) -> PhysicalGpu:
     """The physical GPU with this index or UUID (a MIG device is not a GPU here)."""
-    gpus = live.inventory.node.gpus
-    for g in gpus:
-        if gpu in (str(g.index), g.uuid):
-            return g
-    have = {0: "no GPUs", 1: "GPU 0"}.get(len(gpus), f"GPUs 0-{len(gpus) - 1}")
-    named = shorten(repr(gpu), 60)
-    raise AdminError(f"no GPU with index or UUID {named}: this node has {have} (give a GPU, not a MIG device)")
+    try:
+        return live.gpu(gpu)
+    except UnknownDeviceError as exc:
+        raise AdminError(f"{exc} (give a GPU, not a MIG device)") from None
 
 
 def off_bus(live: LiveInventory, gpu: str) -> list[str]:

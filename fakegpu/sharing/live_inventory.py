@@ -14,6 +14,7 @@ from typing import Literal
 
 from fakegpu.sharing.bug_modes import BugMode
 from fakegpu.sharing.change_listeners import ChangeListeners, Listener
+from fakegpu.sharing.errors import shorten
 from fakegpu.sharing.faults import FaultPlan
 from fakegpu.sharing.gpu_condition import HEALTHY_CONDITION, GpuCondition, recover, strike
 from fakegpu.sharing.gpu_faults import GpuFault
@@ -247,7 +248,7 @@ class LiveInventory:
         """``fault`` on the physical GPU ``gpu_uuid``, now, or armed when it waits for ``after_calls`` RPC calls
         (:meth:`note_call`). Returns the advertised IDs it made unhealthy (none when armed, or for a kind
         that leaves health alone, or an XID the policy ignores)."""
-        gpu = self._gpu(gpu_uuid)
+        gpu = self.gpu(gpu_uuid)
         if fault.after_calls:
             self._armed.append(ArmedFault(gpu.uuid, fault, fault.after_calls))
             self._changed()
@@ -278,7 +279,7 @@ class LiveInventory:
         return changed
 
     def _strike(self, gpu_uuid: str, fault: GpuFault) -> list[str]:
-        gpu = self._gpu(gpu_uuid)
+        gpu = self.gpu(gpu_uuid)
         condition, xids = strike(self.condition(gpu.uuid), fault, gpu.model)
         self._conditions[gpu.uuid] = condition
         changed: list[str] = []
@@ -293,7 +294,7 @@ class LiveInventory:
     def recover_gpu(self, gpu_uuid: str, kind: str) -> GpuCondition:
         """The real device's way back from ``kind`` (or ``reset``: a GPU reset); health is left as NVIDIA's
         plugins leave it (an XID's unhealthy device stays so). Returns the GPU's condition after it."""
-        gpu = self._gpu(gpu_uuid)
+        gpu = self.gpu(gpu_uuid)
         condition = recover(self.condition(gpu.uuid), kind)
         if condition == HEALTHY_CONDITION:
             self._conditions.pop(gpu.uuid, None)
@@ -302,12 +303,14 @@ class LiveInventory:
         self._changed()
         return condition
 
-    def _gpu(self, gpu_uuid: str) -> PhysicalGpu:
-        for gpu in self._base.node.gpus:
-            if gpu_uuid in (gpu.uuid, str(gpu.index)):
+    def gpu(self, index_or_uuid: str) -> PhysicalGpu:
+        """The physical GPU with this index or UUID (a MIG device is not a GPU here)."""
+        gpus = self._base.node.gpus
+        for gpu in gpus:
+            if index_or_uuid in (gpu.uuid, str(gpu.index)):
                 return gpu
-        have = {0: "no GPUs", 1: "GPU 0"}.get(len(self._base.node.gpus), f"GPUs 0-{len(self._base.node.gpus) - 1}")
-        raise UnknownDeviceError(f"no GPU with index or UUID {gpu_uuid!r}: this node has {have}")
+        have = {0: "no GPUs", 1: "GPU 0"}.get(len(gpus), f"GPUs 0-{len(gpus) - 1}")
+        raise UnknownDeviceError(f"no GPU with index or UUID {shorten(repr(index_or_uuid), 60)}: this node has {have}")
 
     def _changed(self) -> None:
         resources = []
