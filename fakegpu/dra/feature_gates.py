@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from fakegpu.sharing.go_bool import parse_go_bool_text
+
 Stage = Literal["ALPHA", "BETA", "GA"]
 
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
@@ -100,9 +102,6 @@ GATE_EFFECTS: Final[Mapping[str, str]] = {
 _ALL_STAGE: Final[Mapping[str, Stage]] = {"AllAlpha": "ALPHA", "AllBeta": "BETA"}
 """component-base's special gates: set every gate of that stage not set explicitly."""
 
-_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
 
 @dataclass(frozen=True)
 class FeatureGates:
@@ -128,15 +127,6 @@ class FeatureGates:
         return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.explicit.items()))
 
 
-def _parse_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool``."""
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
-
-
 def parse_feature_gates(value: str) -> FeatureGates:
     """component-base's ``featureGate.Set``: comma-separated ``Name=bool``, empty items skipped (NVIDIA's
     chart leaves a trailing comma), the same error texts for a missing or bad value and an unknown gate."""
@@ -150,7 +140,7 @@ def parse_feature_gates(value: str) -> FeatureGates:
             raise ValueError(f"missing bool value for {name}")
         raw = raw.strip()
         try:
-            settings[name] = _parse_bool(raw)
+            settings[name] = parse_go_bool_text(raw)
         except ValueError as exc:
             raise ValueError(f"invalid value of {name}={raw}, err: {exc}") from None
     for name in settings:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from fakegpu.sharing import sleep_interval as gfd_sleep
 from fakegpu.sharing.errors import SpecError
+from fakegpu.sharing.go_bool import parse_go_bool_text
 from fakegpu.sharing.label_syntax import DNS1123_SUBDOMAIN
 from fakegpu.sharing.nvidia_config import NvidiaConfigFile, ReplicatedResources
 from fakegpu.sharing.plugin_flags import PLUGIN_FLAGS, FlagSpec
@@ -24,8 +25,6 @@ DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 RESOURCE_PREFIX = "nvidia.com/"
 SHARED_SUFFIX = ".shared"
-_BOOL_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_BOOL_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
 @dataclass(frozen=True)
@@ -131,11 +130,10 @@ def _from_file(file: NvidiaConfigFile | None, path: tuple[str, ...]) -> Any:
 
 def parse_go_bool(raw: str, origin: str) -> bool:
     """A boolean flag's text as NVIDIA's urfave/cli reads it (Go's ``strconv.ParseBool``)."""
-    if raw in _BOOL_TRUE:
-        return True
-    if raw in _BOOL_FALSE:
-        return False
-    raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)")
+    try:
+        return parse_go_bool_text(raw)
+    except ValueError:
+        raise SpecError(origin, f"could not parse {raw!r} as bool value (expected true or false)") from None
 
 
 def _parse_text(spec: FlagSpec, raw: str, origin: str) -> str | bool | tuple[str, ...] | tuple[int, ...]:
