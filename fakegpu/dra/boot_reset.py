@@ -22,13 +22,13 @@ forgotten claims' CDI specs and MPS directories too, which is what a real reboot
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from fakegpu.dra.prepared_claims import PreparedClaim, PreparedClaims
 from fakegpu.runtime.boot_id import BootIdUnreadable, read_boot_id
+from fakegpu.sharing.go_quote import go_quote
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def claims_of_other_boot(checkpoint: PreparedClaims, boot_id: str) -> list[Prepa
     if exists and stored == boot_id:
         return []
     if exists:
-        old, new = json.dumps(stored), json.dumps(boot_id)  # Go's %q
+        old, new = go_quote(stored), go_quote(boot_id)
         log.info("Invalidating checkpoint: checkpoint nodeBootID %s != current %s", old, new)
     log.info("Create empty checkpoint")
     return checkpoint.for_boot(boot_id, keep=False)

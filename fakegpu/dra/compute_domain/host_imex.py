@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Final
 
 from fakegpu.dra.compute_domain.imex_readiness import imex_blockers
+from fakegpu.sharing.go_quote import go_quote
 from fakegpu.sharing.live_inventory import LiveInventory
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,6 @@ class HostImexError(RuntimeError):
 
 async def check_host_imex_ready(socket: Path, timeout: float = QUERY_TIMEOUT) -> None:
     """``checkHostIMEXReady``: query the host daemon once over ``socket``; ``HostImexError`` unless it is ready."""
-    quoted = json.dumps(str(socket))  # Go's %q
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_unix_connection(str(socket))
@@ -84,8 +83,8 @@ async def check_host_imex_ready(socket: Path, timeout: float = QUERY_TIMEOUT) ->
     except (OSError, TimeoutError) as exc:
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else "timed out"
         raise HostImexError(
-            f"error running {IMEX_CTL} (socket {quoted}): exit status 1, output: cannot connect to the IMEX "
-            f"command service: {detail}"
+            f"error running {IMEX_CTL} (socket {go_quote(str(socket))}): exit status 1, output: cannot connect to "
+            f"the IMEX command service: {detail}"
         ) from None
     if READY not in output.split():
         raise HostImexError(f"host nvidia-imex daemon not ready: {output}")
