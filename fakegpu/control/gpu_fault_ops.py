@@ -199,8 +199,12 @@ def gpu_fault_status(live: LiveInventory) -> dict[str, Any]:
             for uuid in hit
         ],
         "armed": [
-            {"index": index.get(a.gpu_uuid), "uuid": a.gpu_uuid, "fault": a.fault.describe(), "calls_left": left}
+            {
+                "index": index.get(a.gpu_uuid),
+                "uuid": a.gpu_uuid,
+                "fault": a.fault.describe(),
+                "calls_left": a.calls_left,
+            }
             for a in live.armed()
-            for left in [a.calls_left]
         ],
     }
