@@ -72,6 +72,7 @@ from fakegpu.runtime.eventually import WaitTimeout, eventually
 from fakegpu.runtime.kubelet_paths import KubeletPaths
 from fakegpu.runtime.socket_server import SocketServer
 from fakegpu.runtime.unix_socket import check_socket_path
+from fakegpu.sharing.change_listeners import ChangeListeners
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class KubeletEmulator:
         self.dra_health = HealthInfoCache()
         """The DRA drivers' device health, from their ``NodeWatchResources`` streams."""
         self.health_streams = HealthStreams(self.dra_health, self._notify)
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = ChangeListeners()
         self.manager.on_change = self._notify
         self.prepare_backoff = prepare_backoff or Backoff()
         self._prepare_tasks: dict[str, asyncio.Task[None]] = {}
@@ -316,17 +317,10 @@ class KubeletEmulator:
         """Call ``listener`` (no arguments, no await) after anything a pod's status shows may have changed: a
         device plugin's device health, a DRA driver's health report or stream end, a pod admitted, started or
         deleted. Returns a function that unsubscribes. The kubelet's ``resourceupdates`` channel, in short."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.subscribe(listener)
 
     def _notify(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.announce()
 
     def allocated_resources_status(self, uid: str) -> dict[str, list[ResourceStatus]]:
         """Per regular container of the pod, its ``allocatedResourcesStatus`` now (containers without any are

@@ -15,8 +15,9 @@ from typing import Final
 
 from fakegpu.telemetry.fault_readings import CLOCKS_EVENT_REASON_BITS, SUPPORTED_REASONS
 from fakegpu.telemetry.nvidia_smi.gpu_health import NA, SmiHealth
+from fakegpu.telemetry.nvidia_smi.report_lines import kv as _kv
+from fakegpu.telemetry.nvidia_smi.report_lines import section as _section
 
-KEY_WIDTH: Final = 42
 _REASON_KEYS: Final = (
     (2, "Idle", "gpu_idle"),
     (2, "Applications Clocks Setting", "applications_clocks_setting"),
@@ -31,14 +32,6 @@ _REASON_KEYS: Final = (
 """``Clocks Event Reasons`` lines: indent level, key, the reason."""
 _HISTOGRAM: Final = ("Max", "High", "Partial", "Low", "None")
 _SRAM_SOURCES: Final = ("SRAM L2", "SRAM SM", "SRAM Microcontroller", "SRAM PCIE", "SRAM Other")
-
-
-def _kv(level: int, key: str, value: object) -> str:
-    return f"{'    ' * level + key:<{KEY_WIDTH}}: {value}"
-
-
-def _section(level: int, key: str) -> str:
-    return "    " * level + key
 
 
 def yes_no(flag: bool) -> str:

@@ -17,19 +17,12 @@ from typing import Final
 
 from fakegpu.telemetry.nvidia_smi import health_report, tokens
 from fakegpu.telemetry.nvidia_smi.devices import SmiGpu, SmiMig, SmiNode, VisibleGpu
+from fakegpu.telemetry.nvidia_smi.report_lines import kv as _kv
+from fakegpu.telemetry.nvidia_smi.report_lines import section as _section
 from fakegpu.telemetry.nvidia_smi.table import mig_mode_text
 
-KEY_WIDTH: Final = 42
 MIG_DEVICES: Final = "    MIG Devices"
 NO_PERMISSION: Final = "Insufficient Permissions"
-
-
-def _kv(level: int, key: str, value: str) -> str:
-    return f"{'    ' * level + key:<{KEY_WIDTH}}: {value}"
-
-
-def _section(level: int, key: str) -> str:
-    return "    " * level + key
 
 
 def head(node: SmiNode) -> tuple[str, ...]:
