@@ -38,7 +38,7 @@ from fakegpu.dra.compute_domain.devices import COMPUTE_DOMAIN_DRIVER
 from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.dra.feature_gates import FeatureGates
 from fakegpu.dra.resource_slices import MigMode, SliceOptions
-from fakegpu.dra.slice_digest import SliceKey
+from fakegpu.dra.slice_digest import SliceKey, plan_digest
 from fakegpu.dra.slice_write_plan import PoolWish, SliceWritePlan, dropped_fields_warning, plan_slice_writes, take_over
 from fakegpu.kube.adaptive_limit import AdaptiveLimit
 from fakegpu.kube.discovery import layout_minor, served_api_version
@@ -411,13 +411,16 @@ class VirtualNodeController:
         plans = []
         for driver in sorted(drivers, key=lambda d: d != gpu):
             mine = [k for k in current if k.driver == driver or (driver == gpu and k.driver not in drivers)]
+            # Built once: a faulted node's digests compare its slice texts with the template's. The pool digest
+            # is not stamped (each slice carries its own).
+            digests = template.digests(node, driver)
             wish = PoolWish(
                 tuple(d for d in wanted if d == driver),
                 frozenset({driver}),
-                template.digest(node, driver),
+                plan_digest(digests),
                 uid,
                 (node.name, node.name),
-                template.digests(node, driver),
+                digests,
             )
             plans.append((driver, plan_slice_writes(wish, mine)))
         return plans
