@@ -27,7 +27,6 @@ from fakegpu.dra import health_service
 from fakegpu.dra.daemon import DraDriver, DraSettings
 from fakegpu.dra.device_classes import device_classes
 from fakegpu.kubelet.admin_ops import kubelet_ops
-from fakegpu.kubelet.dra_manager import Backoff
 from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_status import PodStatusWriter
 from fakegpu.runtime.kubelet_paths import KubeletPaths
@@ -39,11 +38,11 @@ from fakegpu.testing.manifest_apply import AppliedPod, ManifestApplier
 from tests.apiserver import serving
 from tests.apiserver.fake_apiserver import FakeApiServer
 from tests.eventually import eventually
+from tests.integration.dra_kubelet_side import FAST, kubelet_side
 from tests.reliability.raw_calls import start_dra_driver
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
-FAST = Backoff(initial=0.05, cap=0.2)
 
 # A pod with one claim `g` from a template asking for one gpu.nvidia.com device (the pod of the reading on a
 # real Kubernetes v1.36.2 cluster).
@@ -102,19 +101,11 @@ async def node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraNode]:
     """``fakegpu dra --feature-gates NVMLDeviceHealthCheck=true`` (it serves the health stream), the kubelet
     emulator reading claims from the API server, and a status writer in front of both."""
     driver = await start_dra_driver(apiserver, root, node=NODE, gpus="2xh100-80gb")
-    client = apiserver.client()
-    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, api_client=client)
-    writer = PodStatusWriter(client, kubelet)
     try:
-        await kubelet.start()
-        await writer.start()
-        await eventually(lambda: kubelet.health_streams.reports > 0, "the kubelet to read the driver's health")
-        yield DraNode(apiserver, driver, kubelet, writer, ManifestApplier(client, kubelet, NODE, writer))
+        async with kubelet_side(apiserver, root, NODE) as side:
+            yield DraNode(apiserver, driver, side.kubelet, side.writer, side.applier)
     finally:
-        await writer.stop()
-        await kubelet.stop()
         await driver.stop()
-        await client.close()
 
 
 async def test_a_dra_claim_turns_unhealthy_in_the_pod_status_after_off_bus(node: DraNode):

@@ -26,8 +26,6 @@ from fakegpu.dra.admin_ops import dra_ops
 from fakegpu.dra.compute_domain.controller import ComputeDomainController
 from fakegpu.dra.compute_domain.resources import DRIVER_NAMESPACE
 from fakegpu.fakeplugin.admin_ops import device_plugin_ops
-from fakegpu.kubelet.dra_manager import Backoff
-from fakegpu.kubelet.emulator import KubeletEmulator
 from fakegpu.kubelet.pod_status import PodStatusWriter
 from fakegpu.sharing.inputs import InventoryInputs
 from fakegpu.testing.fake_node import FakeNode
@@ -35,14 +33,13 @@ from fakegpu.testing.manifest_apply import ManifestApplier
 from fakegpu.testing.scenario.cluster_model import ClusterScenario, load_cluster_scenario, parse_cluster_scenario
 from fakegpu.testing.scenario.output import EXIT_FAIL, EXIT_PASS
 from tests.apiserver import FakeApiServer, serving
-from tests.eventually import eventually
 from tests.integration.cluster_standins import NodeStatusWriter, PodPlacer, VirtualPodPlacer
+from tests.integration.dra_kubelet_side import kubelet_side
 from tests.reliability.raw_calls import start_dra_driver
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 NODE = "gpu-node-1"
-FAST = Backoff(initial=0.05, cap=0.2)
 
 
 @dataclass
@@ -76,23 +73,16 @@ async def dra_node(apiserver: FakeApiServer, root: Path) -> AsyncIterator[DraNod
     scenario = load_cluster_scenario(SCENARIOS / "gpu-lost-under-dra-pod.yaml")
     driver = await start_dra_driver(apiserver, root, node=NODE, gpus="2xh100-80gb")
     admin = AdminServer(root / "dra.sock", dra_ops(driver))
-    client = apiserver.client()
-    kubelet = KubeletEmulator(root / "kubelet", prepare_backoff=FAST, api_client=client)
-    writer = PodStatusWriter(client, kubelet)
     try:
         await admin.start()
-        await kubelet.start()
-        await writer.start()
-        await eventually(lambda: kubelet.health_streams.reports > 0, "the kubelet to read the driver's health")
-        applier = ManifestApplier(client, kubelet, NODE, writer)
-        async with PodPlacer(applier, scenario.cluster.namespace) as placer:
+        async with (
+            kubelet_side(apiserver, root, NODE) as side,
+            PodPlacer(side.applier, scenario.cluster.namespace) as placer,
+        ):
             yield DraNode(admin.path, placer)
     finally:
-        await writer.stop()
-        await kubelet.stop()
         await admin.stop()
         await driver.stop()
-        await client.close()
 
 
 async def test_a_gpu_lost_under_a_running_dra_pod(apiserver: FakeApiServer, dra_node: DraNode):

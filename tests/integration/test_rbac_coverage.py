@@ -355,9 +355,10 @@ async def exercise_dra(apiserver: FakeApiServer, root: Path) -> None:
         await eventually(lambda: 0 < len(apiserver.objects("resourceslices")) < before, "republished")
         assert await driver.publisher.delete_all() > 0
         # A GPU fault is an Event on the Node (create), the same one again counted on it (patch).
-        for _ in range(2):
-            live.strike_gpu("0", GpuFault(kind="ecc-correctable", count=10))
-            await asyncio.sleep(0)
+        created = apiserver.count("create", "events")
+        live.strike_gpu("0", GpuFault(kind="ecc-correctable", count=10))
+        await eventually(lambda: apiserver.count("create", "events") == created + 1, "the fault's Event")
+        live.strike_gpu("0", GpuFault(kind="ecc-correctable", count=10))
         await eventually(lambda: apiserver.count("patch", "events") == 1, "the fault's Event, counted twice")
         # With --dcgm-address, each scrape looks up the annotations of the pods holding prepared devices.
         annotations = PodAnnotations(apiserver.client)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 EVERY_FILE = sorted(SCENARIOS.glob("*.yaml"))
 CATALOG = [p for p in EVERY_FILE if not is_cluster_data(read_scenario_data(p))]
-"""The node scenarios; the cluster ones are checked in tests/unit/test_cluster_scenario_files.py."""
+"""The node scenarios; the cluster ones are checked in tests/integration/test_cluster_scenarios_files.py."""
 ISSUE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#\d+$")
 
 
